@@ -1,0 +1,3 @@
+from crawler_node.cli import main
+
+raise SystemExit(main())

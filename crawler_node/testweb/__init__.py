@@ -1,0 +1,29 @@
+"""testweb: the deterministic synthetic web that tests, benchmarks and the demo crawl.
+
+It is reached as an HTTP proxy, so any `site-K.test` name works without DNS; unknown hosts get
+421 and nothing leaves the synthetic web. Modules:
+
+    graph    the pure link graph and page bytes (seeded; no I/O)
+    profile  per-host behaviours loaded from a JSON/TOML file and validated
+    stats    ground truth: what the server observed
+    server   the aiohttp server (absolute-form and origin-form requests)
+    cli      `crawler-node testweb`
+    process  `TestwebProcess`, testweb as a child process for tests, benchmarks and the demo
+
+What `GET /_testweb/expected` contains: every URL reachable from the host roots by following
+links and redirects, in canonical form (`http://site-1.test/p/3`, `http://site-1.test/`):
+pages, the `/img/K.png` resources, redirecting pages (301/302) and their targets, the
+`/loop/a` and `/loop/b` redirect loop, and `/bomb` (a crawler fetches all of these). Left out:
+URLs that robots.txt disallows for `crawler-node` (protego's reading) and what is reachable only
+through them, the `/calendar/` spider trap, and `/robots.txt` itself.
+
+What `GET /_testweb/stats` counts, per host: every request that reached the host, robots.txt,
+404s, 5xx and the host's own 429s included; requests refused by the paid-API layer (429 with
+X-Api-Limit: concurrency, 509 with X-Api-Limit: quota) never reach a host and are counted only
+under "api". `peak_concurrency` counts requests from the moment handling starts until the body
+(drip included) is written, so a crawler that sends 4 at once to a host limited to 3 shows 4.
+"""
+
+from crawler_node.testweb.process import TestwebError, TestwebProcess
+
+__all__ = ["TestwebError", "TestwebProcess"]

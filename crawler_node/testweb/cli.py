@@ -1,0 +1,165 @@
+"""`crawler-node testweb`: read the options and the profile, serve until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from crawler_node.testweb.graph import HostFeatures, SyntheticWeb
+from crawler_node.testweb.profile import (
+    DEFAULT_API_HEADER,
+    ApiLimit,
+    Profile,
+    ProfileError,
+    check_api_header,
+    load_profile,
+)
+
+if TYPE_CHECKING:
+    from crawler_node.testweb.server import TestwebServer
+
+READY_PREFIX = "testweb listening on "
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _header_name(text: str) -> str:
+    try:
+        return check_api_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_EPILOG = """\
+profile file (JSON, or TOML when named *.toml): host globs -> settings; later globs win per key.
+  {"site-0.test": {"max_concurrency": 3, "latency_ms": 50}, "site-[1-4].test": {"error_rate": 0.3}}
+  structured form: {"hosts": {GLOB: SETTINGS}, "api_limit": {"concurrency": N, "quota": N,
+  "header": "X-Api-Limit"}}. An exact name outside site-N.test (shop.example.test) adds a host.
+settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_concurrency,
+  retry_after_s (default 1), error_rate (0..1), error_status (default 503), robots (robots.txt
+  text), page_bytes, drip_bytes_per_s, redirects (0..1), trap (bool), gzip_bomb (bool or bytes).
+ground truth (any Host): GET /_testweb/expected, GET /_testweb/stats, GET /_testweb/hosts,
+  POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _EPILOG
+    parser.add_argument(
+        "--listen", type=_listen_address, default=("127.0.0.1", 8900), metavar="HOST:PORT",
+        help="address to serve on; port 0 picks a free port (default 127.0.0.1:8900)",
+    )
+    parser.add_argument("--hosts", type=_at_least(0), default=20, metavar="N",
+                        help="number of site-K.test hosts (default 20)")
+    parser.add_argument("--pages", type=_at_least(1), default=50, metavar="P",
+                        help="pages per host, including / (default 50)")
+    parser.add_argument("--seed", type=int, default=1, metavar="S",
+                        help="seed of the link graph and behaviours (default 1)")
+    parser.add_argument("--cross-link-prob", type=_probability, default=0.2, metavar="X",
+                        help="probability that a page links to other hosts (default 0.2)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="JSON (or .toml) file mapping host globs to behaviours")
+    parser.add_argument("--api-concurrency", type=_at_least(1), metavar="N",
+                        help="act as a paid API: 429 when more than N requests are in flight")
+    parser.add_argument("--api-quota", type=_at_least(0), metavar="N",
+                        help="act as a paid API: 509 after N served requests")
+    parser.add_argument("--api-limit-header", type=_header_name, metavar="NAME",
+                        help=f"header naming the API limit hit (default {DEFAULT_API_HEADER})")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.profile:
+        try:
+            profile = load_profile(args.profile)
+        except ProfileError as exc:
+            print(f"testweb: error: profile {args.profile}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        profile = Profile()
+    api = profile.api_limit
+    api_limit = ApiLimit(
+        concurrency=args.api_concurrency if args.api_concurrency is not None else api.concurrency,
+        quota=args.api_quota if args.api_quota is not None else api.quota,
+        header=args.api_limit_header or api.header,
+    )
+    hosts = [f"site-{k}.test" for k in range(args.hosts)]
+    hosts += [name for name in profile.extra_hosts() if name not in hosts]
+    if not hosts:
+        print("testweb: error: no hosts (use --hosts N or name hosts in a profile)",
+              file=sys.stderr)
+        return 2
+    host_profiles = {host: profile.for_host(host) for host in hosts}
+    features = {
+        host: HostFeatures(
+            redirects=p.redirects,
+            trap=p.trap,
+            gzip_bomb=p.gzip_bomb > 0,
+            page_bytes=p.page_bytes,
+            robots=p.robots,
+        )
+        for host, p in host_profiles.items()
+    }
+    web_graph = SyntheticWeb(
+        hosts=hosts, pages=args.pages, seed=args.seed,
+        cross_link_prob=args.cross_link_prob, features=features,
+    )
+    # Imported here so that `crawler-node --help` does not pay for aiohttp.
+    from crawler_node.testweb.server import TestwebServer
+
+    server = TestwebServer(web_graph=web_graph, profiles=host_profiles, api_limit=api_limit)
+    listen_host, listen_port = args.listen
+    try:
+        return asyncio.run(_serve(server, listen_host, listen_port))
+    except OSError as exc:
+        reason = exc.strerror or exc
+        print(f"testweb: error: cannot listen on {listen_host}:{listen_port}: {reason}",
+              file=sys.stderr)
+        return 1
+
+
+async def _serve(server: TestwebServer, host: str, port: int) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        bound_host, bound_port = await server.start(host, port)
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        print(f"{READY_PREFIX}http://{shown}:{bound_port}", flush=True)
+        await stop.wait()
+    finally:
+        await server.close()
+    return 0
