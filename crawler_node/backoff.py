@@ -1,0 +1,187 @@
+"""Retry policy and per-host backoff (pure: time is passed in, randomness injected).
+
+Retries are load (DESIGN rule 6): they get a per-URL budget, back off with full jitter so a
+burst of failures does not come back as a synchronised burst, honour Retry-After, and are
+never made for what cannot succeed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import random
+from dataclasses import dataclass
+from datetime import timezone
+
+# Errors that will fail the same way on every attempt.
+FATAL_ERRORS = frozenset({"config", "body_too_large", "not_allowed"})
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
+# 2 ** 62 seconds is far past any cap; stops the exponent from building huge ints.
+_MAX_EXPONENT = 62
+
+
+def parse_retry_after(value: str | None, *, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), None if unusable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return _seconds_until_http_date(value, now)
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _seconds_until_http_date(value: str, now: float) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000" means UTC with unknown origin; HTTP dates are GMT
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    retry: bool
+    delay_s: float
+    reason: str
+
+
+class RetryPolicy:
+    """Whether and when to retry one URL after an attempt."""
+
+    def __init__(
+        self,
+        *,
+        budget: int = 3,
+        base_s: float = 1.0,
+        cap_s: float = 60.0,
+        retry_after_cap_s: float = 300.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        if base_s <= 0 or cap_s < base_s:
+            raise ValueError(f"need 0 < base_s <= cap_s, got base_s={base_s}, cap_s={cap_s}")
+        if retry_after_cap_s < 0:
+            raise ValueError(f"retry_after_cap_s must be >= 0, got {retry_after_cap_s}")
+        self.budget = budget
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.retry_after_cap_s = retry_after_cap_s
+        self._rng = rng if rng is not None else random.Random()
+
+    def decide(
+        self,
+        *,
+        attempt: int,
+        status: int | None,
+        error: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> RetryDecision:
+        """``attempt`` counts attempts already made (1 after the first)."""
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        if status is None and error is None:
+            raise ValueError("decide() needs a status or an error")
+        reason = _retry_reason(status, error)
+        if reason is None:
+            return RetryDecision(False, 0.0, _final_reason(status, error))
+        if attempt > self.budget:
+            return RetryDecision(False, 0.0, "budget_exhausted")
+        return RetryDecision(True, self._delay(attempt, retry_after_s), reason)
+
+    def backoff_s(self, attempt: int) -> float:
+        """Full jitter: uniform over [0, min(cap, base * 2**(attempt-1))]."""
+        exponent = min(attempt - 1, _MAX_EXPONENT)
+        return self._rng.uniform(0.0, min(self.cap_s, self.base_s * 2**exponent))
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        jittered = self.backoff_s(attempt)
+        if retry_after_s is None:
+            return jittered
+        # The server said when; we never come back earlier, and never wait unboundedly.
+        return max(min(max(retry_after_s, 0.0), self.retry_after_cap_s), jittered)
+
+
+def _retry_reason(status: int | None, error: str | None) -> str | None:
+    """Why a retry may help, or None when it cannot."""
+    if error in FATAL_ERRORS:
+        return None
+    if status is not None and 400 <= status < 500 and status not in RETRYABLE_CLIENT_STATUSES:
+        return None  # the request itself is wrong: repeating it is wasted load
+    if error is not None:
+        return error  # "timeout", "connection", ... (even after a status line arrived)
+    assert status is not None
+    if status == 429:
+        return "throttled"
+    if status == 408:
+        return "request_timeout"
+    if 500 <= status < 600:
+        return "server_error"
+    return None
+
+
+def _final_reason(status: int | None, error: str | None) -> str:
+    if error in FATAL_ERRORS:
+        return f"fatal_{error}"
+    if status is not None and 400 <= status < 500:
+        return "client_error"
+    if status is not None and 200 <= status < 400:
+        return "ok"
+    return "unexpected_status"
+
+
+class HostBackoff:
+    """When a host keeps answering 429 without Retry-After: wait longer each time."""
+
+    def __init__(
+        self,
+        *,
+        initial_s: float = 60.0,
+        cap_s: float = 3600.0,
+        forgive_after_s: float = 600.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        if initial_s <= 0 or cap_s < initial_s:
+            raise ValueError(f"need 0 < initial_s <= cap_s, got {initial_s}, {cap_s}")
+        if forgive_after_s < 0:
+            raise ValueError(f"forgive_after_s must be >= 0, got {forgive_after_s}")
+        self.initial_s = initial_s
+        self.cap_s = cap_s
+        self.forgive_after_s = forgive_after_s
+        self._rng = rng if rng is not None else random.Random()
+        self._level = 0
+        self._last_throttle: float | None = None
+        self._eligible_at = 0.0
+
+    @property
+    def level(self) -> int:
+        """Consecutive throttles not yet forgiven (0 = healthy)."""
+        return self._level
+
+    @property
+    def eligible_at(self) -> float:
+        return self._eligible_at
+
+    def on_throttle(self, now: float) -> float:
+        """Record a throttle; returns the time the host may be tried again."""
+        self._level += 1
+        self._last_throttle = now
+        exponent = min(self._level - 1, _MAX_EXPONENT)
+        # +-20% jitter so hosts throttled together do not all come back together.
+        delay = min(self.cap_s, self.initial_s * 2**exponent * self._rng.uniform(0.8, 1.2))
+        self._eligible_at = now + delay
+        return self._eligible_at
+
+    def on_success(self, now: float) -> None:
+        """Forgive once the host has gone ``forgive_after_s`` without a throttle."""
+        if self._last_throttle is not None and now - self._last_throttle > self.forgive_after_s:
+            self._level = 0
+            self._last_throttle = None

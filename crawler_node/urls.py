@@ -1,0 +1,366 @@
+"""URL canonicalisation, host keys, crawl scope and address policy (pure, no I/O).
+
+Every discovered link goes through :func:`normalize_url`, so two spellings of one resource
+meet in the same seen-set entry and the same ring arc. The canonical form follows RFC 3986
+section 6 (syntax- and scheme-based normalisation) with a few crawler choices on top:
+fragment, userinfo and an empty ``?`` are dropped, a trailing dot in the host is dropped.
+
+We resolve and split by hand instead of calling ``urllib.parse.urljoin``: urljoin costs a few
+microseconds per link (it re-splits and re-joins twice), and this runs on every link of every
+page. The resolution is RFC 3986 section 5.2 with urljoin's non-strict rule (``http:g``
+against an http base is relative), so results agree with urljoin on http(s) URLs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import NamedTuple
+from urllib.parse import unquote
+
+try:  # IDNA 2008 + UTS 46 mapping, as browsers do; usually present (yarl depends on it).
+    import idna as _idna
+except ImportError:  # pragma: no cover - exercised only where idna is missing
+    _idna = None
+
+MAX_URL_LENGTH = 2048
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_MAX_HOST_LENGTH = 253
+_MAX_LABEL_LENGTH = 63
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+# RFC 3986 appendix B: this pattern matches every string, it only splits.
+_URI_PARTS = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?")
+_SCHEME_SYNTAX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+# pchar plus "/" (path) and plus "/?" (query). Anything else, including "%", needs a look.
+_PATH_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
+_QUERY_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
+_PATH_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
+_QUERY_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
+_ASCII_HOST = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*")
+# WHATWG URL parsing strips these around a URL and removes tab/newline inside it.
+_C0_AND_SPACE = "".join(chr(c) for c in range(0x21))
+
+
+class InvalidURL(ValueError):
+    """A URL the crawler will not fetch; ``reason`` is short and stable, fit for a counter label."""
+
+    def __init__(self, reason: str, url: str = "") -> None:
+        # Both values go to args so the exception survives pickling out of a parse worker.
+        super().__init__(reason, url)
+        self.reason = reason
+        self.url = url
+
+    def __str__(self) -> str:
+        shown = self.url if len(self.url) <= 200 else self.url[:200] + "..."
+        return f"invalid URL ({self.reason}): {shown!r}"
+
+
+class _Parts(NamedTuple):
+    scheme: str  # as written (not yet lower-cased)
+    authority: str | None  # None when there is no "//"
+    path: str
+    query: str | None  # None when there is no "?"
+
+
+def normalize_url(url: str, base: str | None = None, *, max_length: int = MAX_URL_LENGTH) -> str:
+    """Resolve ``url`` against ``base`` (if given) and return its canonical http(s) form.
+
+    Raises :class:`InvalidURL` with ``reason`` one of: scheme, too_long, unparsable, no_host,
+    host, port.
+    """
+    url = _clean(url)
+    if len(url) > max_length:
+        raise InvalidURL("too_long", url)
+    parts = _split(url)
+    if base is not None:
+        parts = _resolve(_split_base(_clean(base)), parts)
+    elif parts.path:
+        parts = parts._replace(path=_remove_dot_segments(parts.path))
+    result = _assemble(parts, url)
+    if len(result) > max_length:
+        raise InvalidURL("too_long", url)
+    return result
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` of a URL already returned by :func:`normalize_url` (the ring/frontier key)."""
+    start = url.find("://") + 3
+    end = url.find("/", start)
+    return url[start:] if end < 0 else url[start:end]
+
+
+class Scope:
+    """Which canonical URLs this crawl is allowed to fetch."""
+
+    def __init__(self, *, allow_hosts: Sequence[str] = (), max_depth: int | None = None) -> None:
+        if isinstance(allow_hosts, str):
+            raise TypeError("allow_hosts must be a sequence of globs, not one string")
+        if max_depth is not None and max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0 or None, got {max_depth}")
+        self.allow_hosts = tuple(_glob_host(pattern) for pattern in allow_hosts)
+        self.max_depth = max_depth
+        # One compiled alternation instead of a Python loop of fnmatch calls per URL.
+        self._allowed = (
+            re.compile("|".join(fnmatch.translate(p) for p in self.allow_hosts))
+            if self.allow_hosts
+            else None
+        )
+
+    def check(self, url: str, depth: int) -> str | None:
+        """None when ``url`` (canonical) at ``depth`` is in scope, else the reason it is not."""
+        if self._allowed is not None:
+            host_port = host_of(url)
+            # A glob may name the bare host ("*.example.com") or host:port ("localhost:8080").
+            if not (
+                self._allowed.match(host_port) or self._allowed.match(_strip_port(host_port))
+            ):
+                return "host_not_allowed"
+        if self.max_depth is not None and depth > self.max_depth:
+            return "too_deep"
+        return None
+
+
+def is_public_address(ip: str) -> bool:
+    """True when ``ip`` is a globally routable unicast address (fetching it is not SSRF)."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False  # unknown means no: this guards against reaching internal services
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return _is_public(embedded)
+    return _is_public(address)
+
+
+# --- splitting and resolution ---------------------------------------------------------
+
+
+def _clean(url: str) -> str:
+    if not isinstance(url, str):
+        raise InvalidURL("unparsable", repr(url))
+    url = url.strip(_C0_AND_SPACE)
+    if "\t" in url or "\n" in url or "\r" in url:
+        url = url.replace("\t", "").replace("\n", "").replace("\r", "")
+    return url
+
+
+def _split(url: str) -> _Parts:
+    match = _URI_PARTS.match(url)
+    assert match is not None  # the pattern matches every string
+    scheme, authority, path, query = match.groups()
+    if scheme is not None and not _SCHEME_SYNTAX.fullmatch(scheme):
+        # "a b:c" is a relative path with a colon in it, not a scheme.
+        return _split_schemeless(url)
+    return _Parts(scheme or "", authority, path, query)
+
+
+def _split_schemeless(url: str) -> _Parts:
+    match = _URI_PARTS.match("x:" + url)
+    assert match is not None
+    _, authority, path, query = match.groups()
+    return _Parts("", authority, path, query)
+
+
+@lru_cache(maxsize=256)
+def _split_base(base: str) -> _Parts:
+    # Every link of a page resolves against the same base: split it once.
+    return _split(base)
+
+
+def _resolve(base: _Parts, ref: _Parts) -> _Parts:
+    """RFC 3986 section 5.2.2, non-strict (a same-scheme reference without authority is relative)."""
+    scheme = ref.scheme
+    if scheme and (ref.authority is not None or scheme.lower() != base.scheme.lower()):
+        return _Parts(scheme, ref.authority, _remove_dot_segments(ref.path), ref.query)
+    if ref.authority is not None:
+        return _Parts(base.scheme, ref.authority, _remove_dot_segments(ref.path), ref.query)
+    if not ref.path:
+        query = ref.query if ref.query is not None else base.query
+        return _Parts(base.scheme, base.authority, base.path, query)
+    if ref.path.startswith("/"):
+        path = ref.path
+    elif base.authority is not None and not base.path:
+        path = "/" + ref.path
+    else:
+        path = base.path[: base.path.rfind("/") + 1] + ref.path
+    return _Parts(base.scheme, base.authority, _remove_dot_segments(path), ref.query)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 section 5.2.4 for the absolute paths an http URL has."""
+    if "." not in path:  # fast path: most paths have no dot segment at all
+        return path
+    segments = path.split("/")
+    if "." not in segments and ".." not in segments:
+        return path
+    absolute = path.startswith("/")
+    output: list[str] = []
+    for segment in segments[1:] if absolute else segments:
+        if segment == "..":
+            if output:
+                output.pop()
+        elif segment != ".":
+            output.append(segment)
+    if segments[-1] in (".", ".."):
+        output.append("")  # "/a/b/.." names the directory "/a/", keep its slash
+    return "/" + "/".join(output) if absolute else "/".join(output)
+
+
+# --- canonical assembly -----------------------------------------------------------------
+
+
+def _assemble(parts: _Parts, original: str) -> str:
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise InvalidURL("scheme", original)
+    if not parts.authority:
+        raise InvalidURL("no_host", original)
+    host, port = _split_authority(parts.authority, original)
+    netloc = _canonical_host(host, original)
+    if port is not None and port != DEFAULT_PORTS[scheme]:
+        netloc = f"{netloc}:{port}"
+    path = _normalize_percent(parts.path, _PATH_NEEDS_WORK, _PATH_TOKEN) or "/"
+    if "%" in parts.path:
+        # Decoded %2E%2E is a dot segment too (as in browsers): remove it now.
+        path = _remove_dot_segments(path)
+    if not path.startswith("/"):
+        path = "/" + path
+    if parts.query:
+        return f"{scheme}://{netloc}{path}?{_normalize_percent(parts.query, _QUERY_NEEDS_WORK, _QUERY_TOKEN)}"
+    return f"{scheme}://{netloc}{path}"
+
+
+def _split_authority(authority: str, original: str) -> tuple[str, int | None]:
+    hostport = authority.rpartition("@")[2]  # userinfo is dropped, never sent
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            raise InvalidURL("unparsable", original)
+        host, rest = hostport[: end + 1], hostport[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise InvalidURL("port", original)
+        port_text = rest[1:]
+    else:
+        host, _, port_text = hostport.partition(":")
+    if not host:
+        raise InvalidURL("no_host", original)
+    if not port_text:
+        return host, None  # "host:" with an empty port means the default (RFC 3986 6.2.3)
+    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5:
+        raise InvalidURL("port", original)
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise InvalidURL("port", original)
+    return host, port
+
+
+def _canonical_host(host: str, original: str) -> str:
+    try:
+        return _canonical_host_cached(host)
+    except ValueError as exc:
+        raise InvalidURL("host", original) from exc
+
+
+@lru_cache(maxsize=4096)
+def _canonical_host_cached(host: str) -> str:
+    # Cached because a page links mostly to a handful of hosts; invalid hosts raise and
+    # are not cached, which is fine: they are rare.
+    if host.startswith("["):
+        address = ipaddress.IPv6Address(host[1:-1])  # zone ids are rejected: no use to a crawler
+        return f"[{address.compressed}]"
+    if "%" in host:
+        host = _percent_decode_host(host)
+    host = host.lower()
+    if host.endswith("."):
+        host = host[:-1]  # "example.com." is the same DNS name; one key, not two
+    if not host.isascii():
+        host = _idna_encode(host)
+    if (
+        len(host) > _MAX_HOST_LENGTH
+        or not _ASCII_HOST.fullmatch(host)
+        or any(len(label) > _MAX_LABEL_LENGTH for label in host.split("."))
+    ):
+        raise ValueError(f"not a valid host name: {host!r}")
+    return host
+
+
+def _percent_decode_host(host: str) -> str:
+    return unquote(host, errors="strict")  # invalid UTF-8 raises, so the host is rejected
+
+
+def _idna_encode(host: str) -> str:
+    if _idna is not None:
+        try:
+            return _idna.encode(host, uts46=True).decode("ascii")
+        except _idna.IDNAError as exc:
+            raise ValueError(str(exc)) from exc
+    # IDNA 2003 from the standard library: older rules, but the same answer for common names.
+    return host.encode("idna").decode("ascii")  # UnicodeError is a ValueError
+
+
+def _normalize_percent(text: str, needs_work: re.Pattern[str], token: re.Pattern[str]) -> str:
+    if needs_work.search(text) is None:
+        return text  # fast path: already canonical (the common case)
+    return token.sub(_fix_token, text)
+
+
+def _fix_token(match: re.Match[str]) -> str:
+    token = match.group()
+    if len(token) == 3:  # a well-formed escape: decode unreserved, upper-case the rest
+        char = chr(int(token[1:], 16))
+        return char if char in _UNRESERVED else token.upper()
+    # A character that must be escaped (space, non-ASCII, a lone "%"): escape its UTF-8 bytes.
+    return "".join(f"%{byte:02X}" for byte in token.encode("utf-8", "surrogatepass"))
+
+
+# --- scope and address helpers ----------------------------------------------------------
+
+
+def _glob_host(pattern: str) -> str:
+    pattern = pattern.strip().lower().rstrip(".")
+    if not pattern:
+        raise ValueError("an allow_hosts glob must not be empty")
+    if pattern.isascii():
+        return pattern
+    # Hosts are compared in their IDNA form, so encode the non-glob labels of the pattern.
+    labels = [
+        label if label.isascii() or any(c in label for c in "*?[") else _idna_encode(label)
+        for label in pattern.split(".")
+    ]
+    return ".".join(labels)
+
+
+def _strip_port(host_port: str) -> str:
+    if host_port.startswith("["):
+        return host_port[: host_port.find("]") + 1]
+    return host_port.partition(":")[0]
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    # An IPv6 literal can smuggle an IPv4 target (mapped, 6to4, NAT64): judge that target.
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return address.is_global and not (
+        address.is_private
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+    )

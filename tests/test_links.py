@@ -1,0 +1,191 @@
+import os
+import pickle
+import string
+import time
+
+import pytest
+
+from crawler_node.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
+from crawler_node.urls import InvalidURL
+
+PAGE = "http://ex.test/dir/page.html"
+
+
+def links_of(html: str | bytes, url: str = PAGE, **kwargs) -> list[str]:
+    body = html.encode() if isinstance(html, str) else html
+    return extract_links(body, url, **kwargs).links
+
+
+def test_all_link_bearing_elements_in_document_order() -> None:
+    html = """<html><head><title>T</title>
+      <link rel="canonical" href="/canon"><link rel="stylesheet" href="/s.css">
+      <link rel="next" href="p2"><link rel="alternate icon" href="/alt"></head>
+      <body><a href="a">a</a><map><area href="area"></map>
+      <iframe src="frame.html"></iframe>
+      <meta http-equiv="refresh" content="5; url=/moved"></body></html>"""
+    assert links_of(html) == [
+        "http://ex.test/canon",
+        "http://ex.test/dir/p2",
+        "http://ex.test/alt",
+        "http://ex.test/dir/a",
+        "http://ex.test/dir/area",
+        "http://ex.test/dir/frame.html",
+        "http://ex.test/moved",
+    ]
+
+
+def test_frameset_frames() -> None:
+    html = (
+        "<html><head><title>F</title></head>\n<frameset cols='50%,50%'>\n"
+        "<frame src='left.html'>\n<frame src='right.html'>\n</frameset></html>"
+    )
+    assert links_of(html) == ["http://ex.test/dir/left.html", "http://ex.test/dir/right.html"]
+
+
+def test_base_href_is_resolved_against_the_page_and_used_for_every_link() -> None:
+    html = '<a href="early">x</a><base href="../other/"><a href="late">y</a>'
+    assert links_of(html) == ["http://ex.test/other/early", "http://ex.test/other/late"]
+
+
+def test_broken_base_href_is_ignored() -> None:
+    assert links_of('<base href="javascript:x"><a href="a">a</a>') == ["http://ex.test/dir/a"]
+
+
+def test_invalid_links_are_dropped_silently() -> None:
+    html = """<a href="javascript:void(0)">j</a><a href="mailto:a@b.test">m</a>
+      <a href="tel:+1">t</a><a href="http://a..b/">bad host</a><a href="http://x.test:99999/">bad port</a>
+      <a href="">empty</a><a href="   ">blank</a><a>no href</a><a href="ok">ok</a>"""
+    assert links_of(html) == ["http://ex.test/dir/ok"]
+
+
+def test_links_are_normalised_and_deduplicated_in_order() -> None:
+    html = """<a href="B">1</a><a href="http://EX.test:80/dir/B#top">2</a>
+      <a href="/%7Euser">3</a><a href="B">4</a><a href="/~user">5</a><a href="C">6</a>"""
+    assert links_of(html) == ["http://ex.test/dir/B", "http://ex.test/~user", "http://ex.test/dir/C"]
+
+
+def test_rel_nofollow_skips_only_that_link() -> None:
+    html = '<a href="a" rel="NoFollow noopener">a</a><a href="b">b</a><link rel="next nofollow" href="c">'
+    page = extract_links(html.encode(), PAGE)
+    assert page.links == ["http://ex.test/dir/b"]
+    assert page.nofollow is False
+
+
+@pytest.mark.parametrize("content", ["nofollow", "NOINDEX, NOFOLLOW", "none"])
+def test_meta_robots_nofollow_empties_the_page(content: str) -> None:
+    html = f'<head><title>Hidden</title><meta name="Robots" content="{content}"></head><a href="a">a</a>'
+    page = extract_links(html.encode(), PAGE)
+    assert page == ParsedPage(links=[], title="Hidden", nofollow=True)
+
+
+def test_meta_robots_index_follow_is_not_nofollow() -> None:
+    page = extract_links(b'<meta name="robots" content="noindex"><a href="a">a</a>', PAGE)
+    assert page.nofollow is False
+    assert page.links == ["http://ex.test/dir/a"]
+
+
+@pytest.mark.parametrize(
+    ("content", "url"),
+    [
+        ("0; url=http://x.test/", "http://x.test/"),
+        ("0;URL='/quoted'", "/quoted"),
+        ('3, url="/double"', "/double"),
+        ("5;url = /spaced ", "/spaced"),
+        ("0; /no-url-prefix", "/no-url-prefix"),
+        ("10", None),
+        ("", None),
+        ("soon; url=/x", None),
+    ],
+)
+def test_refresh_url_parsing(content: str, url: str | None) -> None:
+    assert refresh_url(content) == url
+
+
+def test_title_is_whitespace_collapsed_or_none() -> None:
+    assert extract_links(b"<title>\n  Hello \t world </title>", PAGE).title == "Hello world"
+    assert extract_links(b"<title>   </title>", PAGE).title is None
+    assert extract_links(b"<p>no title</p>", PAGE).title is None
+
+
+def test_links_in_scripts_and_comments_are_not_links() -> None:
+    html = """<script>document.write('<a href="/from-script">x</a>')</script>
+      <!-- <a href="/from-comment">x</a> --><style>a[href="/from-style"]{}</style>
+      <a title="a > b" href="real">r</a>"""
+    assert links_of(html) == ["http://ex.test/dir/real"]
+
+
+def test_max_links_caps_the_output() -> None:
+    html = "".join(f'<a href="/p{i}">{i}</a>' for i in range(100))
+    assert links_of(html, max_links=10) == [f"http://ex.test/p{i}" for i in range(10)]
+
+
+def test_encoding_from_argument_meta_and_fallback() -> None:
+    cyrillic = '<meta charset="windows-1251"><title>Привет</title><a href="/Привет">x</a>'
+    page = extract_links(cyrillic.encode("windows-1251"), PAGE)
+    assert page.title == "Привет"
+    assert page.links == ["http://ex.test/%D0%9F%D1%80%D0%B8%D0%B2%D0%B5%D1%82"]
+    # The HTTP charset wins over a wrong meta declaration.
+    latin = '<meta charset="utf-8"><title>café</title>'.encode("latin-1")
+    assert extract_links(latin, PAGE, encoding="ISO-8859-1").title == "café"
+    # Undecodable bytes and unknown labels fall back to UTF-8 with replacement.
+    assert extract_links(b"<title>a\xffb</title>", PAGE, encoding="no-such-charset").title == "a\ufffdb"
+
+
+def test_decode_html_honours_a_bom() -> None:
+    assert decode_html("\ufeff<p>é</p>".encode("utf-16-le"), "latin-1") == "<p>é</p>"
+
+
+def test_invalid_page_url_raises() -> None:
+    with pytest.raises(InvalidURL):
+        extract_links(b"<a href='x'>", "ftp://ex.test/")
+
+
+def test_result_pickles_for_the_process_pool() -> None:
+    page = extract_links(b"<title>t</title><a href='a'>a</a>", PAGE)
+    assert pickle.loads(pickle.dumps(page)) == page
+
+
+def test_truncation_bounds_the_parsed_input() -> None:
+    html = b"<a href='/first'>1</a>" + b" " * 1000 + b"<a href='/beyond'>2</a>"
+    assert links_of(html, max_parse_bytes=500) == ["http://ex.test/first"]
+
+
+def _short_attribute_tags() -> bytes:
+    # Link tags just under the size cap, packed with distinct two- and three-letter names.
+    letters = string.ascii_lowercase
+    names = [a + b for a in letters for b in letters] + [a + b + c for a in letters for b in letters for c in "xyz"]
+    tag = "<a href=/x"
+    for name in names:
+        if len(tag) + len(name) + 2 > MAX_TAG_CHARS:
+            break
+        tag += " " + name
+    tag += ">"
+    return tag.encode() * (5_000_000 // len(tag))
+
+
+HOSTILE = {
+    "random bytes": lambda: os.urandom(20_000_000),
+    # Each of these costs Lexbor seconds to minutes when parsed as is (quadratic cases).
+    "nested divs": lambda: b"<div>" * 1_000_000,
+    "span stack then div pairs": lambda: b"<span>" * 10_000 + b"<div></div>" * 400_000,
+    "anchor and bold": lambda: b"<a href=x><b>" * 400_000,
+    "attribute flood": lambda: b"<a " + b" ".join(b"x%d=1" % i for i in range(600_000)) + b">",
+    "many short attributes": lambda: _short_attribute_tags(),
+    "unterminated quotes": lambda: b'<div "' * 1_000_000,
+    "long quoted values": lambda: (b'<a "' + b"x" * 2500) * 2000,
+    "unterminated comments": lambda: b"<!--" * 1_000_000,
+    "distinct links": lambda: b"".join(b'<a href="/x%d">y</a>' % i for i in range(300_000)),
+    "javascript links": lambda: b"".join(b'<a href="javascript:%d">y</a>' % i for i in range(300_000)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_input_returns_quickly_with_bounded_output(name: str) -> None:
+    body = HOSTILE[name]()
+    started = time.perf_counter()
+    page = extract_links(body, PAGE, max_links=1000)
+    elapsed = time.perf_counter() - started
+    assert len(page.links) <= 1000
+    assert page.title is None or len(page.title) <= 1000
+    # Each takes well under 1.5 s here; unguarded, the nested divs alone take minutes.
+    assert elapsed < 5, f"{name} took {elapsed:.2f}s"

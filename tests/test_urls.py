@@ -1,0 +1,253 @@
+import pickle
+import time
+
+import pytest
+
+from crawler_node.urls import (
+    MAX_URL_LENGTH,
+    InvalidURL,
+    Scope,
+    host_of,
+    is_public_address,
+    normalize_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("http://BÜCHER.example/", "http://xn--bcher-kva.example/"),
+        ("http://a.test:80/x/../y/./z?#f", "http://a.test/y/z"),
+        ("http://a.test/%7e", "http://a.test/~"),
+        ("http://a.test/a%2fb", "http://a.test/a%2Fb"),
+        ("http://a.test/%41%2d%5F%2E", "http://a.test/A-_."),
+        ("http://a.test/%e2%82%ac", "http://a.test/%E2%82%AC"),
+        ("http://a.test/a b?c d", "http://a.test/a%20b?c%20d"),
+        ("http://a.test/€?q=é", "http://a.test/%E2%82%AC?q=%C3%A9"),
+        ("http://a.test/100%", "http://a.test/100%25"),
+        ("http://a.test/%zz", "http://a.test/%25zz"),
+        ("  http://a.test/x \n", "http://a.test/x"),
+        ("http://a.te\tst/x\ny", "http://a.test/xy"),  # tab and newline are removed, as browsers do
+        ("HTTP://Example.COM", "http://example.com/"),
+        ("HTTPS://Example.COM:443/", "https://example.com/"),
+        ("https://example.com:80/", "https://example.com:80/"),
+        ("http://example.com:443/", "http://example.com:443/"),
+        ("http://example.com:08080/", "http://example.com:8080/"),
+        ("http://example.com:/x", "http://example.com/x"),
+        ("http://user:pw@example.com/x", "http://example.com/x"),
+        ("http://example.com./x", "http://example.com/x"),
+        ("http://example.com/x?", "http://example.com/x"),
+        ("http://example.com/x?b=2&a=1", "http://example.com/x?b=2&a=1"),  # never sorted
+        ("http://example.com/x?a=%7e&b=%2F", "http://example.com/x?a=~&b=%2F"),
+        ("http://example.com/x?q=a/b?c", "http://example.com/x?q=a/b?c"),
+        ("http://example.com/a/b/..", "http://example.com/a/"),
+        ("http://example.com/a/./", "http://example.com/a/"),
+        ("http://example.com/../../x", "http://example.com/x"),
+        ("http://example.com/a//b", "http://example.com/a//b"),
+        ("http://example.com/a/%2e%2E/b", "http://example.com/b"),
+        ("http://example.com/Case/Kept", "http://example.com/Case/Kept"),
+        ("http://example.com#frag", "http://example.com/"),
+        ("http://[2001:DB8::0:1]:8080/x", "http://[2001:db8::1]:8080/x"),
+        ("http://127.0.0.1/", "http://127.0.0.1/"),
+        ("http://my_host.example/", "http://my_host.example/"),
+    ],
+)
+def test_canonical_forms(raw: str, canonical: str) -> None:
+    assert normalize_url(raw) == canonical
+
+
+@pytest.mark.parametrize(
+    "canonical",
+    ["http://xn--bcher-kva.example/", "https://example.com:8443/a/b?x=1&y=%2F", "http://a.test/%E2%82%AC"],
+)
+def test_normalisation_is_idempotent(canonical: str) -> None:
+    assert normalize_url(canonical) == canonical
+    assert normalize_url(normalize_url(canonical)) == canonical
+
+
+# RFC 3986 section 5.4 examples (fragments dropped, since we drop them).
+RFC_BASE = "http://a.test/b/c/d;p?q"
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("g", "http://a.test/b/c/g"),
+        ("./g", "http://a.test/b/c/g"),
+        ("g/", "http://a.test/b/c/g/"),
+        ("/g", "http://a.test/g"),
+        ("//g.test", "http://g.test/"),
+        ("?y", "http://a.test/b/c/d;p?y"),
+        ("g?y", "http://a.test/b/c/g?y"),
+        ("#s", "http://a.test/b/c/d;p?q"),
+        ("", "http://a.test/b/c/d;p?q"),
+        (".", "http://a.test/b/c/"),
+        ("..", "http://a.test/b/"),
+        ("../g", "http://a.test/b/g"),
+        ("../..", "http://a.test/"),
+        ("../../../../g", "http://a.test/g"),
+        ("/./g", "http://a.test/g"),
+        ("g.", "http://a.test/b/c/g."),
+        ("..g", "http://a.test/b/c/..g"),
+        ("./g/.", "http://a.test/b/c/g/"),
+        ("g;x=1/../y", "http://a.test/b/c/y"),
+        ("g?y/../x", "http://a.test/b/c/g?y/../x"),
+        ("http:g", "http://a.test/b/c/g"),  # non-strict, like urljoin and browsers
+        ("https://other.test/a/../b", "https://other.test/b"),
+    ],
+)
+def test_resolution_against_base(ref: str, expected: str) -> None:
+    assert normalize_url(ref, RFC_BASE) == expected
+
+
+def test_base_without_path_gets_a_slash() -> None:
+    assert normalize_url("x", "http://a.test") == "http://a.test/x"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("javascript:alert(1)", "scheme"),
+        ("file:///etc/passwd", "scheme"),
+        ("mailto:someone@example.com", "scheme"),
+        ("ftp://example.com/", "scheme"),
+        ("data:text/html,hi", "scheme"),
+        ("//example.com/no-scheme", "scheme"),
+        ("/relative/without/base", "scheme"),
+        ("http:///x", "no_host"),
+        ("http://user@/x", "no_host"),
+        ("http://:80/", "no_host"),
+        ("http://a.test:0/", "port"),
+        ("http://a.test:65536/", "port"),
+        ("http://a.test:8o/", "port"),
+        ("http://a.test:-1/", "port"),
+        ("http://[::1]x/", "port"),
+        ("http://[::1/", "unparsable"),
+        ("http://a..b/", "host"),
+        ("http://a b/", "host"),
+        ("http://exa*mple.com/", "host"),
+        ("http://" + "a" * 64 + ".test/", "host"),
+        ("http://[not-ipv6]/", "host"),
+    ],
+)
+def test_rejections_carry_a_reason(raw: str, reason: str) -> None:
+    with pytest.raises(InvalidURL) as caught:
+        normalize_url(raw)
+    assert caught.value.reason == reason
+
+
+def test_relative_javascript_link_is_rejected_even_with_a_base() -> None:
+    with pytest.raises(InvalidURL) as caught:
+        normalize_url("javascript:void(0)", "http://a.test/")
+    assert caught.value.reason == "scheme"
+
+
+def test_too_long_before_and_after_resolution() -> None:
+    with pytest.raises(InvalidURL) as caught:
+        normalize_url("http://a.test/" + "x" * MAX_URL_LENGTH)
+    assert caught.value.reason == "too_long"
+    # Short enough as written, too long once every space becomes %20.
+    with pytest.raises(InvalidURL) as caught:
+        normalize_url("http://a.test/" + "a " * 700 + "a")
+    assert caught.value.reason == "too_long"
+    assert normalize_url("http://a.test/" + "x" * 10, max_length=30) == "http://a.test/xxxxxxxxxx"
+
+
+def test_invalid_url_pickles_with_its_reason() -> None:
+    error = InvalidURL("scheme", "javascript:x")
+    restored = pickle.loads(pickle.dumps(error))
+    assert isinstance(restored, ValueError)
+    assert (restored.reason, restored.url) == ("scheme", "javascript:x")
+    assert "scheme" in str(restored)
+
+
+def test_normalize_is_fast() -> None:
+    urls = [f"https://site-{i % 50}.example.com/path/{i}/page.html?a={i}&b=2" for i in range(20_000)]
+    started = time.perf_counter()
+    for url in urls:
+        normalize_url(url)
+    per_call_us = (time.perf_counter() - started) / len(urls) * 1e6
+    # Typically ~3 us; the bound leaves room for slow, shared CI machines.
+    assert per_call_us < 25
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("http://a.test/x", "a.test"),
+        ("https://a.test:8443/x?y", "a.test:8443"),
+        ("http://[::1]:8080/", "[::1]:8080"),
+    ],
+)
+def test_host_of(url: str, host: str) -> None:
+    assert host_of(url) == host
+
+
+def test_host_of_drops_default_port_through_normalisation() -> None:
+    assert host_of(normalize_url("HTTPS://A.test:443/x")) == "a.test"
+
+
+def test_scope_allows_everything_by_default() -> None:
+    assert Scope().check("http://anything.test/", 1000) is None
+
+
+def test_scope_host_globs() -> None:
+    scope = Scope(allow_hosts=["*.example.com", "site-?.test", "LOCALHOST:8080"])
+    assert scope.check("http://www.example.com/", 0) is None
+    assert scope.check("http://site-7.test:9000/", 0) is None  # the bare host matches
+    assert scope.check("http://localhost:8080/", 0) is None
+    assert scope.check("http://localhost:9090/", 0) == "host_not_allowed"
+    assert scope.check("http://example.com/", 0) == "host_not_allowed"  # fnmatch: "*." needs a label
+    assert scope.check("http://evil.test/", 0) == "host_not_allowed"
+
+
+def test_scope_globs_are_compared_in_idna_form() -> None:
+    scope = Scope(allow_hosts=["*.bücher.example"])
+    assert scope.check(normalize_url("http://www.BÜCHER.example/"), 0) is None
+
+
+def test_scope_depth() -> None:
+    scope = Scope(max_depth=2)
+    assert scope.check("http://a.test/", 2) is None
+    assert scope.check("http://a.test/", 3) == "too_deep"
+
+
+def test_scope_validates() -> None:
+    with pytest.raises(TypeError):
+        Scope(allow_hosts="*.example.com")
+    with pytest.raises(ValueError):
+        Scope(max_depth=-1)
+
+
+@pytest.mark.parametrize(
+    ("ip", "public"),
+    [
+        ("8.8.8.8", True),
+        ("2606:4700:4700::1111", True),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("127.0.0.1", False),
+        ("169.254.169.254", False),  # cloud metadata
+        ("100.64.0.1", False),  # carrier-grade NAT
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("239.1.2.3", False),
+        ("240.0.0.1", False),
+        ("255.255.255.255", False),
+        ("::1", False),
+        ("::", False),
+        ("fe80::1", False),
+        ("fc00::1", False),
+        ("ff02::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("::ffff:10.0.0.1", False),
+        ("::ffff:8.8.8.8", True),
+        ("2002:7f00:1::", False),  # 6to4 wrapping 127.0.0.1
+        ("64:ff9b::a00:1", False),  # NAT64 wrapping 10.0.0.1
+        ("not an ip", False),
+        ("", False),
+    ],
+)
+def test_is_public_address(ip: str, public: bool) -> None:
+    assert is_public_address(ip) is public
