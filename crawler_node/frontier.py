@@ -1,0 +1,510 @@
+"""Durable per-host frontier: the exact URL-seen set, per-host queues, priorities and leases.
+
+Everything per URL lives in SQLite (WAL, synchronous=NORMAL: a commit survives a SIGKILL of the
+process, not a power cut). Python memory holds one small `HostQueue` per host and nothing per
+URL, so memory grows with hosts, not with URLs; SQLite's page cache is bounded explicitly.
+
+Threading: the class is synchronous and single-threaded on purpose. The node owns one worker
+thread for it (a one-worker executor) and calls it only from there, so the event loop never
+blocks on disk and SQLite never sees concurrent use of the connection.
+
+Leases: `lease()` hands out rows (lease id == row id) and marks them leased with an expiry. A
+lease that is neither finished nor returned goes back to the queue at expiry or at the next
+open, so a crashed worker or a crashed process never holds work forever (at-least-once).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FRONTIER_FILENAME = "frontier.sqlite3"
+
+# Row states. They appear as literals in the SQL below because SQLite only uses a partial
+# index when the query's WHERE clause repeats the index's condition literally.
+QUEUED = 0
+LEASED = 1
+DONE = 2
+FAILED = 3
+
+# Negative = KiB: bounds the page cache (~8 MB) whatever the size of the database.
+CACHE_SIZE_KIB = -8000
+# Checkpoint every ~32 MB of WAL rather than SQLite's default ~4 MB: a page that many commits
+# dirty (the rightmost leaf of a busy host's queue) is then copied into the database once, not
+# once per commit. Measured: about a third less time per add at 1M URLs.
+WAL_AUTOCHECKPOINT_PAGES = 8000
+# Keeps the WAL file from staying huge on disk after a burst of writes.
+JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+# Stays well below SQLite's limit on host parameters in one statement.
+MAX_SQL_PARAMS = 500
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS urls (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,        -- the UNIQUE index is the exact URL-seen set
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    hops INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    lease_expires REAL,
+    enqueued_at REAL NOT NULL
+);
+-- Leasing walks this in order; not_before rides along so waiting rows are skipped in the index.
+CREATE INDEX IF NOT EXISTS urls_ready ON urls(host, priority DESC, id, not_before)
+    WHERE state = 0;
+CREATE INDEX IF NOT EXISTS urls_leased ON urls(lease_expires) WHERE state = 1;
+-- Makes the oldest queued age a single index probe instead of a scan.
+CREATE INDEX IF NOT EXISTS urls_age ON urls(enqueued_at) WHERE state = 0;
+CREATE TABLE IF NOT EXISTS hosts (
+    host TEXT PRIMARY KEY,
+    next_eligible REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+# ON CONFLICT(url) rather than INSERT OR IGNORE: only a seen URL is skipped; a malformed
+# entry (NULL url) still fails the batch instead of silently counting as a duplicate.
+_INSERT_SQL = (
+    "INSERT INTO urls"
+    " (url, host, depth, priority, hops, state, attempts, not_before, enqueued_at)"
+    " VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?) ON CONFLICT(url) DO NOTHING"
+)
+_LEASE_SQL = """
+UPDATE urls SET state = 1, attempts = attempts + 1, lease_expires = ?
+WHERE id IN (
+    SELECT id FROM urls
+    WHERE host = ? AND state = 0 AND not_before <= ?
+    ORDER BY priority DESC, id
+    LIMIT ?
+)
+RETURNING id, url, depth, priority, attempts, hops
+"""
+_EXPORT_SQL = """
+SELECT id, url, host, depth, priority, hops FROM urls
+WHERE host = ? AND state = 0
+ORDER BY priority DESC, id
+LIMIT ?
+"""
+
+
+@dataclass(slots=True)
+class UrlEntry:
+    """A URL to crawl; `url` is already normalised. Higher priority is leased sooner."""
+
+    url: str
+    host: str
+    depth: int = 0
+    priority: int = 0
+    hops: int = 0
+
+
+@dataclass(slots=True)
+class Lease:
+    """One leased URL. `attempts` counts this attempt (1 on the first lease)."""
+
+    id: int
+    url: str
+    host: str
+    depth: int
+    priority: int
+    attempts: int
+    hops: int
+
+
+@dataclass(slots=True)
+class HostQueue:
+    """The in-memory record of one host. `queued` includes URLs waiting for a retry time."""
+
+    host: str
+    queued: int = 0
+    leased: int = 0
+    next_eligible: float = 0.0
+    done: int = 0
+    failed: int = 0
+
+
+@dataclass(slots=True)
+class AddResult:
+    accepted: list[UrlEntry]
+    duplicates: int
+
+
+@dataclass(slots=True)
+class FrontierBatch:
+    """Outcomes collected by the node, applied by `Frontier.apply` in one transaction."""
+
+    done: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    retry: list[tuple[int, float]] = field(default_factory=list)  # (lease id, not_before)
+    returned: list[int] = field(default_factory=list)  # never attempted: attempt not counted
+    add: list[UrlEntry] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return (
+            len(self.done) + len(self.failed) + len(self.retry) + len(self.returned)
+            + len(self.add)
+        )
+
+
+class Frontier:
+    """The durable frontier of one node. Synchronous; use from a single thread."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        lease_timeout_s: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Open (or create) the frontier at `path`, a database file or a data directory.
+
+        Leases left by a previous run return to the queue, their attempts kept.
+        """
+        if lease_timeout_s <= 0:
+            raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
+        path = Path(path)
+        if path.is_dir():
+            path = path / FRONTIER_FILENAME
+        self.path = path
+        self._lease_timeout_s = lease_timeout_s
+        self._clock = clock
+        self._hosts: dict[str, HostQueue] = {}
+        # Hosts with queued > 0, kept apart so the scheduler never scans idle hosts.
+        self._hosts_with_work: dict[str, HostQueue] = {}
+        self._state_totals = [0, 0, 0, 0]  # indexed by state
+        self._dirty_next_eligible: set[str] = set()
+        self._conn: sqlite3.Connection | None = self._open(path)
+        self._recover_leases()
+        self._load_hosts()
+
+    # -- opening -------------------------------------------------------------------------
+
+    @staticmethod
+    def _open(path: Path) -> sqlite3.Connection:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Created on the caller's thread, used on the frontier's worker thread: never both.
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per public call.
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA cache_size = {CACHE_SIZE_KIB}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    def _recover_leases(self) -> None:
+        # Leases cannot outlive the process that held them: whoever held them is gone.
+        with self._transaction(rebuild_on_error=False):
+            self._conn.execute(
+                "UPDATE urls SET state = 0, lease_expires = NULL WHERE state = 1"
+            )
+
+    def _load_hosts(self) -> None:
+        for host, next_eligible in self._conn.execute("SELECT host, next_eligible FROM hosts"):
+            self._host_record(host).next_eligible = next_eligible
+        self._load_counts()
+
+    def _load_counts(self) -> None:
+        """Rebuild every counter from the database (at open, and after a failed transaction)."""
+        for record in self._hosts.values():
+            record.queued = record.leased = record.done = record.failed = 0
+        self._hosts_with_work.clear()
+        self._state_totals = [0, 0, 0, 0]
+        # A full scan, but only at open: counters are then kept incrementally. Counted here
+        # rather than with GROUP BY, whose sorter held ~60 MB at 1M rows; this holds O(hosts).
+        counted = Counter(self._conn.execute("SELECT host, state FROM urls"))
+        for (host, state), count in counted.items():
+            self._count(self._host_record(host), state, count)
+
+    # -- adding --------------------------------------------------------------------------
+
+    def add(self, entries: Iterable[UrlEntry], *, not_before: float = 0.0) -> AddResult:
+        """Queue the URLs never seen before, in one transaction; the rest are duplicates."""
+        batch = list(entries)
+        with self._transaction():
+            return self._insert(batch, not_before)
+
+    def _insert(self, entries: Sequence[UrlEntry], not_before: float) -> AddResult:
+        now = self._clock()
+        execute = self._conn.execute
+        accepted: list[UrlEntry] = []
+        # One statement per row, because executemany reports only a total rowcount and the
+        # caller needs to know *which* URLs were new.
+        for entry in entries:
+            cursor = execute(
+                _INSERT_SQL,
+                (entry.url, entry.host, entry.depth, entry.priority, entry.hops, not_before, now),
+            )
+            if cursor.rowcount == 1:
+                accepted.append(entry)
+        for entry in accepted:
+            self._count(self._host_record(entry.host), QUEUED, 1)
+        return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted))
+
+    # -- leasing -------------------------------------------------------------------------
+
+    def lease(self, host: str, n: int) -> tuple[list[Lease], float | None]:
+        """Lease up to n eligible URLs of `host`, highest priority first, then FIFO.
+
+        Returns (leases, next_ready_at). next_ready_at is set only when the host has queued
+        URLs but none is eligible yet: the earliest not_before among them. Finding it walks
+        the host's queue, so a caller should not ask again before that time.
+        """
+        record = self._hosts.get(host)
+        if n <= 0 or record is None or record.queued == 0:
+            return [], None
+        now = self._clock()
+        with self._transaction():
+            rows = self._conn.execute(
+                _LEASE_SQL, (now + self._lease_timeout_s, host, now, n)
+            ).fetchall()
+            if not rows:
+                return [], self._next_ready_at(host)
+            self._count(record, QUEUED, -len(rows))
+            self._count(record, LEASED, len(rows))
+        # RETURNING gives no order guarantee; restore the lease order for the caller.
+        rows.sort(key=lambda row: (-row[3], row[0]))
+        leases = [
+            Lease(id=row_id, url=url, host=host, depth=depth, priority=priority,
+                  attempts=attempts, hops=hops)
+            for row_id, url, depth, priority, attempts, hops in rows
+        ]
+        return leases, None
+
+    def _next_ready_at(self, host: str) -> float | None:
+        row = self._conn.execute(
+            "SELECT MIN(not_before) FROM urls WHERE host = ? AND state = 0", (host,)
+        ).fetchone()
+        return row[0]
+
+    def expire_leases(self) -> int:
+        """Return every lease past its expiry to the queue (the attempt stays counted)."""
+        now = self._clock()
+        with self._transaction():
+            hosts = self._conn.execute(
+                "UPDATE urls SET state = 0, lease_expires = NULL"
+                " WHERE state = 1 AND lease_expires <= ? RETURNING host",
+                (now,),
+            ).fetchall()
+            for (host,) in hosts:
+                record = self._host_record(host)
+                self._count(record, LEASED, -1)
+                self._count(record, QUEUED, 1)
+        return len(hosts)
+
+    # -- outcomes ------------------------------------------------------------------------
+
+    def apply(self, batch: FrontierBatch) -> AddResult:
+        """Apply a batch of outcomes and discovered URLs in ONE transaction (the hot path).
+
+        done/failed finish a row that is leased or back in the queue after its lease expired
+        (the fetch happened; no need to repeat it). retry/returned only touch rows still
+        leased: anything else means the lease was lost and someone else owns the URL now.
+        Unknown ids are ignored.
+        """
+        retry_at = dict(batch.retry)
+        ids = [*batch.done, *batch.failed, *retry_at, *batch.returned]
+        with self._transaction():
+            states = self._load_states(ids)
+            finishable = (QUEUED, LEASED)
+            done = self._transition(states, batch.done, finishable, DONE)
+            failed = self._transition(states, batch.failed, finishable, FAILED)
+            retry = self._transition(states, retry_at, (LEASED,), QUEUED)
+            returned = self._transition(states, batch.returned, (LEASED,), QUEUED)
+            executemany = self._conn.executemany
+            executemany(
+                "UPDATE urls SET state = 2, lease_expires = NULL WHERE id = ?",
+                [(row_id,) for row_id in done],
+            )
+            executemany(
+                "UPDATE urls SET state = 3, lease_expires = NULL WHERE id = ?",
+                [(row_id,) for row_id in failed],
+            )
+            executemany(
+                "UPDATE urls SET state = 0, lease_expires = NULL, not_before = ? WHERE id = ?",
+                [(retry_at[row_id], row_id) for row_id in retry],
+            )
+            executemany(
+                "UPDATE urls SET state = 0, lease_expires = NULL,"
+                " attempts = MAX(attempts - 1, 0) WHERE id = ?",
+                [(row_id,) for row_id in returned],
+            )
+            return self._insert(batch.add, 0.0)
+
+    def _load_states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """id -> (host, state) for the ids that exist, in chunks of bounded size."""
+        unique = list(dict.fromkeys(ids))
+        states: dict[int, tuple[str, int]] = {}
+        for start in range(0, len(unique), MAX_SQL_PARAMS):
+            chunk = unique[start:start + MAX_SQL_PARAMS]
+            placeholders = ",".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT id, host, state FROM urls WHERE id IN ({placeholders})", chunk
+            )
+            for row_id, host, state in rows:
+                states[row_id] = (host, state)
+        return states
+
+    def _transition(
+        self,
+        states: dict[int, tuple[str, int]],
+        ids: Iterable[int],
+        allowed_from: tuple[int, ...],
+        new_state: int,
+    ) -> list[int]:
+        """Move counters for the ids whose current state allows it; return those ids.
+
+        `states` is updated as we go, so an id listed twice in one batch moves only once.
+        """
+        moved: list[int] = []
+        for row_id in ids:
+            host, state = states.get(row_id, ("", -1))
+            if state not in allowed_from:
+                continue
+            record = self._host_record(host)
+            self._count(record, state, -1)
+            self._count(record, new_state, 1)
+            states[row_id] = (host, new_state)
+            moved.append(row_id)
+        return moved
+
+    # -- per-host records ----------------------------------------------------------------
+
+    def set_next_eligible(self, host: str, when: float) -> None:
+        """Set when `host` may be fetched next: in memory now, on disk at the next commit."""
+        self._host_record(host).next_eligible = when
+        self._dirty_next_eligible.add(host)
+
+    def host(self, host: str) -> HostQueue | None:
+        """A snapshot of the host's record (a copy: the live one belongs to the frontier)."""
+        record = self._hosts.get(host)
+        return None if record is None else _snapshot(record)
+
+    def hosts_with_work(self) -> Iterator[HostQueue]:
+        """Snapshots of the hosts that have queued URLs (eligible now or later)."""
+        return iter([_snapshot(record) for record in self._hosts_with_work.values()])
+
+    def totals(self) -> dict[str, int | float]:
+        queued, leased, done, failed = self._state_totals
+        return {
+            "queued": queued,
+            "leased": leased,
+            "done": done,
+            "failed": failed,
+            "hosts": len(self._hosts),
+            "hosts_with_work": len(self._hosts_with_work),
+            "oldest_queued_age_s": self._oldest_queued_age_s(),
+        }
+
+    def _oldest_queued_age_s(self) -> float:
+        # One probe of the urls_age index. The age counts from first enqueue, so a URL
+        # waiting for its retry keeps ageing: it is still work not done.
+        row = self._conn.execute("SELECT MIN(enqueued_at) FROM urls WHERE state = 0").fetchone()
+        return 0.0 if row[0] is None else max(0.0, self._clock() - row[0])
+
+    # -- handing a host's queue to another node -------------------------------------------
+
+    def export_queued(self, host: str, limit: int) -> list[tuple[int, UrlEntry]]:
+        """The host's queued URLs in lease order, without changing them (phase 1 of handback)."""
+        rows = self._conn.execute(_EXPORT_SQL, (host, limit)).fetchall()
+        return [
+            (row_id, UrlEntry(url=url, host=row_host, depth=depth, priority=priority, hops=hops))
+            for row_id, url, row_host, depth, priority, hops in rows
+        ]
+
+    def forget(self, ids: Sequence[int]) -> int:
+        """Delete rows entirely (phase 2, once the new owner has them): the URL may come back."""
+        with self._transaction():
+            states = self._load_states(ids)
+            for host, state in states.values():
+                self._count(self._host_record(host), state, -1)
+            self._conn.executemany(
+                "DELETE FROM urls WHERE id = ?", [(row_id,) for row_id in states]
+            )
+        return len(states)
+
+    def take_host(self, host: str, limit: int) -> list[UrlEntry]:
+        """Export and forget in one go, for a caller that needs no acknowledgement."""
+        exported = self.export_queued(host, limit)
+        self.forget([row_id for row_id, _ in exported])
+        return [entry for _, entry in exported]
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._conn is None:
+            return
+        with self._transaction(rebuild_on_error=False):
+            pass  # persists pending next_eligible values
+        self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> Frontier:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, *, rebuild_on_error: bool = True) -> Iterator[None]:
+        self._conn.execute("BEGIN")
+        try:
+            yield
+            self._persist_next_eligible()
+            self._conn.execute("COMMIT")
+        except BaseException:
+            # Some errors (disk full, I/O) make SQLite roll back by itself already.
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            # Counters were moved as rows were; the database is the truth to go back to.
+            if rebuild_on_error:
+                self._load_counts()
+            raise
+        self._dirty_next_eligible.clear()
+
+    def _persist_next_eligible(self) -> None:
+        if not self._dirty_next_eligible:
+            return
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO hosts (host, next_eligible) VALUES (?, ?)",
+            [(host, self._hosts[host].next_eligible) for host in self._dirty_next_eligible],
+        )
+
+    def _host_record(self, host: str) -> HostQueue:
+        record = self._hosts.get(host)
+        if record is None:
+            record = self._hosts[host] = HostQueue(host)
+        return record
+
+    def _count(self, record: HostQueue, state: int, delta: int) -> None:
+        """Add `delta` rows in `state` to the host's record and to the totals."""
+        self._state_totals[state] += delta
+        if state == QUEUED:
+            record.queued += delta
+            if record.queued > 0:
+                self._hosts_with_work[record.host] = record
+            else:
+                self._hosts_with_work.pop(record.host, None)
+        elif state == LEASED:
+            record.leased += delta
+        elif state == DONE:
+            record.done += delta
+        else:
+            record.failed += delta
+
+
+def _snapshot(record: HostQueue) -> HostQueue:
+    # Spelled out: 7x faster than dataclasses.replace, and the node snapshots every host
+    # with work each time it schedules.
+    return HostQueue(record.host, record.queued, record.leased, record.next_eligible,
+                     record.done, record.failed)

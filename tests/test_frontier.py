@@ -1,0 +1,371 @@
+"""Frontier: exact dedupe, lease order, outcome bookkeeping, expiry, durability across crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from crawler_node.frontier import (
+    FRONTIER_FILENAME,
+    Frontier,
+    FrontierBatch,
+    HostQueue,
+    UrlEntry,
+)
+
+
+class FakeClock:
+    """An injected clock: tests move time by assignment instead of sleeping."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def entry(host: str, n: int, **fields: int) -> UrlEntry:
+    return UrlEntry(url=f"http://{host}/page/{n}", host=host, **fields)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def frontier(tmp_path: Path, clock: FakeClock):
+    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock) as opened:
+        yield opened
+
+
+def counts(record: HostQueue | None) -> tuple[int, int, int, int]:
+    assert record is not None
+    return record.queued, record.leased, record.done, record.failed
+
+
+# -- adding ----------------------------------------------------------------------------------
+
+
+def test_same_url_twice_is_accepted_once(frontier: Frontier) -> None:
+    first = frontier.add([entry("a.test", 1), entry("a.test", 1)])
+    again = frontier.add([entry("a.test", 1)])
+
+    assert [e.url for e in first.accepted] == ["http://a.test/page/1"]
+    assert first.duplicates == 1
+    assert again.accepted == [] and again.duplicates == 1
+    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)
+
+
+def test_ten_thousand_distinct_urls_are_all_accepted(frontier: Frontier) -> None:
+    entries = [entry(f"h{n % 37}.test", n) for n in range(10_000)]
+
+    result = frontier.add(entries)
+
+    assert len(result.accepted) == 10_000 and result.duplicates == 0
+    assert frontier.totals()["queued"] == 10_000
+    assert sum(record.queued for record in frontier.hosts_with_work()) == 10_000
+    assert frontier.add(entries).duplicates == 10_000
+
+
+def test_finished_urls_stay_in_the_seen_set(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1), entry("a.test", 2)])
+    leases, _ = frontier.lease("a.test", 2)
+    frontier.apply(FrontierBatch(done=[leases[0].id], failed=[leases[1].id]))
+
+    assert frontier.add([entry("a.test", 1), entry("a.test", 2)]).duplicates == 2
+
+
+# -- leasing ---------------------------------------------------------------------------------
+
+
+def test_lease_order_is_priority_then_fifo(frontier: Frontier) -> None:
+    frontier.add([
+        entry("a.test", 1, priority=0),
+        entry("a.test", 2, priority=5),
+        entry("a.test", 3, priority=0),
+        entry("a.test", 4, priority=5),
+        entry("b.test", 5, priority=9),
+    ])
+
+    leases, next_ready = frontier.lease("a.test", 10)
+
+    assert [lease.url.rsplit("/", 1)[1] for lease in leases] == ["2", "4", "1", "3"]
+    assert next_ready is None
+    assert all(lease.host == "a.test" and lease.attempts == 1 for lease in leases)
+
+
+def test_leased_urls_are_not_leased_again(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n) for n in range(5)])
+
+    first, _ = frontier.lease("a.test", 3)
+    second, _ = frontier.lease("a.test", 3)
+    third, _ = frontier.lease("a.test", 3)
+
+    assert len(first) == 3 and len(second) == 2 and third == []
+    assert {lease.id for lease in first}.isdisjoint(lease.id for lease in second)
+    assert counts(frontier.host("a.test")) == (0, 5, 0, 0)
+    assert list(frontier.hosts_with_work()) == []
+
+
+def test_lease_of_unknown_or_empty_host(frontier: Frontier) -> None:
+    assert frontier.lease("nowhere.test", 5) == ([], None)
+    frontier.add([entry("a.test", 1)])
+    assert frontier.lease("a.test", 0) == ([], None)
+
+
+def test_lease_keeps_the_fields(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1, depth=3, priority=2, hops=1)])
+
+    (lease,), _ = frontier.lease("a.test", 1)
+
+    assert (lease.url, lease.depth, lease.priority, lease.hops) == ("http://a.test/page/1", 3, 2, 1)
+
+
+# -- outcomes --------------------------------------------------------------------------------
+
+
+def test_apply_bookkeeping(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n) for n in range(6)])
+    leases, _ = frontier.lease("a.test", 5)
+    ids = [lease.id for lease in leases]
+
+    result = frontier.apply(FrontierBatch(
+        done=[ids[0], ids[1]],
+        failed=[ids[2]],
+        retry=[(ids[3], 0.0)],
+        returned=[ids[4]],
+        add=[entry("a.test", 0), entry("a.test", 100), entry("b.test", 1)],
+    ))
+
+    assert [e.url for e in result.accepted] == ["http://a.test/page/100", "http://b.test/page/1"]
+    assert result.duplicates == 1
+    # queued: 1 never leased + 1 retry + 1 returned + 1 new
+    assert counts(frontier.host("a.test")) == (4, 0, 2, 1)
+    assert counts(frontier.host("b.test")) == (1, 0, 0, 0)
+    totals = frontier.totals()
+    assert (totals["queued"], totals["leased"], totals["done"], totals["failed"]) == (5, 0, 2, 1)
+    assert totals["hosts"] == 2
+
+    attempts = {lease.url: lease.attempts for lease in frontier.lease("a.test", 10)[0]}
+    assert attempts[leases[3].url] == 2  # the retry counted its first attempt
+    assert attempts[leases[4].url] == 1  # the returned one did not
+    assert attempts["http://a.test/page/100"] == 1
+
+
+def test_apply_ignores_unknown_and_repeated_ids(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1)])
+    (lease,), _ = frontier.lease("a.test", 1)
+
+    frontier.apply(FrontierBatch(done=[lease.id, lease.id, 999_999], retry=[(lease.id, 0.0)]))
+    frontier.apply(FrontierBatch(done=[lease.id], returned=[lease.id]))
+
+    assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
+
+
+def test_retry_waits_for_its_not_before(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", 1)])
+    (lease,), _ = frontier.lease("a.test", 1)
+    frontier.apply(FrontierBatch(retry=[(lease.id, clock.now + 30.0)]))
+
+    assert frontier.lease("a.test", 1) == ([], clock.now + 30.0)
+    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)
+
+    clock.now += 30.0
+    (again,), _ = frontier.lease("a.test", 1)
+    assert again.id == lease.id and again.attempts == 2
+
+
+def test_waiting_urls_do_not_block_ready_ones(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", 1, priority=9)])
+    frontier.add([entry("a.test", 2)])
+    (urgent,), _ = frontier.lease("a.test", 1)
+    frontier.apply(FrontierBatch(retry=[(urgent.id, clock.now + 60.0)]))
+
+    (lease,), next_ready = frontier.lease("a.test", 5)
+
+    assert lease.url == "http://a.test/page/2" and next_ready is None
+
+
+def test_add_with_not_before(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", 1)], not_before=clock.now + 5.0)
+
+    assert frontier.lease("a.test", 1) == ([], clock.now + 5.0)
+    clock.now += 5.0
+    assert len(frontier.lease("a.test", 1)[0]) == 1
+
+
+def test_expired_leases_return_to_the_queue(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", n) for n in range(3)])
+    early, _ = frontier.lease("a.test", 2)
+    clock.now += 30.0
+    late, _ = frontier.lease("a.test", 1)
+
+    clock.now += 30.0  # the first two are now at their expiry, the last one is not
+    assert frontier.expire_leases() == 2
+    assert frontier.expire_leases() == 0
+    assert counts(frontier.host("a.test")) == (2, 1, 0, 0)
+
+    again, _ = frontier.lease("a.test", 5)
+    assert sorted(lease.id for lease in again) == sorted(lease.id for lease in early)
+    assert all(lease.attempts == 2 for lease in again)
+    assert late[0].id not in {lease.id for lease in again}
+
+
+def test_done_after_expiry_still_finishes_the_url(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", 1)])
+    (lease,), _ = frontier.lease("a.test", 1)
+    clock.now += 61.0
+    frontier.expire_leases()
+
+    frontier.apply(FrontierBatch(done=[lease.id]))
+
+    assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
+    assert frontier.lease("a.test", 1) == ([], None)
+
+
+# -- per-host records and totals -------------------------------------------------------------
+
+
+def test_host_snapshots_are_copies(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1)])
+    snapshot = frontier.host("a.test")
+    snapshot.queued = 99
+
+    assert frontier.host("a.test").queued == 1
+    assert frontier.host("unknown.test") is None
+
+
+def test_next_eligible_is_immediate_and_persisted(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    with Frontier(path, clock=clock) as frontier:
+        frontier.add([entry("a.test", 1)])
+        frontier.set_next_eligible("a.test", 1234.5)
+        assert frontier.host("a.test").next_eligible == 1234.5
+        assert [r.next_eligible for r in frontier.hosts_with_work()] == [1234.5]
+
+    with Frontier(path, clock=clock) as reopened:
+        assert reopened.host("a.test").next_eligible == 1234.5
+
+
+def test_oldest_queued_age(frontier: Frontier, clock: FakeClock) -> None:
+    assert frontier.totals()["oldest_queued_age_s"] == 0.0
+    frontier.add([entry("a.test", 1)])
+    clock.now += 10.0
+    frontier.add([entry("a.test", 2)])
+    clock.now += 5.0
+
+    assert frontier.totals()["oldest_queued_age_s"] == pytest.approx(15.0)
+    frontier.lease("a.test", 1)
+    assert frontier.totals()["oldest_queued_age_s"] == pytest.approx(5.0)
+
+
+# -- handback --------------------------------------------------------------------------------
+
+
+def test_export_then_forget(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n, priority=n % 2) for n in range(4)] + [entry("b.test", 1)])
+
+    exported = frontier.export_queued("a.test", 3)
+
+    assert [e.url.rsplit("/", 1)[1] for _, e in exported] == ["1", "3", "0"]
+    assert counts(frontier.host("a.test")) == (4, 0, 0, 0)  # export alone changes nothing
+
+    assert frontier.forget([row_id for row_id, _ in exported]) == 3
+    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)
+    # Forgotten URLs are no longer seen: they can come back.
+    assert len(frontier.add([e for _, e in exported]).accepted) == 3
+
+
+def test_take_host(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n) for n in range(3)])
+
+    taken = frontier.take_host("a.test", 10)
+
+    assert [e.url for e in taken] == [f"http://a.test/page/{n}" for n in range(3)]
+    assert frontier.totals()["queued"] == 0
+    assert list(frontier.hosts_with_work()) == []
+
+
+# -- durability ------------------------------------------------------------------------------
+
+
+def test_reopen_returns_leases_and_keeps_the_seen_set(tmp_path: Path, clock: FakeClock) -> None:
+    frontier = Frontier(tmp_path, clock=clock)  # a directory: the file goes inside it
+    frontier.add([entry("a.test", n) for n in range(4)])
+    leases, _ = frontier.lease("a.test", 3)
+    frontier.apply(FrontierBatch(done=[leases[0].id]))
+    del frontier  # dropped without close or apply, as a crash would
+
+    with Frontier(tmp_path / FRONTIER_FILENAME, clock=clock) as reopened:
+        assert counts(reopened.host("a.test")) == (3, 0, 1, 0)
+        assert reopened.add([entry("a.test", n) for n in range(4)]).duplicates == 4
+        again, _ = reopened.lease("a.test", 10)
+        attempts = {lease.url: lease.attempts for lease in again}
+        assert attempts == {leases[1].url: 2, leases[2].url: 2, "http://a.test/page/3": 1}
+
+
+_CRASH_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from crawler_node.frontier import Frontier, UrlEntry
+
+    frontier = Frontier(Path(sys.argv[1]))
+    for start in range(0, 1000, 100):
+        frontier.add(
+            UrlEntry(url=f"http://h{n % 7}.test/{n}", host=f"h{n % 7}.test")
+            for n in range(start, start + 100)
+        )
+    frontier.lease("h0.test", 10)
+    print("committed", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_sigkill_after_commit_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CRASH_CHILD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "committed"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.stdout.close()
+
+    with Frontier(path) as reopened:
+        totals = reopened.totals()
+        assert (totals["queued"], totals["leased"], totals["hosts"]) == (1000, 0, 7)
+        assert reopened.add(
+            UrlEntry(url=f"http://h{n % 7}.test/{n}", host=f"h{n % 7}.test") for n in range(1000)
+        ).duplicates == 1000
+
+
+def test_rejects_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=0)
+
+
+def test_a_failing_batch_changes_nothing(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1)])
+    (lease,), _ = frontier.lease("a.test", 1)
+    broken = UrlEntry(url=None, host="b.test")  # type: ignore[arg-type]  # violates NOT NULL
+
+    with pytest.raises(Exception):
+        frontier.apply(FrontierBatch(done=[lease.id], add=[entry("b.test", 1), broken]))
+
+    assert counts(frontier.host("a.test")) == (0, 1, 0, 0)
+    assert frontier.totals()["queued"] == 0
+    frontier.apply(FrontierBatch(done=[lease.id]))
+    assert counts(frontier.host("a.test")) == (0, 0, 1, 0)

@@ -1,0 +1,220 @@
+"""Store: WARC files read back by warcio equal what was fetched; the crawl log has every try."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawler_node.store import CrawlLog, FetchRecord, Store, WarcWriter
+
+NODE = "node-1"
+HTML = b"<html><body><a href='/next'>next</a></body></html>"
+BINARY = bytes(range(256)) * 40
+GZIPPED_ORIGINAL = b'{"greeting": "hello"}' * 50
+LOG_FIELDS = {
+    "url", "host", "status", "outcome", "bytes", "node", "attempt", "fetched_at", "elapsed_ms",
+    "error",
+}
+
+
+def record(url: str, status: int | None, body: bytes = b"", **fields) -> FetchRecord:
+    host = url.split("/")[2]
+    defaults = dict(
+        url=url,
+        host=host,
+        node_id=NODE,
+        attempt=1,
+        fetched_at=1_700_000_000.123,
+        outcome="ok",
+        status=status,
+        request_headers=[("User-Agent", "crawler-node/test"), ("Accept-Encoding", "gzip")],
+        response_headers=[("Content-Type", "text/html"), ("Content-Length", str(len(body)))],
+        body=body,
+        remote_addr="127.0.0.1",
+        elapsed_s=0.0125,
+    )
+    defaults.update(fields)
+    return FetchRecord(**defaults)
+
+
+def sample_records() -> list[FetchRecord]:
+    return [
+        record("http://a.test/", 200, HTML),
+        record("http://a.test/missing", 404, b"not found", outcome="http_error"),
+        record(
+            "http://a.test/old", 301, b"", outcome="redirect",
+            response_headers=[("Location", "http://a.test/new"), ("Content-Length", "0")],
+        ),
+        record(
+            "http://b.test/blob.bin?x=1", 200, BINARY,
+            response_headers=[("Content-Type", "application/octet-stream")],
+            content_type="application/octet-stream",
+        ),
+        # The server sent gzip, chunked; the client handed over the decoded body.
+        record(
+            "http://b.test/data.json", 200, GZIPPED_ORIGINAL,
+            response_headers=[
+                ("Content-Type", "application/json"),
+                ("Content-Encoding", "gzip"),
+                ("Transfer-Encoding", "chunked"),
+            ],
+        ),
+        record(
+            "http://c.test/slow", None, outcome="timeout", error="read timeout", remote_addr=None
+        ),
+    ]
+
+
+def read_warcs(directory: Path) -> list[list]:
+    """Every file's records as (type, headers, http headers, payload), in order."""
+    files = []
+    for path in sorted(directory.glob("*.warc.gz")):
+        with open(path, "rb") as handle:
+            files.append([
+                (r.rec_type, r.rec_headers, r.http_headers, r.content_stream().read())
+                for r in ArchiveIterator(handle)
+            ])
+    return files
+
+
+def test_warc_round_trip(tmp_path: Path) -> None:
+    records = sample_records()
+    with_status = [r for r in records if r.status is not None]
+    store = Store(tmp_path, node_id=NODE)
+    store.write(records)
+    store.close()
+
+    (contents,) = read_warcs(tmp_path / "warc")
+    warcinfo_type, warcinfo_headers, _, warcinfo_body = contents[0]
+    assert warcinfo_type == "warcinfo"
+    assert warcinfo_headers.protocol == "WARC/1.1"
+    assert b"software: crawler-node/" in warcinfo_body
+    assert f"node-id: {NODE}".encode() in warcinfo_body
+
+    responses = [item for item in contents if item[0] == "response"]
+    requests = [item for item in contents if item[0] == "request"]
+    assert len(responses) == len(requests) == len(with_status)
+    for fetched, (_, headers, http, payload) in zip(with_status, responses):
+        assert headers.get_header("WARC-Target-URI") == fetched.url
+        assert int(http.get_statuscode()) == fetched.status
+        assert payload == fetched.body
+        assert headers.get_header("WARC-IP-Address") == "127.0.0.1"
+        assert headers.get_header("WARC-Date").startswith("2023-11-14T22:13:20.123")
+
+    # Each request points at its response.
+    response_ids = {h.get_header("WARC-Record-ID") for _, h, _, _ in responses}
+    assert {h.get_header("WARC-Concurrent-To") for _, h, _, _ in requests} == response_ids
+    request_lines = {h.get_header("WARC-Target-URI"): http for _, h, http, _ in requests}
+    blob_request = request_lines["http://b.test/blob.bin?x=1"]
+    assert (blob_request.protocol, blob_request.statusline) == ("GET", "/blob.bin?x=1 HTTP/1.1")
+    assert blob_request.get_header("Host") == "b.test"
+    assert blob_request.get_header("User-Agent") == "crawler-node/test"
+
+
+def test_decoded_body_keeps_the_original_encoding_headers(tmp_path: Path) -> None:
+    store = Store(tmp_path, node_id=NODE)
+    store.write(sample_records())
+    store.close()
+
+    (contents,) = read_warcs(tmp_path / "warc")
+    http = next(
+        http for kind, headers, http, _ in contents
+        if kind == "response" and headers.get_header("WARC-Target-URI").endswith("data.json")
+    )
+    assert http.get_header("Content-Encoding") is None
+    assert http.get_header("Transfer-Encoding") is None
+    assert http.get_header("Content-Length") == str(len(GZIPPED_ORIGINAL))
+    assert http.get_header("X-Crawler-Original-Content-Encoding") == "gzip"
+    assert http.get_header("X-Crawler-Original-Transfer-Encoding") == "chunked"
+
+
+def test_rotation_keeps_every_file_valid(tmp_path: Path) -> None:
+    writer = WarcWriter(tmp_path, node_id=NODE, max_file_bytes=4_000)
+    bodies = [bytes([n]) * 3_000 + BINARY[: 500 + n] for n in range(12)]
+    writer.write(record(f"http://a.test/{n}", 200, body) for n, body in enumerate(bodies))
+    writer.close()
+
+    files = read_warcs(tmp_path)
+    assert len(files) > 1 and len(files) == len(writer.files)
+    assert all(contents[0][0] == "warcinfo" for contents in files)
+    payloads = [
+        payload for contents in files for kind, _, _, payload in contents if kind == "response"
+    ]
+    assert payloads == bodies
+    for path in writer.files:
+        gzip.decompress(path.read_bytes())  # a whole, valid gzip stream
+        assert path.name.startswith(f"{NODE}-") and path.name.endswith(".warc.gz")
+    serials = [int(path.name.rsplit("-", 1)[1].split(".")[0]) for path in writer.files]
+    assert serials == sorted(serials) and len(set(serials)) == len(serials)
+
+
+def test_nothing_is_written_without_an_exchange(tmp_path: Path) -> None:
+    store = Store(tmp_path, node_id=NODE)
+    store.write([record("http://a.test/", None, outcome="error", error="dns failure")])
+    store.close()
+
+    assert list((tmp_path / "warc").glob("*.warc.gz")) == []
+    assert len((tmp_path / "crawl.log").read_text().splitlines()) == 1
+
+
+def test_crawl_log_has_one_line_per_attempt(tmp_path: Path) -> None:
+    records = sample_records()
+    store = Store(tmp_path, node_id=NODE)
+    store.write(records)
+    store.flush(fsync=True)
+
+    lines = [json.loads(line) for line in (tmp_path / "crawl.log").read_text().splitlines()]
+    assert len(lines) == len(records) == store.records_written
+    for fetched, line in zip(records, lines):
+        assert set(line) == LOG_FIELDS
+        assert (line["url"], line["host"], line["status"], line["outcome"]) == (
+            fetched.url, fetched.host, fetched.status, fetched.outcome
+        )
+        assert (line["bytes"], line["node"], line["attempt"]) == (len(fetched.body), NODE, 1)
+        assert line["fetched_at"] == "2023-11-14T22:13:20.123Z"
+        assert datetime.fromisoformat(line["fetched_at"]).utcoffset().total_seconds() == 0
+        assert line["elapsed_ms"] == 12.5
+        assert line["error"] == fetched.error
+    assert store.bytes_written > 0
+    store.close()
+
+
+def test_crawl_log_appends_across_opens(tmp_path: Path) -> None:
+    for _ in range(2):
+        log = CrawlLog(tmp_path / "crawl.log")
+        log.write([record("http://a.test/", 200, HTML, fetched_at=time.time())])
+        log.close()
+
+    assert len((tmp_path / "crawl.log").read_text().splitlines()) == 2
+
+
+def test_write_after_close_is_an_error(tmp_path: Path) -> None:
+    store = Store(tmp_path, node_id=NODE)
+    store.close()
+    store.close()  # idempotent
+
+    with pytest.raises(ValueError):
+        store.write([record("http://a.test/", 200, HTML)])
+
+
+def test_rejects_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        WarcWriter(tmp_path, node_id=NODE, max_file_bytes=0)
+    with pytest.raises(ValueError):
+        WarcWriter(tmp_path, node_id="a/b")
+
+
+def test_a_torn_last_line_is_cut_when_the_log_reopens(tmp_path):
+    from crawler_node.store import CrawlLog
+
+    path = tmp_path / "crawl.log"
+    path.write_text('{"url": "http://a.test/"}\n{"url": "http://a.te')
+    log = CrawlLog(path)
+    log.close()
+    assert path.read_text() == '{"url": "http://a.test/"}\n'
