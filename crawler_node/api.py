@@ -1,0 +1,165 @@
+"""The node's HTTP API (aiohttp). Thin: validate, hand to the node, answer.
+
+Bad input gets a 4xx with a machine-readable reason and the node keeps serving; a batch with a
+malformed URL is refused whole (nothing enqueued) so the sender can fix it and resend.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from crawler_node.dashboard import DASHBOARD_HTML
+from crawler_node.metrics import NodeMetrics
+from crawler_node.node import InboundFull, Node
+from crawler_node.urls import MAX_URL_LENGTH, InvalidURL, normalize_url
+
+log = logging.getLogger("crawler_node.api")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_URLS_PER_REQUEST = 10_000
+MSGPACK = "application/msgpack"
+NODE_KEY = web.AppKey("node", Node)
+METRICS_KEY = web.AppKey("metrics", NodeMetrics)
+
+
+def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
+    body = {"error": reason, "message": message, **extra}
+    return web.json_response(body, status=status)
+
+
+class BadRequest(Exception):
+    def __init__(self, reason: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.extra = extra
+
+
+def authorised(request: web.Request, secret: str | None) -> bool:
+    if not secret:
+        return True
+    header = request.headers.get("Authorization", "")
+    token = header[7:] if header.startswith("Bearer ") else request.headers.get("X-Cluster-Token", "")
+    return hmac.compare_digest(token.encode(), secret.encode())
+
+
+def decode_body(body: bytes, content_type: str) -> Any:
+    if content_type == MSGPACK:
+        try:
+            return msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise BadRequest("bad_msgpack", f"body is not valid msgpack: {type(exc).__name__}") from exc
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
+
+
+def validate_urls(document: Any) -> list[dict]:
+    """Check the shape of ``{"urls": [...]}`` and every URL in it; raise BadRequest on any fault."""
+    if not isinstance(document, dict) or "urls" not in document:
+        raise BadRequest("bad_shape", 'body must be an object {"urls": [...]}')
+    urls = document["urls"]
+    if not isinstance(urls, list):
+        raise BadRequest("bad_shape", '"urls" must be a list')
+    if not urls:
+        raise BadRequest("empty", '"urls" must not be empty')
+    if len(urls) > MAX_URLS_PER_REQUEST:
+        raise BadRequest("too_many", f"at most {MAX_URLS_PER_REQUEST} URLs per request")
+    items: list[dict] = []
+    invalid: list[dict] = []
+    for index, item in enumerate(urls):
+        if isinstance(item, str):
+            item = {"url": item}
+        if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+            invalid.append({"index": index, "reason": "bad_shape"})
+            continue
+        fields_ok = all(
+            isinstance(item.get(key, 0), int) and not isinstance(item.get(key, 0), bool) and 0 <= item.get(key, 0) < 10**6
+            for key in ("depth", "hops")
+        ) and isinstance(item.get("priority", 0), int) and abs(item.get("priority", 0)) < 10**6
+        if not fields_ok:
+            invalid.append({"index": index, "reason": "bad_field"})
+            continue
+        raw = item["url"]
+        if len(raw) > MAX_URL_LENGTH:
+            invalid.append({"index": index, "reason": "too_long", "length": len(raw)})
+            continue
+        try:
+            normalize_url(raw)
+        except InvalidURL as exc:
+            invalid.append({"index": index, "reason": exc.reason, "url": raw[:200]})
+            continue
+        items.append(item)
+    if invalid:
+        raise BadRequest("invalid_urls", f"{len(invalid)} of {len(urls)} URLs are invalid; nothing was enqueued",
+                         invalid=invalid[:100])
+    return items
+
+
+async def post_urls(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if not authorised(request, node.settings.secret):
+        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        return error(413, "too_large", f"body of {request.content_length} bytes exceeds {MAX_BODY_BYTES}")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return error(413, "too_large", f"body exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        items = validate_urls(decode_body(body, request.content_type))
+    except BadRequest as exc:
+        return error(400, exc.reason, exc.message, **exc.extra)
+    entries, rejected = node.make_entries(items)
+    try:
+        result = await node.add_entries(entries)
+    except InboundFull as exc:
+        return web.json_response(
+            {"error": "inbound_full", "message": "inbound queue is full; retry later"},
+            status=429, headers={"Retry-After": str(max(1, round(exc.retry_after_s)))},
+        )
+    node.counters["rejected"] += len(rejected)
+    reasons: dict[str, int] = {}
+    for _, reason in rejected:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return web.json_response(
+        {"accepted": len(result.accepted), "duplicate": result.duplicates, "rejected": len(rejected), "reasons": reasons},
+        status=202,
+    )
+
+
+async def get_status(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[NODE_KEY].status())
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body = await request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, "node_id": request.app[NODE_KEY].node_id})
+
+
+async def get_dashboard(request: web.Request) -> web.Response:
+    return web.Response(text=DASHBOARD_HTML, content_type="text/html")
+
+
+def make_app(node: Node) -> web.Application:
+    # client_max_size one byte over our limit, so our own check gives the 413 with a reason.
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    app[NODE_KEY] = node
+    app[METRICS_KEY] = NodeMetrics(node)
+    app.router.add_post("/v1/urls", post_urls)
+    app.router.add_get("/v1/status", get_status)
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/", get_dashboard)
+    return app

@@ -1,0 +1,158 @@
+"""The `crawler-node` console script: one subcommand per job, each with its own --help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+
+from crawler_node.settings import Settings, SettingsError, load_settings, settings_fields
+
+# Repeatable options read better in the singular: --peer A=url --peer B=url.
+_FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host"}
+_HIDDEN = {"parse_delay_s"}  # test hooks: accepted, not advertised
+_HELP = {
+    "node_id": "this node's id (unique in the cluster)",
+    "listen": "HOST:PORT to serve the HTTP API on",
+    "advertise": "URL peers use to reach this node (default: http://LISTEN)",
+    "peers": "a cluster member as ID=URL (repeatable; may include this node)",
+    "secret": "cluster token required on peer endpoints",
+    "data_dir": "directory for the frontier, WARC files and crawl.log",
+    "seeds": "a URL to start from (repeatable)",
+    "proxy": "fetch through this HTTP proxy (e.g. testweb)",
+    "allow_hosts": "only crawl hosts matching this glob (repeatable)",
+    "max_depth": "do not follow links deeper than this",
+    "allow_private": "permit direct fetches of private and loopback addresses",
+}
+
+
+def _add_settings_options(parser: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(Settings)
+    for field in settings_fields():
+        flag = "--" + _FLAG_NAMES.get(field.name, field.name.replace("_", "-"))
+        help_text = argparse.SUPPRESS if field.name in _HIDDEN else _HELP.get(field.name, f"tuning: {field.name}")
+        kind = hints[field.name]
+        options = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
+        if kind is bool:
+            parser.add_argument(flag, action="store_const", const=True, **options)
+        elif field.name in _FLAG_NAMES:
+            parser.add_argument(flag, action="append", metavar=flag[2:].upper().replace("-", "_"), **options)
+        else:
+            parser.add_argument(flag, metavar=field.name.upper(), **options)
+    parser.add_argument("--config", type=Path, help="TOML file with settings (flag > env CRAWLER_* > file > default)")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+
+
+def _flags(args: argparse.Namespace) -> dict:
+    names = {field.name for field in settings_fields()}
+    return {key: value for key, value in vars(args).items() if key in names}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from crawler_node.daemon import run
+
+    try:
+        settings = load_settings(_flags(args), config_path=args.config)
+    except SettingsError as exc:
+        print(f"crawler-node run: error: {exc}", file=sys.stderr)
+        return 2
+    return run(settings, log_level=args.log_level)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from crawler_node import client
+
+    urls = list(args.urls)
+    if not urls or urls == ["-"]:
+        urls = [line.strip() for line in sys.stdin if line.strip()]
+    if not urls:
+        print("crawler-node submit: error: no URLs given (pass them as arguments or on stdin with -)", file=sys.stderr)
+        return 2
+    try:
+        totals = client.submit(args.node, urls, secret=args.secret)
+    except client.NodeError as exc:
+        print(f"crawler-node submit: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"accepted {totals['accepted']}, duplicate {totals['duplicate']}, rejected {totals['rejected']}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from crawler_node import client
+    from crawler_node.report import format_status
+
+    try:
+        status = client.status(args.node)
+    except client.NodeError as exc:
+        print(f"crawler-node status: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(format_status(status))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from crawler_node.demo import run_demo
+
+    return run_demo(hosts=args.hosts, pages=args.pages, seed=args.seed, data_dir=args.data_dir,
+                    timeout_s=args.timeout, nodes=args.nodes)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crawler-node", description="A peer-to-peer distributed web crawler.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser("run", help="run a crawler node (the daemon)",
+                              description="Run a crawler node. No peers = a one-node cluster.")
+    _add_settings_options(run)
+    run.set_defaults(handler=cmd_run)
+
+    submit = commands.add_parser("submit", help="add seed URLs through any node",
+                                 description="Add seed URLs through any node of the cluster.")
+    submit.add_argument("--node", required=True, help="base URL of a node, e.g. http://127.0.0.1:8080")
+    submit.add_argument("--secret", help="cluster token, if the cluster has one")
+    submit.add_argument("urls", nargs="*", help="URLs, or - to read them from stdin one per line")
+    submit.set_defaults(handler=cmd_submit)
+
+    status = commands.add_parser("status", help="show the cluster as a node sees it",
+                                 description="Show the cluster as one node sees it.")
+    status.add_argument("--node", required=True, help="base URL of a node")
+    status.add_argument("--json", action="store_true", help="print the raw JSON status")
+    status.set_defaults(handler=cmd_status)
+
+    from crawler_node.testweb import cli as testweb_cli
+
+    testweb = commands.add_parser("testweb", help="serve the synthetic web used by tests, demo and benchmarks",
+                                  description="Serve a deterministic synthetic web, reached as an HTTP proxy.")
+    testweb_cli.add_arguments(testweb)
+    testweb.set_defaults(handler=testweb_cli.run)
+
+    demo = commands.add_parser("demo", help="crawl a synthetic web on loopback and summarise",
+                               description="Start testweb and a crawler cluster on loopback, crawl to the end, "
+                                           "show progress and a summary, and exit.")
+    demo.add_argument("--hosts", type=int, default=20)
+    demo.add_argument("--pages", type=int, default=50)
+    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--nodes", type=int, default=1, help="number of nodes")
+    demo.add_argument("--data-dir", type=Path, help="keep the nodes' data here (default: a temporary directory)")
+    demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""One HTTP request, turned into a FetchResult that says what happened and nothing more.
+
+The fetcher does not retry, redirect or decide politeness: it reports status, headers, body
+(capped) and a named error kind, and the node routes each signal to the limiter it describes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from crawler_node.urls import is_public_address
+
+
+class ErrorKind:
+    """Names of failures, chosen for the recovery they trigger (see backoff.RetryPolicy)."""
+
+    TIMEOUT = "timeout"  # retryable, a slow-down signal for the host
+    CONNECTION = "connection"  # retryable
+    NOT_ALLOWED = "not_allowed"  # private address without --allow-private: never retried
+    TOO_LARGE = "body_too_large"  # never retried: it would be too large again
+    PROXY = "proxy"  # the proxy itself failed; retryable
+
+
+@dataclass(slots=True)
+class FetchResult:
+    url: str
+    status: int | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    request_headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    error: str | None = None  # an ErrorKind, None when an HTTP answer came back
+    error_detail: str | None = None
+    started_at: float = 0.0  # wall clock
+    elapsed_s: float = 0.0
+    remote_addr: str | None = None
+    truncated: bool = False
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lowered:
+                return value
+        return None
+
+    @property
+    def content_type(self) -> str | None:
+        value = self.header("Content-Type")
+        return value.split(";", 1)[0].strip().lower() if value else None
+
+    @property
+    def is_html(self) -> bool:
+        return self.content_type in ("text/html", "application/xhtml+xml")
+
+
+class PrivateAddressError(OSError):
+    def __init__(self, host: str, addresses: list[str]) -> None:
+        super().__init__(f"{host} resolves only to non-public addresses {addresses}")
+        self.host = host
+        self.addresses = addresses
+
+
+class PublicOnlyResolver(AbstractResolver):
+    """Drops private, loopback and link-local answers, so a hostile DNS name cannot point the
+    crawler at the machine's own network (SSRF). Used only for direct fetches."""
+
+    def __init__(self) -> None:
+        self._inner = DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        answers = await self._inner.resolve(host, port, family)
+        public = [a for a in answers if is_public_address(a["host"])]
+        if not public:
+            raise PrivateAddressError(host, [a["host"] for a in answers])
+        return public
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+class Fetcher:
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        proxy: str | None,
+        allow_private: bool,
+        connect_timeout_s: float,
+        fetch_timeout_s: float,
+        max_body_bytes: int,
+        max_connections: int,
+    ) -> None:
+        self._user_agent = user_agent
+        self._proxy = proxy
+        self._allow_private = allow_private or proxy is not None  # with a proxy we only reach the proxy
+        self._timeout = aiohttp.ClientTimeout(total=fetch_timeout_s, sock_connect=connect_timeout_s)
+        self._max_body_bytes = max_body_bytes
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        resolver = None if self._allow_private else PublicOnlyResolver()
+        connector = aiohttp.TCPConnector(
+            # aiohttp pools proxied connections per *target* host, so a cap below the number of
+            # hosts would close and reopen connections all the time; concurrency is bounded by
+            # the node's global in-flight limit instead.
+            limit=0 if self._proxy else self._max_connections,
+            limit_per_host=0,  # per-host politeness is the scheduler's job
+            resolver=resolver,
+            ttl_dns_cache=300,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            headers={"User-Agent": self._user_agent, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"},
+            auto_decompress=True,
+            trust_env=False,  # the proxy is configured explicitly, never from the environment
+            skip_auto_headers=(),
+            max_field_size=16_384,
+            read_bufsize=2**16,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def fetch(self, url: str, *, max_body_bytes: int | None = None) -> FetchResult:
+        assert self._session is not None, "Fetcher.start() must be awaited first"
+        limit = self._max_body_bytes if max_body_bytes is None else max_body_bytes
+        result = FetchResult(url=url, started_at=time.time())
+        started = time.monotonic()
+        host = urlsplit(url).hostname or ""
+        if not self._allow_private and is_ip_literal(host) and not is_public_address(host.strip("[]")):
+            result.error, result.error_detail = ErrorKind.NOT_ALLOWED, f"{host} is not a public address"
+            return result
+        try:
+            async with self._session.get(url, proxy=self._proxy, allow_redirects=False) as response:
+                result.status = response.status
+                result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+                result.request_headers = list(response.request_info.headers.items())
+                transport = response.connection.transport if response.connection else None
+                peer = transport.get_extra_info("peername") if transport else None
+                result.remote_addr = peer[0] if peer and self._proxy is None else None
+                result.body, result.truncated = await _read_capped(response, limit)
+                if result.truncated:
+                    result.error, result.error_detail = ErrorKind.TOO_LARGE, f"body exceeds {limit} bytes"
+        except asyncio.TimeoutError:
+            result.error, result.error_detail = ErrorKind.TIMEOUT, "timed out"
+        except PrivateAddressError as exc:
+            result.error, result.error_detail = ErrorKind.NOT_ALLOWED, str(exc)
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, PrivateAddressError):
+                result.error, result.error_detail = ErrorKind.NOT_ALLOWED, str(exc.os_error)
+            else:
+                result.error, result.error_detail = ErrorKind.CONNECTION, str(exc)
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            # ValueError: aiohttp rejects some malformed headers or URLs that way.
+            result.error, result.error_detail = ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}"
+        result.elapsed_s = time.monotonic() - started
+        return result
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """Read at most ``limit`` decoded bytes. aiohttp inflates gzip in bounded chunks, so a
+    gzip bomb costs at most about ``limit`` plus one chunk of memory before we stop."""
+    declared = response.content_length
+    if declared is not None and declared > limit and "Content-Encoding" not in response.headers:
+        return b"", True
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(65_536):
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+    return b"".join(chunks), False

@@ -1,0 +1,625 @@
+"""The node: wires frontier, scheduler, fetcher, parser pool, store and API into one pipeline.
+
+    inbound ─► frontier ─(lease)─► dispatcher ─► fetch tasks ─► parse queue ─► parsers
+                  ▲                                   │                          │
+                  └───────── store worker ◄── store queue ◄──────────────────────┘
+
+Every arrow is bounded. The store worker is the only place outcomes reach the frontier: it
+writes WARC + crawl.log first and then, in one SQLite transaction, marks the leases done and
+adds the discovered links, so a crash between the two re-fetches a page rather than losing it.
+A full store queue blocks parsers, a full parse queue blocks fetch tasks, blocked fetch tasks
+hold their global slots, and with no free slot the dispatcher stops leasing (rule 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import multiprocessing
+import random
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from crawler_node.backoff import RetryPolicy
+from crawler_node.fetch import ErrorKind, Fetcher, FetchResult
+from crawler_node.frontier import AddResult, Frontier, FrontierBatch, Lease, UrlEntry
+from crawler_node.limiter import AimdLimiter, Outcome
+from crawler_node.parse import parse_page
+from crawler_node.robots import RobotsRules, RobotsVerdict, verdict_for_status
+from crawler_node.scheduler import HostScheduler, HostState, Robots
+from crawler_node.settings import Settings
+from crawler_node.signals import ApiSignal, Signal, classify
+from crawler_node.stages import StageQueue
+from crawler_node.store import FetchRecord, Store
+from crawler_node.urls import InvalidURL, Scope, host_of, normalize_url
+
+log = logging.getLogger("crawler_node.node")
+
+SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
+
+
+@dataclass(slots=True)
+class PageResult:
+    """One fetch attempt on its way from a fetch task to the store worker."""
+
+    lease: Lease
+    fetch: FetchResult | None  # None: decided without a request (robots.txt disallows it)
+    signal: Signal | None
+    retry_at: float | None = None  # set: back to the frontier, eligible then
+    final_failure: bool = False
+    links: list[UrlEntry] = field(default_factory=list)
+
+
+class SyncWorker:
+    """A dedicated thread for one synchronous component (SQLite, files): the event loop never
+    waits on the disk, and the component never sees two threads."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self.pending = 0
+
+    async def call(self, fn, /, *args, **kwargs):
+        self.pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+        finally:
+            self.pending -= 1
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class InboundFull(Exception):
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("inbound queue is full")
+        self.retry_after_s = retry_after_s
+
+
+class Node:
+    def __init__(self, settings: Settings, *, clock=time.time) -> None:
+        self.settings = settings
+        self.node_id = settings.node_id
+        self._clock = clock
+        self.data_dir = Path(settings.data_dir)
+        self.scope = Scope(allow_hosts=settings.allow_hosts, max_depth=settings.max_depth)
+        self.retry_policy = RetryPolicy(
+            budget=settings.retry_budget,
+            base_s=settings.retry_base_s,
+            cap_s=settings.retry_cap_s,
+            retry_after_cap_s=settings.retry_after_cap_s,
+            rng=random.Random(),
+        )
+        self.scheduler = HostScheduler(self._new_host_limiter)
+        self.fetcher = Fetcher(
+            user_agent=settings.user_agent,
+            proxy=settings.proxy,
+            allow_private=settings.allow_private,
+            connect_timeout_s=settings.connect_timeout_s,
+            fetch_timeout_s=settings.fetch_timeout_s,
+            max_body_bytes=settings.max_body_bytes,
+            max_connections=settings.global_inflight + 8,
+        )
+        self.parse_queue: StageQueue[PageResult] = StageQueue("parse", settings.parse_queue)
+        self.store_queue: StageQueue[PageResult] = StageQueue("store", settings.store_queue)
+        self._frontier_thread = SyncWorker("frontier")
+        self._store_thread = SyncWorker("store")
+        self.frontier: Frontier | None = None
+        self.store: Store | None = None
+        self._parse_pool: concurrent.futures.Executor | None = None
+        self._global_slots = asyncio.Semaphore(settings.global_inflight)
+        self.in_flight = 0
+        self._work = asyncio.Event()
+        self._stopping = False
+        self._stop_requested = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._fetch_tasks: set[asyncio.Task] = set()
+        self._returned: list[int] = []
+        self._inbound_pending = 0
+        self._busy_parsers = 0
+        self._store_busy = False
+        self.started_at = time.monotonic()
+        self.counters: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.fatal_error: BaseException | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+    def _new_host_limiter(self) -> AimdLimiter:
+        s = self.settings
+        return AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor, ceiling=s.host_limit_ceiling)
+
+    async def start(self) -> None:
+        s = self.settings
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if s.parse_workers > 0:
+            # spawn, not fork: the frontier and store threads must not be copied mid-lock.
+            self._parse_pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=s.parse_workers, mp_context=multiprocessing.get_context("spawn")
+            )
+        else:
+            self._parse_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="parse")
+        self.frontier = await self._frontier_thread.call(
+            Frontier, self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s
+        )
+        self.store = await self._store_thread.call(
+            Store, self.data_dir, node_id=self.node_id, warc_max_bytes=s.warc_max_bytes
+        )
+        await self.fetcher.start()
+        now = self._clock()
+        for host_queue in await self._frontier_thread.call(lambda: list(self.frontier.hosts_with_work())):
+            state = self.scheduler.host(host_queue.host)
+            state.next_eligible = max(state.next_eligible, host_queue.next_eligible)
+            self.scheduler.add_work(host_queue.host, host_queue.queued, now)
+        self._spawn(self._dispatch_loop(), "dispatcher")
+        for index in range(max(1, s.parse_workers) + 1):
+            self._spawn(self._parse_loop(), f"parser-{index}")
+        self._spawn(self._store_loop(), "store-worker")
+        self._spawn(self._lease_expiry_loop(), "lease-expiry")
+        if s.seeds:
+            result = await self.submit(s.seeds, priority=SEED_PRIORITY)
+            log.info("seeds: %d accepted, %d already known", len(result.accepted), result.duplicates)
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # A pipeline stage died: the node cannot keep its promises, so it stops loudly.
+            log.error("task %s failed; stopping the node", task.get_name(), exc_info=exc)
+            self.fatal_error = exc
+            self.request_stop()
+
+    def request_stop(self) -> None:
+        self._stopping = True
+        self._stop_requested.set()
+        self._work.set()
+
+    async def wait_stop_requested(self) -> None:
+        await self._stop_requested.wait()
+
+    async def stop(self, *, grace_s: float = 10.0) -> None:
+        """Ordered shutdown: stop leasing, let fetches finish (or hand them back), drain the
+        parse and store stages, write back what was never attempted, close files."""
+        self.request_stop()
+        if self._fetch_tasks:
+            _, pending = await asyncio.wait(set(self._fetch_tasks), timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
+        deadline = time.monotonic() + grace_s + 30
+        while time.monotonic() < deadline and (
+            not self.parse_queue.empty() or self._busy_parsers or not self.store_queue.empty() or self._store_busy
+        ):
+            await asyncio.sleep(0.05)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for state in self.scheduler:
+            self._returned.extend(lease.id for lease in state.buffer)
+            state.buffer.clear()
+        if self.frontier is not None:
+            if self._returned:
+                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=self._returned))
+            await self._frontier_thread.call(self.frontier.close)
+        if self.store is not None:
+            await self._store_thread.call(self.store.close)
+        await self.fetcher.close()
+        if self._parse_pool is not None:
+            self._parse_pool.shutdown(wait=True, cancel_futures=True)
+        self._frontier_thread.shutdown()
+        self._store_thread.shutdown()
+        self._stopped.set()
+
+    # ----------------------------------------------------------------- inbound
+    def make_entries(self, urls: Iterable[str | dict], *, priority: int = SEED_PRIORITY) -> tuple[list[UrlEntry], list[tuple[str, str]]]:
+        """Normalise and scope-check submitted URLs: (entries, [(url, reason), ...] rejected)."""
+        entries: list[UrlEntry] = []
+        rejected: list[tuple[str, str]] = []
+        for item in urls:
+            if isinstance(item, str):
+                item = {"url": item}
+            raw = item["url"]
+            try:
+                url = normalize_url(raw)
+            except InvalidURL as exc:
+                rejected.append((raw, exc.reason))
+                continue
+            depth = int(item.get("depth") or 0)
+            reason = self.scope.check(url, depth)
+            if reason is not None:
+                rejected.append((url, reason))
+                continue
+            entries.append(
+                UrlEntry(url=url, host=host_of(url), depth=depth,
+                         priority=int(item.get("priority", priority)), hops=int(item.get("hops") or 0))
+            )
+        return entries, rejected
+
+    async def submit(self, urls: Iterable[str | dict], *, priority: int = SEED_PRIORITY) -> AddResult:
+        entries, rejected = self.make_entries(urls, priority=priority)
+        result = await self.add_entries(entries)
+        self.counters["rejected"] += len(rejected)
+        return result
+
+    async def add_entries(self, entries: list[UrlEntry]) -> AddResult:
+        """Durably add URLs; returns only after the frontier has committed them, which is what
+        lets the API (and peers) acknowledge. Raises InboundFull instead of queueing more."""
+        if self._inbound_pending + len(entries) > self.settings.inbound_capacity and self._inbound_pending:
+            self.counters["inbound_rejected_batches"] += 1
+            raise InboundFull(retry_after_s=1.0)
+        self._inbound_pending += len(entries)
+        try:
+            result = await self._frontier_thread.call(self.frontier.add, entries)
+        finally:
+            self._inbound_pending -= len(entries)
+        self._note_added(result.accepted)
+        self.counters["submitted"] += len(result.accepted)
+        return result
+
+    def _note_added(self, accepted: list[UrlEntry]) -> None:
+        if not accepted:
+            return
+        now = self._clock()
+        for host, count in Counter(entry.host for entry in accepted).items():
+            self.scheduler.add_work(host, count, now)
+        self._work.set()
+
+    # ----------------------------------------------------------------- dispatch
+    async def _dispatch_loop(self) -> None:
+        while not self._stopping:
+            await self._global_slots.acquire()
+            handed_off = False
+            try:
+                state = await self._next_host()
+                if state is None:
+                    continue
+                handed_off = await self._dispatch(state)
+            finally:
+                if not handed_off:
+                    self._global_slots.release()
+
+    async def _next_host(self) -> HostState | None:
+        while not self._stopping:
+            now = self._clock()
+            state = self.scheduler.next_host(now)
+            if state is not None:
+                return state
+            wake = self.scheduler.next_wakeup()
+            timeout = 1.0 if wake is None else min(max(wake - now, 0.001), 1.0)
+            self._work.clear()
+            try:
+                await asyncio.wait_for(self._work.wait(), timeout)
+            except TimeoutError:
+                pass
+        return None
+
+    async def _dispatch(self, state: HostState) -> bool:
+        """Start one request for the host; True when a task now owns the global slot."""
+        now = self._clock()
+        try:
+            if state.robots_state is Robots.UNKNOWN:
+                state.robots_state = Robots.FETCHING
+                ticket = state.limiter.acquire()
+                self._start_task(self._fetch_robots(state, ticket), f"robots:{state.host}")
+                return True
+            if state.robots_state is Robots.FETCHING:
+                return False
+            if not state.buffer:
+                spare = state.limiter.limit - state.limiter.in_flight
+                want = 1 if state.crawl_delay > 0 else max(1, spare)
+                leases, next_ready = await self._frontier_thread.call(self.frontier.lease, state.host, want)
+                now = self._clock()
+                state.queued = max(0, state.queued - len(leases))
+                if not leases:
+                    if next_ready is not None:
+                        state.next_eligible = max(state.next_eligible, next_ready)
+                    else:
+                        state.queued = 0
+                    return False
+                state.buffer.extend(leases)
+            lease = state.buffer.popleft()
+            if state.robots is not None and not state.robots.allowed(lease.url):
+                self.counters["robots_disallowed"] += 1
+                self._hand_to_store_nowait(PageResult(lease=lease, fetch=None, signal=None, final_failure=True))
+                return False
+            ticket = state.limiter.acquire()
+            state.next_eligible = now + state.crawl_delay
+            self._start_task(self._fetch_page(state, lease, ticket), f"fetch:{state.host}")
+            return True
+        finally:
+            self.scheduler.settle(state, now)
+
+    def _start_task(self, coro, name: str) -> None:
+        self.in_flight += 1
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._fetch_tasks.add(task)
+        task.add_done_callback(self._fetch_task_done)
+
+    def _fetch_task_done(self, task: asyncio.Task) -> None:
+        self._fetch_tasks.discard(task)
+        self.in_flight -= 1
+        self._global_slots.release()
+        self._work.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("fetch task %s failed", task.get_name(), exc_info=task.exception())
+            self.fatal_error = task.exception()
+            self.request_stop()
+
+    def _hand_to_store_nowait(self, item: PageResult) -> None:
+        # Used from the dispatcher, which must not block on the store: a tiny side task waits.
+        self._spawn(self.store_queue.put(item), "store-put")
+
+    # ----------------------------------------------------------------- fetch
+    async def _fetch_robots(self, state: HostState, ticket: int) -> None:
+        url = f"http://{state.host}/robots.txt"
+        try:
+            result = await self.fetcher.fetch(url, max_body_bytes=self.settings.robots_max_bytes)
+        except asyncio.CancelledError:
+            state.robots_state = Robots.UNKNOWN
+            state.limiter.release(ticket, Outcome.NEUTRAL)
+            self.scheduler.on_release(state, self._clock())
+            raise
+        now = self._clock()
+        self.counters["robots_fetched"] += 1
+        if result.error == ErrorKind.NOT_ALLOWED:
+            # The host itself may not be fetched; its pages will fail the same way, for good.
+            verdict = RobotsVerdict.ALLOW_ALL
+        else:
+            verdict = verdict_for_status(result.status if result.error is None or result.truncated else None)
+        agent = self.settings.robots_agent
+        if verdict is RobotsVerdict.PARSE:
+            state.robots = RobotsRules.parse(result.body, agent)
+            state.robots_state = Robots.READY
+        elif verdict is RobotsVerdict.ALLOW_ALL:
+            state.robots = None
+            state.robots_state = Robots.READY
+        else:
+            # RFC 9309: an unreachable robots.txt means "assume disallowed"; ask again later.
+            state.robots_state = Robots.UNKNOWN
+        signal = classify(result, now=now, api_limit_header="X-Api-Limit")
+        state.limiter.release(ticket, signal.host)
+        if state.robots_state is Robots.READY:
+            state.crawl_delay = min(state.robots.crawl_delay() if state.robots else 0.0, self.settings.max_crawl_delay_s)
+            self.scheduler.delay(state, now + state.crawl_delay, now)
+        else:
+            self.scheduler.delay(state, now + (signal.retry_after_s or self.settings.robots_error_retry_s), now)
+        self.scheduler.on_release(state, now)
+
+    async def _fetch_page(self, state: HostState, lease: Lease, ticket: int) -> None:
+        try:
+            result = await self.fetcher.fetch(lease.url)
+        except asyncio.CancelledError:
+            state.limiter.release(ticket, Outcome.NEUTRAL)
+            self._returned.append(lease.id)
+            self.scheduler.on_release(state, self._clock())
+            raise
+        now = self._clock()
+        signal = classify(result, now=now)
+        state.limiter.release(ticket, signal.host)
+        if state.crawl_delay:
+            # Crawl-delay counts from the end of the previous request, so a slow response never
+            # lets two requests overlap or arrive closer together than the site asked for.
+            self.scheduler.delay(state, now + state.crawl_delay, now)
+        self._route_signal(state, signal, now)
+        self.scheduler.on_release(state, now)
+        page = PageResult(lease=lease, fetch=result, signal=signal)
+        self._decide_retry(state, page, now)
+        if signal.outcome == "redirect":
+            page.links = self._redirect_target(lease, result)
+        if signal.outcome == "ok" and result.is_html and result.body:
+            await self.parse_queue.put(page)
+        else:
+            await self.store_queue.put(page)
+
+    def _route_signal(self, state: HostState, signal: Signal, now: float) -> None:
+        state.fetched += 1
+        self.outcomes[signal.outcome] += 1
+        if signal.outcome == "throttled":
+            state.throttled += 1
+            if signal.retry_after_s:
+                self.scheduler.delay(state, now + min(signal.retry_after_s, self.settings.retry_after_cap_s), now)
+        elif not signal.success:
+            state.errors += 1
+        if signal.api is not ApiSignal.NONE:
+            self.counters[f"api_{signal.api.value}"] += 1
+
+    def _decide_retry(self, state: HostState, page: PageResult, now: float) -> None:
+        signal, result = page.signal, page.fetch
+        if signal.success or signal.outcome == "http_error" and result.status not in (408, 429):
+            return
+        decision = self.retry_policy.decide(
+            attempt=page.lease.attempts, status=result.status, error=signal.error, retry_after_s=signal.retry_after_s
+        )
+        if decision.retry:
+            page.retry_at = now + decision.delay_s
+            state.retries += 1
+            self.counters["retries"] += 1
+        else:
+            page.final_failure = True
+            self.counters[f"gave_up_{decision.reason}"] += 1
+
+    def _redirect_target(self, lease: Lease, result: FetchResult) -> list[UrlEntry]:
+        location = result.header("Location")
+        if not location:
+            return []
+        try:
+            target = normalize_url(location, base=lease.url)
+        except InvalidURL:
+            return []
+        # A redirect is not a step deeper into the site; keep the source's depth and priority.
+        if self.scope.check(target, lease.depth) is not None:
+            return []
+        return [UrlEntry(url=target, host=host_of(target), depth=lease.depth, priority=lease.priority)]
+
+    # ----------------------------------------------------------------- parse
+    async def _parse_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            page = await self.parse_queue.get()
+            self._busy_parsers += 1
+            try:
+                links = await loop.run_in_executor(
+                    self._parse_pool, parse_page, page.fetch.body, page.lease.url,
+                    self.settings.max_links_per_page, self.settings.parse_delay_s,
+                )
+                page.links = self._scoped_links(page.lease, links)
+                await self.store_queue.put(page)
+            finally:
+                self._busy_parsers -= 1
+
+    def _scoped_links(self, lease: Lease, links: list[str]) -> list[UrlEntry]:
+        depth = lease.depth + 1
+        entries = []
+        for url in links:
+            if self.scope.check(url, depth) is None:
+                entries.append(UrlEntry(url=url, host=host_of(url), depth=depth, priority=-depth))
+        self.counters["links_discovered"] += len(links)
+        return entries
+
+    # ----------------------------------------------------------------- store
+    async def _store_loop(self) -> None:
+        while True:
+            batch = [await self.store_queue.get()]
+            self._store_busy = True
+            try:
+                while len(batch) < 256 and not self.store_queue.empty():
+                    batch.append(self.store_queue.get_nowait())
+                await self._commit(batch)
+            finally:
+                self._store_busy = False
+
+    async def _commit(self, pages: list[PageResult]) -> None:
+        records = [self._record(page) for page in pages if page.fetch is not None]
+        if records:
+            await self._store_thread.call(self.store.write, records)
+        frontier_batch = FrontierBatch()
+        for page in pages:
+            if page.retry_at is not None:
+                frontier_batch.retry.append((page.lease.id, page.retry_at))
+            elif page.final_failure:
+                frontier_batch.failed.append(page.lease.id)
+            else:
+                frontier_batch.done.append(page.lease.id)
+            frontier_batch.add.extend(page.links)
+        result = await self._frontier_thread.call(self.frontier.apply, frontier_batch)
+        self.counters["fetched"] += len(records)
+        self.counters["pages_done"] += len(frontier_batch.done)
+        self.counters["failed"] += len(frontier_batch.failed)
+        now = self._clock()
+        retried_hosts = Counter(page.lease.host for page in pages if page.retry_at is not None)
+        for host, count in retried_hosts.items():
+            self.scheduler.add_work(host, count, now)
+        self._note_added(result.accepted)
+        self._work.set()
+
+    def _record(self, page: PageResult) -> FetchRecord:
+        fetch = page.fetch
+        return FetchRecord(
+            url=page.lease.url,
+            host=page.lease.host,
+            node_id=self.node_id,
+            attempt=page.lease.attempts,
+            fetched_at=fetch.started_at,
+            outcome=page.signal.outcome,
+            status=fetch.status,
+            request_headers=fetch.request_headers,
+            response_headers=fetch.headers,
+            body=fetch.body if page.signal.outcome in ("ok", "redirect", "http_error", "throttled", "server_error") else b"",
+            content_type=fetch.content_type,
+            error=fetch.error_detail,
+            remote_addr=fetch.remote_addr,
+            elapsed_s=fetch.elapsed_s,
+        )
+
+    # ----------------------------------------------------------------- housekeeping
+    async def _lease_expiry_loop(self) -> None:
+        interval = max(1.0, self.settings.lease_timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            expired = await self._frontier_thread.call(self.frontier.expire_leases)
+            if expired:
+                log.warning("%d leases expired and went back to their queues", expired)
+                self.counters["leases_expired"] += expired
+                for state in self.scheduler:
+                    if not state.buffer and not state.limiter.in_flight:
+                        # counts are corrected on the next lease of the host
+                        state.queued += 1
+                        self.scheduler.settle(state, self._clock())
+                self._work.set()
+
+    # ----------------------------------------------------------------- status
+    async def frontier_totals(self) -> dict:
+        return await self._frontier_thread.call(self.frontier.totals)
+
+    async def status(self) -> dict:
+        totals = await self.frontier_totals()
+        idle = (
+            totals["queued"] == 0 and totals["leased"] == 0 and self.in_flight == 0
+            and self._inbound_pending == 0 and self.parse_queue.empty() and self.store_queue.empty()
+            and not self._busy_parsers and not self._store_busy
+        )
+        uptime = time.monotonic() - self.started_at
+        fetched = self.counters["fetched"]
+        return {
+            "node_id": self.node_id,
+            "url": self.settings.advertise_url,
+            "idle": idle,
+            "stopping": self._stopping,
+            "uptime_s": round(uptime, 3),
+            "counters": {
+                "fetched": fetched,
+                "pages_done": self.counters["pages_done"],
+                "failed": self.counters["failed"],
+                "retries": self.counters["retries"],
+                "retry_ratio": round(self.counters["retries"] / fetched, 4) if fetched else 0.0,
+                "submitted": self.counters["submitted"],
+                "rejected": self.counters["rejected"],
+                "robots_disallowed": self.counters["robots_disallowed"],
+                "links_discovered": self.counters["links_discovered"],
+                "outcomes": dict(self.outcomes),
+            },
+            "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
+            "frontier": totals,
+            "queues": self.queue_snapshot(totals),
+            "hosts": [self.host_snapshot(state) for state in self.scheduler.busiest(20)],
+            "members": [{"id": self.node_id, "url": self.settings.advertise_url, "state": "alive", "self": True}],
+        }
+
+    def queue_snapshot(self, totals: dict) -> dict:
+        return {
+            "inbound": {"depth": self._inbound_pending, "capacity": self.settings.inbound_capacity,
+                        "oldest_age_s": 0.0, "blocked_puts": self.counters["inbound_rejected_batches"]},
+            "frontier": {"depth": totals.get("queued", 0),
+                         "oldest_age_s": round(totals.get("oldest_queued_age_s") or 0.0, 3)},
+            "fetch": {"depth": self.in_flight, "capacity": self.settings.global_inflight, "oldest_age_s": 0.0},
+            "parse": self.parse_queue.snapshot(),
+            "store": self.store_queue.snapshot(),
+        }
+
+    @staticmethod
+    def host_snapshot(state: HostState) -> dict:
+        return {
+            "host": state.host,
+            "in_flight": state.limiter.in_flight,
+            "limit": state.limiter.limit,
+            "limit_decreases": state.limiter.decreases,
+            "queued": state.queued + len(state.buffer),
+            "fetched": state.fetched,
+            "throttled": state.throttled,
+            "errors": state.errors,
+            "retries": state.retries,
+            "crawl_delay_s": state.crawl_delay,
+        }

@@ -1,0 +1,219 @@
+"""Node settings: read in one place, validated once, handed to constructors as plain values.
+
+Precedence is flag > environment (``CRAWLER_*``) > TOML config file > default, as DESIGN.md
+promises. Every field can come from any of the three sources under the same name: the flag
+``--max-depth``, the variable ``CRAWLER_MAX_DEPTH`` and the config key ``max_depth`` (or
+``max-depth``) all set ``Settings.max_depth``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class SettingsError(ValueError):
+    """A setting is missing, malformed or inconsistent; the message says which and why."""
+
+
+ENV_PREFIX = "CRAWLER_"
+
+
+@dataclass(slots=True)
+class Settings:
+    # identity and wiring
+    node_id: str = field(default_factory=lambda: socket.gethostname().split(".")[0] or "node")
+    listen: str = "127.0.0.1:8080"
+    advertise: str | None = None
+    peers: list[str] = field(default_factory=list)  # "ID=URL" strings, parsed by peer_map()
+    secret: str | None = None
+    data_dir: Path = Path("./data")
+    # what to crawl
+    seeds: list[str] = field(default_factory=list)
+    proxy: str | None = None
+    allow_hosts: list[str] = field(default_factory=list)
+    max_depth: int | None = None
+    allow_private: bool = False
+    user_agent: str = "crawler-node/0.1 (+https://example.invalid/crawler-node)"
+    robots_agent: str = "crawler-node"
+    # flow control
+    global_inflight: int = 64
+    host_limit_start: int = 2
+    host_limit_floor: int = 1
+    host_limit_ceiling: int = 8
+    inbound_capacity: int = 20_000  # URLs waiting for the frontier thread
+    parse_queue: int = 32  # pages waiting for a parser
+    store_queue: int = 256  # fetch results waiting for the store
+    parse_workers: int = 1  # processes; 0 = a thread in this process
+    lease_timeout_s: float = 120.0
+    # fetching
+    connect_timeout_s: float = 10.0
+    fetch_timeout_s: float = 30.0
+    max_body_bytes: int = 10_000_000
+    max_links_per_page: int = 2_000
+    robots_max_bytes: int = 500_000
+    robots_error_retry_s: float = 30.0
+    max_crawl_delay_s: float = 30.0
+    # retries
+    retry_budget: int = 3
+    retry_base_s: float = 1.0
+    retry_cap_s: float = 60.0
+    retry_after_cap_s: float = 300.0
+    # store
+    warc_max_bytes: int = 100_000_000
+    # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
+    parse_delay_s: float = 0.0
+
+    def validate(self) -> Settings:
+        problems: list[str] = []
+        if not self.node_id or any(c in self.node_id for c in " /=,"):
+            problems.append(f"node_id {self.node_id!r} must be non-empty without spaces, '/', '=' or ','")
+        try:
+            listen_address(self.listen)
+        except SettingsError as exc:
+            problems.append(str(exc))
+        positive = ("global_inflight", "host_limit_floor", "inbound_capacity", "parse_queue",
+                    "store_queue", "max_body_bytes", "warc_max_bytes", "max_links_per_page")
+        for name in positive:
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.host_limit_floor <= self.host_limit_start <= self.host_limit_ceiling:
+            problems.append("host limits must satisfy floor <= start <= ceiling, got "
+                            f"{self.host_limit_floor} <= {self.host_limit_start} <= {self.host_limit_ceiling}")
+        for name in ("lease_timeout_s", "connect_timeout_s", "fetch_timeout_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0")
+        if self.lease_timeout_s <= self.fetch_timeout_s:
+            # A lease must outlive the slowest legitimate fetch, or live work gets handed out twice.
+            problems.append("lease_timeout_s must be larger than fetch_timeout_s")
+        if self.parse_workers < 0 or self.retry_budget < 0 or self.parse_delay_s < 0:
+            problems.append("parse_workers, retry_budget and parse_delay_s must be >= 0")
+        if self.max_depth is not None and self.max_depth < 0:
+            problems.append("max_depth must be >= 0")
+        if self.proxy is not None:
+            parts = urlsplit(self.proxy)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.append(f"proxy {self.proxy!r} must be an http:// URL")
+        try:
+            self.peer_map()
+        except SettingsError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise SettingsError("; ".join(problems))
+        return self
+
+    def peer_map(self) -> dict[str, str]:
+        peers: dict[str, str] = {}
+        for spec in self.peers:
+            node_id, sep, url = spec.partition("=")
+            if not sep or not node_id or not url.startswith(("http://", "https://")):
+                raise SettingsError(f"peer {spec!r} must look like ID=http://HOST:PORT")
+            peers[node_id.strip()] = url.strip().rstrip("/")
+        return peers
+
+    @property
+    def advertise_url(self) -> str:
+        if self.advertise:
+            return self.advertise.rstrip("/")
+        host, port = listen_address(self.listen)
+        return f"http://{host}:{port}"
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise SettingsError(f"listen address {value!r} must look like HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+_LIST_FIELDS = {"peers", "seeds", "allow_hosts"}
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    """Turn a raw value (a string from env or a TOML value) into the field's type."""
+    kind = _FIELDS[name].type
+    try:
+        if name in _LIST_FIELDS:
+            if isinstance(value, str):
+                return [item.strip() for item in value.split(",") if item.strip()]
+            return [str(item) for item in value]
+        if value is None:
+            return None
+        if "bool" in kind:
+            if isinstance(value, bool):
+                return value
+            lowered = str(value).strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"not a boolean: {value!r}")
+        if "Path" in kind:
+            return Path(value)
+        if kind.startswith("int"):
+            if isinstance(value, bool):
+                raise ValueError("not an integer")
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{source}: {name}: {exc}") from exc
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SettingsError(f"config file {path} does not exist") from exc
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"config file {path}: {exc}") from exc
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in _FIELDS:
+            raise SettingsError(f"config file {path}: unknown setting {key!r}")
+        values[name] = _coerce(name, value, f"config file {path}")
+    return values
+
+
+def load_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in _FIELDS:
+        key = ENV_PREFIX + name.upper()
+        if key in env:
+            values[name] = _coerce(name, env[key], f"environment {key}")
+    return values
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+) -> Settings:
+    """Merge the three sources; ``flags`` holds only options the user actually gave."""
+    env = os.environ if env is None else env
+    if config_path is None and env.get(ENV_PREFIX + "CONFIG"):
+        config_path = Path(env[ENV_PREFIX + "CONFIG"])
+    merged: dict[str, Any] = {}
+    if config_path is not None:
+        merged.update(load_config_file(config_path))
+    merged.update(load_env(env))
+    for name, value in flags.items():
+        if name not in _FIELDS:
+            raise SettingsError(f"unknown setting {name!r}")
+        merged[name] = _coerce(name, value, f"option --{name.replace('_', '-')}")
+    return Settings(**merged).validate()
+
+
+def settings_fields() -> list[dataclasses.Field]:
+    return list(fields(Settings))

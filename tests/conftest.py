@@ -1,0 +1,58 @@
+"""Shared fixtures: real testweb and real node processes, every one stopped by PID."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crawler_node.node_process import NodeProcess
+from crawler_node.testweb.process import TestwebProcess
+
+
+@pytest.fixture
+def start_testweb(tmp_path: Path):
+    started: list[TestwebProcess] = []
+
+    def start(**kwargs) -> TestwebProcess:
+        kwargs.setdefault("tmp_dir", tmp_path)
+        web = TestwebProcess(**kwargs)
+        web.__enter__()
+        started.append(web)
+        return web
+
+    yield start
+    for web in started:
+        web.__exit__(None, None, None)
+
+
+@pytest.fixture
+def start_node(tmp_path: Path):
+    started: list[NodeProcess] = []
+
+    def start(node_id: str = "node-1", *, wait: bool = True, **kwargs) -> NodeProcess:
+        kwargs.setdefault("data_dir", tmp_path / node_id)
+        node = NodeProcess(node_id=node_id, **kwargs)
+        started.append(node)
+        node.start(wait=wait)
+        return node
+
+    yield start
+    for node in started:
+        node.stop(timeout_s=15)
+
+
+def read_crawl_log(data_dir: Path) -> list[dict]:
+    path = Path(data_dir) / "crawl.log"
+    if not path.exists():
+        return []
+    lines = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            lines.append(json.loads(line))
+    return lines
+
+
+def roots(hosts: int) -> list[str]:
+    return [f"http://site-{i}.test/" for i in range(hosts)]

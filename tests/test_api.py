@@ -1,0 +1,106 @@
+"""Bad input to POST /v1/urls gets a documented 4xx with a reason, and the node keeps serving."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+
+import msgpack
+import pytest
+
+
+def post(node, body: bytes, content_type: str = "application/json", headers: dict | None = None):
+    conn = http.client.HTTPConnection(node.host, node.port, timeout=30)
+    try:
+        conn.putrequest("POST", "/v1/urls")
+        conn.putheader("Content-Type", content_type)
+        conn.putheader("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            conn.putheader(key, value)
+        conn.endheaders()
+        try:
+            conn.send(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the node may answer (413) before taking the whole body
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    from crawler_node.node_process import NodeProcess
+
+    tmp = tmp_path_factory.mktemp("api")
+    # allow-host keeps everything submitted here from ever being fetched for real
+    with NodeProcess(node_id="api-node", data_dir=tmp / "api-node", extra_args=["--allow-host", "*.test"]) as proc:
+        yield proc
+
+
+def reason(body: bytes) -> str:
+    return json.loads(body)["error"]
+
+
+@pytest.mark.parametrize(
+    "body, content_type, status, expected_reason",
+    [
+        (b"{not json", "application/json", 400, "bad_json"),
+        (os.urandom(64) + b"\xc1", "application/msgpack", 400, "bad_msgpack"),
+        (b'{"urls": []}', "application/json", 400, "empty"),
+        (b'{"links": ["http://a.test/"]}', "application/json", 400, "bad_shape"),
+        (b'{"urls": "http://a.test/"}', "application/json", 400, "bad_shape"),
+        (b'{"urls": ["javascript:alert(1)"]}', "application/json", 400, "invalid_urls"),
+        (b'{"urls": ["file:///etc/passwd"]}', "application/json", 400, "invalid_urls"),
+        (b'{"urls": ["http://"]}', "application/json", 400, "invalid_urls"),
+        (b'{"urls": [{"url": "http://a.test/", "depth": "deep"}]}', "application/json", 400, "invalid_urls"),
+        (json.dumps({"urls": ["http://a.test/" + "x" * 100_000]}).encode(), "application/json", 400, "invalid_urls"),
+    ],
+)
+def test_malformed_bodies_get_400_with_a_reason(node, body, content_type, status, expected_reason):
+    got_status, _, got_body = post(node, body, content_type)
+    assert got_status == status
+    assert reason(got_body) == expected_reason
+    assert json.loads(got_body)["message"]
+
+
+def test_a_mixed_batch_is_refused_whole(node):
+    before = node.status()["counters"]["submitted"]
+    status, _, body = post(node, json.dumps({"urls": ["http://ok.test/", "mailto:x@y.test"]}).encode())
+    assert status == 400
+    invalid = json.loads(body)["invalid"]
+    assert invalid == [{"index": 1, "reason": "scheme", "url": "mailto:x@y.test"}]
+    assert node.status()["counters"]["submitted"] == before
+
+
+def test_a_50_mb_body_gets_413(node):
+    status, _, body = post(node, b"x" * (50 * 1024 * 1024))
+    assert status == 413
+    assert reason(body) == "too_large"
+
+
+def test_random_msgpack_that_decodes_to_a_scalar_is_400(node):
+    status, _, body = post(node, msgpack.packb(12345), "application/msgpack")
+    assert status == 400 and reason(body) == "bad_shape"
+
+
+def test_good_json_and_msgpack_are_accepted_with_counts(node):
+    status, _, body = post(node, json.dumps({"urls": ["http://a.test/x", "http://a.test/x", "http://elsewhere.example/"]}).encode())
+    assert status == 202
+    assert json.loads(body) == {"accepted": 1, "duplicate": 1, "rejected": 1, "reasons": {"host_not_allowed": 1}}
+    packed = msgpack.packb({"urls": [{"url": "http://a.test/x"}, {"url": "HTTP://A.TEST:80/y#frag", "depth": 2, "hops": 1}]})
+    status, _, body = post(node, packed, "application/msgpack")
+    assert status == 202
+    assert json.loads(body)["accepted"] == 1 and json.loads(body)["duplicate"] == 1
+
+
+def test_node_keeps_serving_after_bad_input(node):
+    for _ in range(3):
+        post(node, os.urandom(1000), "application/msgpack")
+        post(node, b"\xff\xfe{", "application/json")
+    conn = http.client.HTTPConnection(node.host, node.port, timeout=10)
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().status == 200
+    status = node.status()
+    assert status["node_id"] == "api-node"

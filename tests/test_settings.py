@@ -1,0 +1,48 @@
+from pathlib import Path
+
+import pytest
+
+from crawler_node.settings import SettingsError, load_settings
+
+
+def test_flag_beats_env_beats_file_beats_default(tmp_path: Path):
+    config = tmp_path / "node.toml"
+    config.write_text('max_depth = 3\nglobal-inflight = 10\nnode_id = "from-file"\nseeds = ["http://a.test/"]\n')
+    env = {"CRAWLER_MAX_DEPTH": "5", "CRAWLER_NODE_ID": "from-env"}
+    settings = load_settings({"max_depth": "7"}, env=env, config_path=config)
+    assert settings.max_depth == 7
+    assert settings.node_id == "from-env"
+    assert settings.global_inflight == 10
+    assert settings.seeds == ["http://a.test/"]
+    assert settings.host_limit_ceiling == 8  # default
+
+
+def test_env_lists_and_booleans():
+    env = {"CRAWLER_PEERS": "a=http://127.0.0.2:8080, b=http://127.0.0.3:8080", "CRAWLER_ALLOW_PRIVATE": "yes"}
+    settings = load_settings({}, env=env)
+    assert settings.peer_map() == {"a": "http://127.0.0.2:8080", "b": "http://127.0.0.3:8080"}
+    assert settings.allow_private is True
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"listen": "nonsense"}, "listen address"),
+        ({"host_limit_start": "9", "host_limit_ceiling": "4"}, "floor <= start <= ceiling"),
+        ({"global_inflight": "0"}, "global_inflight"),
+        ({"peers": ["no-equals-sign"]}, "ID=http"),
+        ({"max_depth": "three"}, "max_depth"),
+        ({"proxy": "socks5://x"}, "proxy"),
+        ({"fetch_timeout_s": "500"}, "lease_timeout_s"),
+    ],
+)
+def test_bad_settings_say_what_is_wrong(flags, message):
+    with pytest.raises(SettingsError, match=message):
+        load_settings(flags, env={})
+
+
+def test_unknown_config_key_is_an_error(tmp_path: Path):
+    config = tmp_path / "bad.toml"
+    config.write_text("max_dpeth = 3\n")
+    with pytest.raises(SettingsError, match="unknown setting 'max_dpeth'"):
+        load_settings({}, env={}, config_path=config)
