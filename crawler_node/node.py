@@ -29,7 +29,7 @@ from crawler_node.backoff import RetryPolicy
 from crawler_node.fetch import ErrorKind, Fetcher, FetchResult
 from crawler_node.frontier import AddResult, Frontier, FrontierBatch, Lease, UrlEntry
 from crawler_node.limiter import AimdLimiter, Outcome
-from crawler_node.parse import parse_page
+from crawler_node.parse import parse_pages
 from crawler_node.robots import RobotsRules, RobotsVerdict, verdict_for_status
 from crawler_node.scheduler import HostScheduler, HostState, Robots
 from crawler_node.settings import Settings
@@ -41,6 +41,12 @@ from crawler_node.urls import InvalidURL, Scope, host_of, normalize_url
 log = logging.getLogger("crawler_node.node")
 
 SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
+PARSE_BATCH = 16  # pages per round trip to a parser process
+REFILL_HOSTS = 256  # hosts per batched lease round trip
+
+
+def _lease_many(frontier: Frontier, requests: list[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
+    return [frontier.lease(host, n) if n > 0 else ([], None) for host, n in requests]
 
 
 @dataclass(slots=True)
@@ -121,6 +127,8 @@ class Node:
         self._fetch_tasks: set[asyncio.Task] = set()
         self._returned: list[int] = []
         self._inbound_pending = 0
+        self._refill_wanted: dict[str, HostState] = {}
+        self._refill_event = asyncio.Event()
         self._busy_parsers = 0
         self._store_busy = False
         self.started_at = time.monotonic()
@@ -156,6 +164,7 @@ class Node:
             state.next_eligible = max(state.next_eligible, host_queue.next_eligible)
             self.scheduler.add_work(host_queue.host, host_queue.queued, now)
         self._spawn(self._dispatch_loop(), "dispatcher")
+        self._spawn(self._refill_loop(), "lease-refill")
         for index in range(max(1, s.parse_workers) + 1):
             self._spawn(self._parse_loop(), f"parser-{index}")
         self._spawn(self._store_loop(), "store-worker")
@@ -279,14 +288,15 @@ class Node:
 
     # ----------------------------------------------------------------- dispatch
     async def _dispatch_loop(self) -> None:
+        # The dispatcher never waits on the disk: leases come from per-host buffers that the
+        # refill task keeps topped up in batched frontier calls.
         while not self._stopping:
             await self._global_slots.acquire()
             handed_off = False
             try:
                 state = await self._next_host()
-                if state is None:
-                    continue
-                handed_off = await self._dispatch(state)
+                if state is not None:
+                    handed_off = self._dispatch(state)
             finally:
                 if not handed_off:
                     self._global_slots.release()
@@ -306,7 +316,7 @@ class Node:
                 pass
         return None
 
-    async def _dispatch(self, state: HostState) -> bool:
+    def _dispatch(self, state: HostState) -> bool:
         """Start one request for the host; True when a task now owns the global slot."""
         now = self._clock()
         try:
@@ -315,21 +325,9 @@ class Node:
                 ticket = state.limiter.acquire()
                 self._start_task(self._fetch_robots(state, ticket), f"robots:{state.host}")
                 return True
-            if state.robots_state is Robots.FETCHING:
-                return False
             if not state.buffer:
-                spare = state.limiter.limit - state.limiter.in_flight
-                want = 1 if state.crawl_delay > 0 else max(1, spare)
-                leases, next_ready = await self._frontier_thread.call(self.frontier.lease, state.host, want)
-                now = self._clock()
-                state.queued = max(0, state.queued - len(leases))
-                if not leases:
-                    if next_ready is not None:
-                        state.next_eligible = max(state.next_eligible, next_ready)
-                    else:
-                        state.queued = 0
-                    return False
-                state.buffer.extend(leases)
+                self._request_refill(state)
+                return False
             lease = state.buffer.popleft()
             if state.robots is not None and not state.robots.allowed(lease.url):
                 self.counters["robots_disallowed"] += 1
@@ -338,9 +336,54 @@ class Node:
             ticket = state.limiter.acquire()
             state.next_eligible = now + state.crawl_delay
             self._start_task(self._fetch_page(state, lease, ticket), f"fetch:{state.host}")
+            if len(state.buffer) < state.limiter.limit and state.queued > 0:
+                self._request_refill(state)
             return True
         finally:
             self.scheduler.settle(state, now)
+
+    def _request_refill(self, state: HostState) -> None:
+        if not state.refilling and state.queued > 0:
+            state.refilling = True
+            self._refill_wanted[state.host] = state
+            self._refill_event.set()
+        elif not state.refilling:
+            state.queued = 0  # nothing left: settle() will mark the host idle
+
+    async def _refill_loop(self) -> None:
+        """Lease URLs for many hosts in one frontier round trip."""
+        while True:
+            await self._refill_event.wait()
+            self._refill_event.clear()
+            wanted = list(self._refill_wanted.values())[:REFILL_HOSTS]
+            for state in wanted:
+                del self._refill_wanted[state.host]
+            if not wanted:
+                continue
+            requests = [(state.host, self._lease_size(state)) for state in wanted]
+            results = await self._frontier_thread.call(_lease_many, self.frontier, requests)
+            now = self._clock()
+            for state, (leases, next_ready) in zip(wanted, results):
+                state.refilling = False
+                state.queued = max(0, state.queued - len(leases))
+                state.buffer.extend(leases)
+                if not leases:
+                    if next_ready is not None:
+                        self.scheduler.delay(state, next_ready, now)
+                    elif not state.buffer:
+                        state.queued = 0
+                self.scheduler.refilled(state, now)
+            if self._refill_wanted:
+                self._refill_event.set()
+            self._work.set()
+
+    @staticmethod
+    def _lease_size(state: HostState) -> int:
+        if state.crawl_delay > 0:
+            return 1 if not state.buffer else 0
+        # Enough for the next round of the host's window, never more than two windows: a
+        # leased URL sitting in memory is a URL another node cannot take over.
+        return max(1, 2 * state.limiter.limit - len(state.buffer))
 
     def _start_task(self, coro, name: str) -> None:
         self.in_flight += 1
@@ -468,15 +511,22 @@ class Node:
     async def _parse_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            page = await self.parse_queue.get()
+            batch = [await self.parse_queue.get()]
+            while len(batch) < PARSE_BATCH and not self.parse_queue.empty():
+                batch.append(self.parse_queue.get_nowait())
             self._busy_parsers += 1
             try:
-                links = await loop.run_in_executor(
-                    self._parse_pool, parse_page, page.fetch.body, page.lease.url,
+                results = await loop.run_in_executor(
+                    self._parse_pool, parse_pages, [(page.fetch.body, page.lease.url) for page in batch],
                     self.settings.max_links_per_page, self.settings.parse_delay_s,
                 )
-                page.links = self._scoped_links(page.lease, links)
-                await self.store_queue.put(page)
+                for page, links in zip(batch, results):
+                    if isinstance(links, str):
+                        log.warning("could not parse %s: %s", page.lease.url, links)
+                        self.counters["parse_errors"] += 1
+                        links = []
+                    page.links = self._scoped_links(page.lease, links)
+                    await self.store_queue.put(page)
             finally:
                 self._busy_parsers -= 1
 

@@ -14,3 +14,16 @@ def parse_page(body: bytes, url: str, max_links: int, delay_s: float = 0.0) -> l
     if delay_s:
         time.sleep(delay_s)
     return extract_links(body, url, max_links=max_links).links
+
+
+def parse_pages(pages: list[tuple[bytes, str]], max_links: int, delay_s: float = 0.0) -> list[list[str] | str]:
+    """Parse a batch in one round trip to the worker: crossing a process boundary costs far
+    more than parsing one small page, so the parse stage sends pages in batches. A page that
+    cannot be parsed yields its error message instead of failing the batch."""
+    results: list[list[str] | str] = []
+    for body, url in pages:
+        try:
+            results.append(parse_page(body, url, max_links, delay_s))
+        except Exception as exc:  # noqa: BLE001 - one hostile page must not sink its batch
+            results.append(f"{type(exc).__name__}: {exc}")
+    return results

@@ -42,6 +42,7 @@ class HostState:
     crawl_delay: float = 0.0
     robots: Any = None  # a parsed robots.txt (protego) or None meaning "allow all"
     robots_state: Robots = Robots.UNKNOWN
+    refilling: bool = False  # a lease request for this host is on its way to the frontier
     place: Place = Place.IDLE
     # counters for status and metrics
     fetched: int = 0
@@ -56,7 +57,9 @@ class HostState:
         # A Crawl-delay means one request at a time, spaced by the delay.
         if self.crawl_delay > 0 and self.limiter.in_flight > 0:
             return False
-        return self.limiter.has_capacity() and self.robots_state is not Robots.FETCHING
+        if self.robots_state is Robots.FETCHING or (self.refilling and not self.buffer):
+            return False
+        return self.limiter.has_capacity()
 
 
 class HostScheduler:
@@ -129,6 +132,11 @@ class HostScheduler:
     def on_release(self, state: HostState, now: float) -> None:
         """A request of this host finished: a blocked host may go again."""
         if state.place is Place.BLOCKED:
+            self.settle(state, now)
+
+    def refilled(self, state: HostState, now: float) -> None:
+        """A lease request came back: a host parked for it may go again."""
+        if state.place in (Place.BLOCKED, Place.IDLE):
             self.settle(state, now)
 
     def delay(self, state: HostState, until: float, now: float) -> None:
