@@ -17,7 +17,7 @@ from aiohttp import web
 from crawler_node.dashboard import DASHBOARD_HTML
 from crawler_node.metrics import NodeMetrics
 from crawler_node.node import InboundFull, Node
-from crawler_node.urls import MAX_URL_LENGTH, InvalidURL, normalize_url
+from crawler_node.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 
 log = logging.getLogger("crawler_node.api")
 
@@ -83,7 +83,8 @@ def validate_urls(document: Any) -> list[dict]:
         fields_ok = all(
             isinstance(item.get(key, 0), int) and not isinstance(item.get(key, 0), bool) and 0 <= item.get(key, 0) < 10**6
             for key in ("depth", "hops")
-        ) and isinstance(item.get("priority", 0), int) and abs(item.get("priority", 0)) < 10**6
+        ) and isinstance(item.get("priority", 0), int) and abs(item.get("priority", 0)) < 10**6 \
+            and isinstance(item.get("seen", False), bool)
         if not fields_ok:
             invalid.append({"index": index, "reason": "bad_field"})
             continue
@@ -117,9 +118,16 @@ async def post_urls(request: web.Request) -> web.Response:
         items = validate_urls(decode_body(body, request.content_type))
     except BadRequest as exc:
         return error(400, exc.reason, exc.message, **exc.extra)
-    entries, rejected = node.make_entries(items)
+    seen_items = [item for item in items if item.get("seen")]
+    entries, rejected = node.make_entries([item for item in items if not item.get("seen")])
     try:
         result = await node.add_entries(entries)
+        if seen_items:
+            # URLs another member already fetched (handback, join): recorded, never fetched.
+            seen_entries, seen_rejected = node.make_entries(seen_items)
+            seen_result = await node.add_entries(seen_entries, seen=True)
+            rejected += seen_rejected
+            result.duplicates += seen_result.duplicates
     except InboundFull as exc:
         return web.json_response(
             {"error": "inbound_full", "message": "inbound queue is full; retry later"},
@@ -136,7 +144,93 @@ async def post_urls(request: web.Request) -> web.Response:
 
 
 async def get_status(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[NODE_KEY].status())
+    """This node's status; unless ``?scope=local``, with the cluster as this node sees it, and
+    ``idle`` true only when every member is reachable and idle."""
+    node = request.app[NODE_KEY]
+    status = await node.status()
+    if request.query.get("scope") == "local" or node.cluster.is_single:
+        return web.json_response(status)
+    status["node_idle"] = status["idle"]
+    peers = await node.cluster.peer_statuses()
+    for member in status["members"]:
+        if member["self"]:
+            member.update(_member_summary(status))
+        else:
+            member.update(_member_summary(peers.get(member["id"])))
+    status["idle"] = status["node_idle"] and all(
+        member["state"] == "alive" and member.get("idle") is True for member in status["members"])
+    return web.json_response(status)
+
+
+def _member_summary(status: dict | None) -> dict:
+    if status is None:
+        return {"reachable": False, "idle": None}
+    return {
+        "reachable": True,
+        "idle": status["idle"],
+        "fetched": status["counters"]["fetched"],
+        "fetched_per_s": status["rates"]["fetched_per_s"],
+        "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
+        "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
+    }
+
+
+async def get_ring(request: web.Request) -> web.Response:
+    cluster = request.app[NODE_KEY].cluster
+    host = request.query.get("host")
+    if host is None:
+        return web.json_response(cluster.ring_status())
+    try:
+        url = normalize_url(f"http://{host}/")
+    except InvalidURL as exc:
+        return error(400, "bad_host", f"host {host[:200]!r} is not a valid host name ({exc.reason})")
+    answer = cluster.owner_of(host_of(url))
+    return web.json_response({"host": answer["host"], "owner": answer["owner"],
+                              "successors": answer["successors"], "live_owner": answer["live_owner"]})
+
+
+async def get_members(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if not authorised(request, node.settings.secret):
+        return error(401, "unauthorised", "this cluster requires its token")
+    return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view()})
+
+
+async def _member_body(request: web.Request) -> tuple[str, str]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
+    node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
+    if not isinstance(node_id, str) or not node_id or any(c in node_id for c in " /=,") \
+            or not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 500:
+        raise BadRequest("bad_member", 'body must be {"id": NODE_ID, "url": "http://HOST:PORT"}')
+    return node_id, url
+
+
+async def post_join(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if not authorised(request, node.settings.secret):
+        return error(401, "unauthorised", "this cluster requires its token")
+    try:
+        node_id, url = await _member_body(request)
+    except BadRequest as exc:
+        return error(400, exc.reason, exc.message)
+    if node_id == node.node_id:
+        return error(409, "same_id", f"{node_id} is this node's own id")
+    return web.json_response({"node_id": node.node_id, "members": node.cluster.accept_join(node_id, url)})
+
+
+async def post_leave(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if not authorised(request, node.settings.secret):
+        return error(401, "unauthorised", "this cluster requires its token")
+    try:
+        node_id, _ = await _member_body(request)
+    except BadRequest as exc:
+        return error(400, exc.reason, exc.message)
+    node.cluster.accept_leave(node_id)
+    return web.json_response({"ok": True})
 
 
 async def get_metrics(request: web.Request) -> web.Response:
@@ -159,6 +253,10 @@ def make_app(node: Node) -> web.Application:
     app[METRICS_KEY] = NodeMetrics(node)
     app.router.add_post("/v1/urls", post_urls)
     app.router.add_get("/v1/status", get_status)
+    app.router.add_get("/v1/ring", get_ring)
+    app.router.add_get("/v1/members", get_members)
+    app.router.add_post("/v1/join", post_join)
+    app.router.add_post("/v1/leave", post_leave)
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/", get_dashboard)

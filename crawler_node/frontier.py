@@ -67,6 +67,24 @@ CREATE TABLE IF NOT EXISTS hosts (
     host TEXT PRIMARY KEY,
     next_eligible REAL NOT NULL
 ) WITHOUT ROWID;
+-- URLs on their way to another node, kept until that node acknowledges them (cluster).
+-- seen = 1: already fetched here; the new owner only records it in its seen-set.
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY,
+    peer TEXT NOT NULL,
+    url TEXT NOT NULL,
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    hops INTEGER NOT NULL,
+    seen INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
+-- URLs a neighbour on the ring has fetched, kept by its successor: if the neighbour dies and
+-- its hosts come here, these are not fetched a second time.
+CREATE TABLE IF NOT EXISTS replica (
+    url TEXT PRIMARY KEY
+) WITHOUT ROWID;
 """
 
 # ON CONFLICT(url) rather than INSERT OR IGNORE: only a seen URL is skipped; a malformed
@@ -145,11 +163,13 @@ class FrontierBatch:
     retry: list[tuple[int, float]] = field(default_factory=list)  # (lease id, not_before)
     returned: list[int] = field(default_factory=list)  # never attempted: attempt not counted
     add: list[UrlEntry] = field(default_factory=list)
+    forward: list[tuple[str, UrlEntry]] = field(default_factory=list)  # (peer, url) to the outbox
+    replicate: list[tuple[str, UrlEntry]] = field(default_factory=list)  # fetched here: tell the successor
 
     def __len__(self) -> int:
         return (
             len(self.done) + len(self.failed) + len(self.retry) + len(self.returned)
-            + len(self.add)
+            + len(self.add) + len(self.forward)
         )
 
 
@@ -180,7 +200,9 @@ class Frontier:
         self._hosts_with_work: dict[str, HostQueue] = {}
         self._state_totals = [0, 0, 0, 0]  # indexed by state
         self._dirty_next_eligible: set[str] = set()
+        self._outbox_counts: dict[str, int] = {}
         self._conn: sqlite3.Connection | None = self._open(path)
+        self._has_replica = self._conn.execute("SELECT 1 FROM replica LIMIT 1").fetchone() is not None
         self._recover_leases()
         self._load_hosts()
 
@@ -223,6 +245,7 @@ class Frontier:
         counted = Counter(self._conn.execute("SELECT host, state FROM urls"))
         for (host, state), count in counted.items():
             self._count(self._host_record(host), state, count)
+        self._outbox_counts = dict(self._conn.execute("SELECT peer, COUNT(*) FROM outbox GROUP BY peer"))
 
     # -- adding --------------------------------------------------------------------------
 
@@ -238,7 +261,11 @@ class Frontier:
         accepted: list[UrlEntry] = []
         # One statement per row, because executemany reports only a total rowcount and the
         # caller needs to know *which* URLs were new.
+        replicated: list[UrlEntry] = []
         for entry in entries:
+            if self._has_replica and execute("SELECT 1 FROM replica WHERE url = ?", (entry.url,)).fetchone():
+                replicated.append(entry)
+                continue
             cursor = execute(
                 _INSERT_SQL,
                 (entry.url, entry.host, entry.depth, entry.priority, entry.hops, not_before, now),
@@ -247,7 +274,18 @@ class Frontier:
                 accepted.append(entry)
         for entry in accepted:
             self._count(self._host_record(entry.host), QUEUED, 1)
+        if replicated:
+            self._mark_seen(replicated)
         return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted))
+
+    def replica_add(self, urls: Sequence[str]) -> int:
+        """Remember URLs a neighbour fetched (see the replica table)."""
+        with self._transaction():
+            cursor = self._conn.executemany(
+                "INSERT INTO replica (url) VALUES (?) ON CONFLICT(url) DO NOTHING", [(u,) for u in urls]
+            )
+        self._has_replica = self._has_replica or bool(urls)
+        return cursor.rowcount
 
     # -- leasing -------------------------------------------------------------------------
 
@@ -337,6 +375,8 @@ class Frontier:
                 " attempts = MAX(attempts - 1, 0) WHERE id = ?",
                 [(row_id,) for row_id in returned],
             )
+            self._outbox_insert(batch.forward)
+            self._outbox_insert(batch.replicate, seen=True)
             return self._insert(batch.add, 0.0)
 
     def _load_states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
@@ -436,6 +476,123 @@ class Frontier:
         exported = self.export_queued(host, limit)
         self.forget([row_id for row_id, _ in exported])
         return [entry for _, entry in exported]
+
+    # -- the outbox: URLs owed to other nodes, durable until acknowledged -------------------
+
+    def outbox_put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False) -> None:
+        with self._transaction():
+            self._outbox_insert(items, seen=seen)
+
+    def outbox_peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
+        rows = self._conn.execute(
+            "SELECT id, url, host, depth, priority, hops, seen FROM outbox WHERE peer = ? ORDER BY id LIMIT ?",
+            (peer, n),
+        ).fetchall()
+        return [(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5]), bool(row[6])) for row in rows]
+
+    def outbox_ack(self, peer: str, ids: Sequence[int]) -> int:
+        with self._transaction():
+            cursor = self._conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+            removed = cursor.rowcount
+        self._outbox_counts[peer] = max(0, self._outbox_counts.get(peer, 0) - removed)
+        return removed
+
+    def outbox_counts(self) -> dict[str, int]:
+        return {peer: n for peer, n in self._outbox_counts.items() if n}
+
+    def outbox_reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000) -> AddResult:
+        """Re-decide where a peer's pending URLs go (it is down, or no longer the owner):
+        ``route(host)`` names the new peer, or None for this node, which takes them in."""
+        rows = self.outbox_peek(peer, limit)
+        mine: list[UrlEntry] = []
+        mine_seen: list[UrlEntry] = []
+        moved: list[tuple[str, int]] = []
+        for row_id, entry, seen in rows:
+            target = route(entry.host)
+            if target is None:
+                (mine_seen if seen else mine).append(entry)
+            if target != peer:
+                moved.append((target, row_id))
+        with self._transaction():
+            self._conn.executemany("UPDATE outbox SET peer = ? WHERE id = ?",
+                                   [(target, row_id) for target, row_id in moved if target is not None])
+            self._conn.executemany("DELETE FROM outbox WHERE id = ?",
+                                   [(row_id,) for target, row_id in moved if target is None])
+            self._mark_seen(mine_seen)
+            result = self._insert(mine, 0.0)
+        for target, _ in moved:
+            self._outbox_counts[peer] -= 1
+            if target is not None:
+                self._outbox_counts[target] = self._outbox_counts.get(target, 0) + 1
+        return result
+
+    def handoff_host(self, host: str, peer: str, limit: int = 5000) -> int:
+        """Move a host this node no longer owns to ``peer``'s outbox in one transaction: its
+        queued URLs to crawl, and its finished ones as seen, so the owner never repeats them.
+        Leased rows stay until their fetch ends; call again later for those."""
+        rows = self._conn.execute(
+            "SELECT id, url, depth, priority, hops, state FROM urls WHERE host = ? AND state != ? LIMIT ?",
+            (host, LEASED, limit),
+        ).fetchall()
+        if not rows:
+            return 0
+        record = self._host_record(host)
+        with self._transaction():
+            self._conn.executemany(
+                "INSERT INTO outbox (peer, url, host, depth, priority, hops, seen) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(peer, url, host, depth, priority, hops, int(state != QUEUED))
+                 for _, url, depth, priority, hops, state in rows],
+            )
+            self._conn.executemany("DELETE FROM urls WHERE id = ?", [(row[0],) for row in rows])
+            for row in rows:
+                self._count(record, row[5], -1)
+        self._outbox_counts[peer] = self._outbox_counts.get(peer, 0) + len(rows)
+        return len(rows)
+
+    def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
+        """Record URLs another node already fetched: new ones enter the seen-set as done, and
+        queued copies here are finished without a fetch. Returns how many changed."""
+        with self._transaction():
+            return self._mark_seen(entries)
+
+    def _mark_seen(self, entries: Sequence[UrlEntry]) -> int:
+        changed = 0
+        now = self._clock()
+        for entry in entries:
+            cursor = self._conn.execute(
+                "INSERT INTO urls (url, host, depth, priority, hops, state, attempts, not_before, enqueued_at)"
+                " VALUES (?, ?, ?, ?, ?, 2, 0, 0, ?) ON CONFLICT(url) DO NOTHING",
+                (entry.url, entry.host, entry.depth, entry.priority, entry.hops, now),
+            )
+            if cursor.rowcount:
+                self._count(self._host_record(entry.host), DONE, 1)
+                changed += 1
+                continue
+            cursor = self._conn.execute(
+                "UPDATE urls SET state = 2 WHERE url = ? AND state = 0 RETURNING host", (entry.url,)
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                record = self._host_record(row[0])
+                self._count(record, QUEUED, -1)
+                self._count(record, DONE, 1)
+                changed += 1
+        return changed
+
+    def host_hosts(self) -> list[HostQueue]:
+        """Every host with any row (queued, leased or finished), for ownership sweeps."""
+        return [_snapshot(record) for record in self._hosts.values()
+                if record.queued or record.leased or record.done or record.failed]
+
+    def _outbox_insert(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False) -> None:
+        if not items:
+            return
+        self._conn.executemany(
+            "INSERT INTO outbox (peer, url, host, depth, priority, hops, seen) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(peer, e.url, e.host, e.depth, e.priority, e.hops, int(seen)) for peer, e in items],
+        )
+        for peer, _ in items:
+            self._outbox_counts[peer] = self._outbox_counts.get(peer, 0) + 1
 
     # -- lifecycle -----------------------------------------------------------------------
 

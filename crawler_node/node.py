@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from crawler_node.backoff import RetryPolicy
+from crawler_node.cluster import Cluster
 from crawler_node.fetch import ErrorKind, Fetcher, FetchResult
 from crawler_node.frontier import AddResult, Frontier, FrontierBatch, Lease, UrlEntry
 from crawler_node.limiter import AimdLimiter, Outcome
@@ -43,6 +44,19 @@ log = logging.getLogger("crawler_node.node")
 SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
 PARSE_BATCH = 16  # pages per round trip to a parser process
 REFILL_HOSTS = 256  # hosts per batched lease round trip
+
+
+def _take_in(frontier: Frontier, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]],
+             seen: bool, replicas: list[str]) -> AddResult:
+    """Runs on the frontier thread: outbox first, then the frontier, both committed before
+    the caller acknowledges (a crash in between re-sends, and receivers deduplicate)."""
+    if forward:
+        frontier.outbox_put(forward, seen=seen)
+    if replicas:
+        frontier.replica_add(replicas)
+    if seen:
+        return AddResult(accepted=[], duplicates=len(mine) - frontier.mark_seen(mine))
+    return frontier.add(mine)
 
 
 def _lease_many(frontier: Frontier, requests: list[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
@@ -114,6 +128,8 @@ class Node:
         self.store_queue: StageQueue[PageResult] = StageQueue("store", settings.store_queue)
         self._frontier_thread = SyncWorker("frontier")
         self._store_thread = SyncWorker("store")
+        self.cluster = Cluster(settings, frontier_thread=self._frontier_thread, frontier=lambda: self.frontier,
+                               on_change=self._membership_changed, on_taken=self._note_added, clock=clock)
         self.frontier: Frontier | None = None
         self.store: Store | None = None
         self._parse_pool: concurrent.futures.Executor | None = None
@@ -128,6 +144,8 @@ class Node:
         self._returned: list[int] = []
         self._inbound_pending = 0
         self._refill_wanted: dict[str, HostState] = {}
+        self._hold_until = 0.0
+        self._returned_now: list[int] = []  # leases of hosts handed away, to give back now
         self._refill_event = asyncio.Event()
         self._busy_parsers = 0
         self._store_busy = False
@@ -158,7 +176,12 @@ class Node:
             Store, self.data_dir, node_id=self.node_id, warc_max_bytes=s.warc_max_bytes
         )
         await self.fetcher.start()
+        await self.cluster.start()
         now = self._clock()
+        if not self.cluster.is_single:
+            # Hear from the peers before leasing: a restarted member must learn what its
+            # successor fetched for it while it was away, and who else is alive.
+            self._hold_until = now + s.startup_grace_s
         for host_queue in await self._frontier_thread.call(lambda: list(self.frontier.hosts_with_work())):
             state = self.scheduler.host(host_queue.host)
             state.next_eligible = max(state.next_eligible, host_queue.next_eligible)
@@ -202,6 +225,8 @@ class Node:
         """Ordered shutdown: stop leasing, let fetches finish (or hand them back), drain the
         parse and store stages, write back what was never attempted, close files."""
         self.request_stop()
+        if self.settings.handoff_on_exit and not self.cluster.is_single:
+            await self._hand_everything_off(grace_s)
         if self._fetch_tasks:
             _, pending = await asyncio.wait(set(self._fetch_tasks), timeout=grace_s)
             for task in pending:
@@ -225,12 +250,33 @@ class Node:
             await self._frontier_thread.call(self.frontier.close)
         if self.store is not None:
             await self._store_thread.call(self.store.close)
+        await self.cluster.close()
         await self.fetcher.close()
         if self._parse_pool is not None:
             self._parse_pool.shutdown(wait=True, cancel_futures=True)
         self._frontier_thread.shutdown()
         self._store_thread.shutdown()
         self._stopped.set()
+
+    async def _hand_everything_off(self, grace_s: float) -> None:
+        """--handoff-on-exit: this node leaves the ring, its queue drains to the successors
+        through the acknowledged outboxes, then it says goodbye."""
+        log.info("leaving the cluster: handing the queue to the successors")
+        self.cluster.membership.set_self_leaving()
+        self.cluster.request_sweep()
+        self._membership_changed()
+        if self._fetch_tasks:
+            await asyncio.wait(set(self._fetch_tasks), timeout=grace_s)
+        deadline = time.monotonic() + grace_s + 20
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            idle_pipeline = self.parse_queue.empty() and self.store_queue.empty() and not self._store_busy
+            if idle_pipeline and not self._returned_now:
+                moved = await self.cluster.sweep()
+                totals = await self.frontier_totals()
+                if not moved and totals["queued"] == 0 and self.cluster.outbox_total() == 0:
+                    break
+        await self.cluster.announce_leave()
 
     # ----------------------------------------------------------------- inbound
     def make_entries(self, urls: Iterable[str | dict], *, priority: int = SEED_PRIORITY) -> tuple[list[UrlEntry], list[tuple[str, str]]]:
@@ -263,20 +309,53 @@ class Node:
         self.counters["rejected"] += len(rejected)
         return result
 
-    async def add_entries(self, entries: list[UrlEntry]) -> AddResult:
-        """Durably add URLs; returns only after the frontier has committed them, which is what
-        lets the API (and peers) acknowledge. Raises InboundFull instead of queueing more."""
+    async def add_entries(self, entries: list[UrlEntry], *, seen: bool = False) -> AddResult:
+        """Durably take URLs in: this node's own go to its frontier, the others to the owner's
+        outbox. Returns only after the commit, which is what lets the API (and peers)
+        acknowledge. Raises InboundFull instead of queueing more."""
         if self._inbound_pending + len(entries) > self.settings.inbound_capacity and self._inbound_pending:
             self.counters["inbound_rejected_batches"] += 1
             raise InboundFull(retry_after_s=1.0)
+        if seen:
+            # Fetched elsewhere: recorded where it lands, never forwarded — in the frontier
+            # for hosts served here (handback, join), as a replica for the others.
+            mine = [e for e in entries if self.cluster.serves(e.host)]
+            replicas = [e.url for e in entries if not self.cluster.serves(e.host)]
+            forward: list[tuple[str, UrlEntry]] = []
+        else:
+            mine, forward = self._route_received(entries)
+            replicas = []
         self._inbound_pending += len(entries)
         try:
-            result = await self._frontier_thread.call(self.frontier.add, entries)
+            result = await self._frontier_thread.call(_take_in, self.frontier, mine, forward, seen, replicas)
         finally:
             self._inbound_pending -= len(entries)
+        if forward:
+            self.cluster.note_outboxed(Counter(peer for peer, _ in forward))
         self._note_added(result.accepted)
         self.counters["submitted"] += len(result.accepted)
         return result
+
+    def _route_received(self, entries: list[UrlEntry]) -> tuple[list[UrlEntry], list[tuple[str, UrlEntry]]]:
+        """Split URLs that arrived here: keep this node's, pass the rest on — at most
+        ``max_hops`` times, after which a URL stays where it is (views that disagree for a
+        moment must neither drop a URL nor bounce it forever)."""
+        if self.cluster.is_single:
+            return entries, []
+        mine: list[UrlEntry] = []
+        forward: list[tuple[str, UrlEntry]] = []
+        for entry in entries:
+            owner = self.cluster.route(entry.host)
+            if owner is None:
+                mine.append(entry)
+            elif entry.hops >= self.settings.max_hops:
+                self.cluster.counters["hop_limit_kept"] += 1
+                mine.append(entry)
+            else:
+                entry.hops += 1
+                forward.append((owner, entry))
+        self.cluster.counters["received_forwarded_on"] += len(forward)
+        return mine, forward
 
     def _note_added(self, accepted: list[UrlEntry]) -> None:
         if not accepted:
@@ -304,6 +383,9 @@ class Node:
     async def _next_host(self) -> HostState | None:
         while not self._stopping:
             now = self._clock()
+            if now < self._hold_until:
+                await asyncio.sleep(min(0.1, self._hold_until - now))
+                continue
             state = self.scheduler.next_host(now)
             if state is not None:
                 return state
@@ -320,6 +402,9 @@ class Node:
         """Start one request for the host; True when a task now owns the global slot."""
         now = self._clock()
         try:
+            if not self.cluster.serves(state.host):
+                self._release_host(state)
+                return False
             if state.robots_state is Robots.UNKNOWN:
                 state.robots_state = Robots.FETCHING
                 ticket = state.limiter.acquire()
@@ -342,6 +427,23 @@ class Node:
         finally:
             self.scheduler.settle(state, now)
 
+    def _release_host(self, state: HostState) -> None:
+        """Stop crawling a host this node no longer owns: buffered leases go back (unattempted)
+        and the cluster's sweep hands the host's queue to its owner."""
+        if state.buffer:
+            self._returned_now.extend(lease.id for lease in state.buffer)
+            state.buffer.clear()
+            self._refill_event.set()
+        state.queued = 0
+
+    def _membership_changed(self) -> None:
+        now = self._clock()
+        for state in self.scheduler:
+            if not self.cluster.serves(state.host):
+                self._release_host(state)
+                self.scheduler.settle(state, now)
+        self._work.set()
+
     def _request_refill(self, state: HostState) -> None:
         if not state.refilling and state.queued > 0:
             state.refilling = True
@@ -355,6 +457,10 @@ class Node:
         while True:
             await self._refill_event.wait()
             self._refill_event.clear()
+            if self._returned_now:
+                returned, self._returned_now = self._returned_now, []
+                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=returned))
+                self.cluster.request_sweep()
             wanted = list(self._refill_wanted.values())[:REFILL_HOSTS]
             for state in wanted:
                 del self._refill_wanted[state.host]
@@ -556,6 +662,7 @@ class Node:
         if records:
             await self._store_thread.call(self.store.write, records)
         frontier_batch = FrontierBatch()
+        links: list[UrlEntry] = []
         for page in pages:
             if page.retry_at is not None:
                 frontier_batch.retry.append((page.lease.id, page.retry_at))
@@ -563,8 +670,31 @@ class Node:
                 frontier_batch.failed.append(page.lease.id)
             else:
                 frontier_batch.done.append(page.lease.id)
-            frontier_batch.add.extend(page.links)
+            if page.retry_at is None and not self.cluster.is_single:
+                successor = self.cluster.successor_for(page.lease.host)
+                if successor is not None:
+                    lease = page.lease
+                    frontier_batch.replicate.append(
+                        (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops)))
+            links.extend(page.links)
+        if self.cluster.is_single:
+            frontier_batch.add = links
+        else:
+            for entry in links:
+                owner = self.cluster.route(entry.host)
+                if owner is None:
+                    frontier_batch.add.append(entry)
+                else:
+                    frontier_batch.forward.append((owner, entry))
+            peers = {peer for peer, _ in frontier_batch.forward}
+            if peers and self.cluster.outbox_full(peers):
+                # A peer is not taking URLs as fast as we find them: wait here, which blocks
+                # the store queue, then parsing, then fetching (rule 1), never grows a buffer.
+                self.counters["outbox_blocked"] += 1
+                await self.cluster.wait_for_outbox_space(peers)
         result = await self._frontier_thread.call(self.frontier.apply, frontier_batch)
+        if frontier_batch.forward or frontier_batch.replicate:
+            self.cluster.note_outboxed(Counter(peer for peer, _ in frontier_batch.forward + frontier_batch.replicate))
         self.counters["fetched"] += len(records)
         self.counters["pages_done"] += len(frontier_batch.done)
         self.counters["failed"] += len(frontier_batch.failed)
@@ -620,6 +750,7 @@ class Node:
             totals["queued"] == 0 and totals["leased"] == 0 and self.in_flight == 0
             and self._inbound_pending == 0 and self.parse_queue.empty() and self.store_queue.empty()
             and not self._busy_parsers and not self._store_busy
+            and self.cluster.outbox_total() == 0 and not self._returned_now
         )
         uptime = time.monotonic() - self.started_at
         fetched = self.counters["fetched"]
@@ -645,7 +776,8 @@ class Node:
             "frontier": totals,
             "queues": self.queue_snapshot(totals),
             "hosts": [self.host_snapshot(state) for state in self.scheduler.busiest(20)],
-            "members": [{"id": self.node_id, "url": self.settings.advertise_url, "state": "alive", "self": True}],
+            "members": self.cluster.members_status(),
+            "cluster": {"counters": dict(self.cluster.counters), "events": self.cluster.events[-10:]},
         }
 
     def queue_snapshot(self, totals: dict) -> dict:

@@ -66,8 +66,47 @@ class Settings:
     retry_base_s: float = 1.0
     retry_cap_s: float = 60.0
     retry_after_cap_s: float = 300.0
+    # a host that keeps answering 429 without Retry-After: pause it, doubling, forgiven later
+    host_backoff_after: int = 2  # throttled rounds in a row (no success between) before pausing
+    host_backoff_initial_s: float = 60.0
+    host_backoff_cap_s: float = 3600.0
+    host_backoff_forgive_s: float = 600.0
+    # a host whose latency rises this many times above its own baseline (and by at least
+    # latency_rise_min_s) gets its limit cut as if it had throttled; 0 turns this off
+    latency_rise_factor: float = 3.0
+    latency_rise_min_s: float = 0.5
+    # own pipeline pressure stops new fetches (global admission) and, through it, leasing
+    store_lag_s: float = 5.0  # the store is lagging when its oldest result waits this long
+    pipeline_max_bytes: int = 128_000_000  # response bodies held between fetch and store
+    # a fetch-through API (--proxy pointed at a paid scraping API): its own limits
+    api_limit_header: str = "X-Api-Limit"  # header on the API's 429/509 naming the limit hit
+    api_limit_start: int = 0  # first guess of the API's concurrency; 0 = global_inflight
+    api_quota_reset_s: float = 3600.0  # after a 509, resume this long later (or POST /v1/resume)
+    # load shedding: over the high-water mark (queued URLs) for shed_after_s, the lowest
+    # priority URLs are deferred on disk until the queue drains below the low-water mark
+    shed_high_water: int = 1_000_000  # 0 = never shed
+    shed_low_water: int = 500_000
+    shed_after_s: float = 30.0
+    # direct fetches only (no proxy): hosts on one IP address share this many in-flight requests
+    ip_inflight_limit: int = 8  # 0 = no per-IP limit
+    dns_cache_s: float = 300.0
     # store
     warc_max_bytes: int = 100_000_000
+    # cluster
+    heartbeat_interval_s: float = 0.5
+    heartbeat_timeout_s: float = 0.5
+    suspect_after_s: float = 1.0
+    down_after_s: float = 2.5  # a dead or hung peer is routed around within ~3 s
+    # A (re)starting member waits this long before leasing, so it first hears its peers and
+    # receives what a successor fetched for it while it was away (else it fetches it again).
+    startup_grace_s: float = 3.0
+    max_hops: int = 3  # times a URL may be forwarded on by a node that disagrees on its owner
+    outbox_capacity: int = 50_000  # URLs owed to one peer before the parse stage must wait
+    forward_batch: int = 500
+    forward_linger_s: float = 0.05  # wait this long for a batch to fill before sending
+    ring_vnodes: int = 160
+    ring_key_by: str = "host"  # or "domain": one registrable domain per arc
+    handoff_on_exit: bool = False  # on SIGTERM, drain the queue to the successors first
     # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
     parse_delay_s: float = 0.0
 
@@ -95,6 +134,17 @@ class Settings:
             problems.append("lease_timeout_s must be larger than fetch_timeout_s")
         if self.parse_workers < 0 or self.retry_budget < 0 or self.parse_delay_s < 0:
             problems.append("parse_workers, retry_budget and parse_delay_s must be >= 0")
+        if not 0 < self.suspect_after_s < self.down_after_s:
+            problems.append("need 0 < suspect_after_s < down_after_s")
+        if self.heartbeat_interval_s <= 0 or self.heartbeat_timeout_s <= 0:
+            problems.append("heartbeat_interval_s and heartbeat_timeout_s must be > 0")
+        if self.ring_key_by not in ("host", "domain"):
+            problems.append(f"ring_key_by must be 'host' or 'domain', got {self.ring_key_by!r}")
+        for name in ("outbox_capacity", "forward_batch", "ring_vnodes"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.max_hops < 0:
+            problems.append("max_hops must be >= 0")
         if self.max_depth is not None and self.max_depth < 0:
             problems.append("max_depth must be >= 0")
         if self.proxy is not None:

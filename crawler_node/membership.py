@@ -1,0 +1,165 @@
+"""Who is in the cluster and who is alive: a pure state machine fed with evidence.
+
+Evidence is active (heartbeat answered or not) and passive (a forward that failed or timed
+out). A peer is ``alive`` while it answered recently, ``suspect`` after ``suspect_after_s``
+without an answer (still routed to: a hiccup must not move a whole arc), and ``down`` after
+``down_after_s`` (its arc goes to the next live node clockwise until it answers again).
+Hung peers (SIGSTOP: port open, no answers) and dead ones (SIGKILL) look the same here: no
+answer within the heartbeat timeout.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class PeerState(enum.Enum):
+    ALIVE = "alive"
+    SUSPECT = "suspect"
+    DOWN = "down"
+
+
+@dataclass(slots=True)
+class Member:
+    node_id: str
+    url: str
+    last_ok: float
+    last_failure: float = 0.0
+    failures: int = 0  # consecutive
+    state: PeerState = PeerState.ALIVE
+    is_self: bool = False
+    left: bool = False  # said goodbye (--handoff-on-exit): down at once, no waiting
+
+
+class Membership:
+    def __init__(self, self_id: str, self_url: str, peers: dict[str, str], *, now: float,
+                 suspect_after_s: float = 1.0, down_after_s: float = 2.5) -> None:
+        if not 0 < suspect_after_s < down_after_s:
+            raise ValueError("need 0 < suspect_after_s < down_after_s")
+        self.self_id = self_id
+        self.suspect_after_s = suspect_after_s
+        self.down_after_s = down_after_s
+        self._members: dict[str, Member] = {}
+        self.version = 0  # bumped on every change that can move ring ownership
+        for node_id, url in peers.items():
+            if node_id != self_id:
+                self._members[node_id] = Member(node_id, url.rstrip("/"), last_ok=now)
+        self._members[self_id] = Member(self_id, self_url.rstrip("/"), last_ok=now, is_self=True)
+
+    # ---------------------------------------------------------------- queries
+    def __contains__(self, node_id: str) -> bool:
+        return node_id in self._members
+
+    def get(self, node_id: str) -> Member | None:
+        return self._members.get(node_id)
+
+    def members(self) -> list[Member]:
+        return sorted(self._members.values(), key=lambda m: m.node_id)
+
+    def ids(self) -> list[str]:
+        return sorted(self._members)
+
+    def peers(self) -> list[Member]:
+        return [m for m in self.members() if not m.is_self]
+
+    def live_ids(self) -> set[str]:
+        """Members that own their arc right now (alive or suspect)."""
+        return {m.node_id for m in self._members.values() if m.state is not PeerState.DOWN}
+
+    def url_of(self, node_id: str) -> str:
+        return self._members[node_id].url
+
+    # ---------------------------------------------------------------- evidence
+    def observe_ok(self, node_id: str, now: float) -> bool:
+        """A heartbeat or forward succeeded; returns True if this changed the live set."""
+        member = self._members.get(node_id)
+        if member is None or member.is_self:
+            return False
+        member.last_ok = now
+        member.failures = 0
+        member.left = False
+        return self._set_state(member, PeerState.ALIVE)
+
+    def observe_failure(self, node_id: str, now: float) -> bool:
+        member = self._members.get(node_id)
+        if member is None or member.is_self:
+            return False
+        member.last_failure = now
+        member.failures += 1
+        return self._update(member, now)
+
+    def observe_leave(self, node_id: str, now: float) -> bool:
+        member = self._members.get(node_id)
+        if member is None or member.is_self:
+            return False
+        member.left = True
+        return self._set_state(member, PeerState.DOWN)
+
+    def tick(self, now: float) -> bool:
+        """Re-derive states from elapsed time; True if the live set changed."""
+        changed = False
+        for member in self._members.values():
+            if not member.is_self:
+                changed |= self._update(member, now)
+        return changed
+
+    def add(self, node_id: str, url: str, now: float) -> bool:
+        """A member learnt through join or from a peer's view; True if it is new or moved."""
+        url = url.rstrip("/")
+        member = self._members.get(node_id)
+        if member is not None:
+            if member.url == url or member.is_self:
+                return False
+            member.url = url
+            return True
+        self._members[node_id] = Member(node_id, url, last_ok=now)
+        self.version += 1
+        return True
+
+    def merge(self, view: Iterable[dict], now: float) -> list[str]:
+        """Learn members from a peer's view (anti-entropy); returns the ids that were new."""
+        new = []
+        for item in view:
+            node_id, url = item.get("id"), item.get("url")
+            if isinstance(node_id, str) and isinstance(url, str) and node_id not in self._members:
+                self.add(node_id, url, now)
+                new.append(node_id)
+        return new
+
+    def reset_clocks(self, now: float) -> None:
+        for member in self._members.values():
+            member.last_ok = max(member.last_ok, now)
+
+    def set_self_leaving(self) -> None:
+        me = self._members[self.self_id]
+        me.left = True
+        me.state = PeerState.DOWN
+        self.version += 1
+
+    def view(self) -> list[dict]:
+        return [{"id": m.node_id, "url": m.url, "state": m.state.value} for m in self.members()]
+
+    # ---------------------------------------------------------------- internals
+    def _update(self, member: Member, now: float) -> bool:
+        if member.left:
+            return self._set_state(member, PeerState.DOWN)
+        silent = now - member.last_ok
+        if silent >= self.down_after_s:
+            state = PeerState.DOWN
+        elif silent >= self.suspect_after_s:
+            state = PeerState.SUSPECT
+        else:
+            state = PeerState.ALIVE
+        return self._set_state(member, state)
+
+    def _set_state(self, member: Member, state: PeerState) -> bool:
+        if member.state is state:
+            return False
+        was_live = member.state is not PeerState.DOWN
+        member.state = state
+        if was_live != (state is not PeerState.DOWN):
+            self.version += 1
+            return True
+        return False

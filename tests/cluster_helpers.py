@@ -1,0 +1,65 @@
+"""Helpers for cluster tests: several real nodes on distinct loopback addresses."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+from crawler_node.node_process import NodeProcess, free_port
+
+from conftest import read_crawl_log
+
+FAST_CLUSTER = ["--heartbeat-interval-s", "0.3", "--startup-grace-s", "2.5", "--retry-base-s", "0.1"]
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def plan(ids: list[str], first_ip: int = 2) -> dict[str, tuple[str, int]]:
+    """node id -> (loopback address, free port): 127.0.0.2, .3, ..."""
+    addresses = {}
+    for offset, node_id in enumerate(ids):
+        host = f"127.0.0.{first_ip + offset}"
+        addresses[node_id] = (host, free_port(host))
+    return addresses
+
+
+def peers_of(addresses: dict[str, tuple[str, int]]) -> dict[str, str]:
+    return {node_id: f"http://{host}:{port}" for node_id, (host, port) in addresses.items()}
+
+
+def get_json(url: str, timeout: float = 5.0) -> dict:
+    with _OPENER.open(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def owner_of(node: NodeProcess, host: str) -> str:
+    return get_json(f"{node.url}/v1/ring?host={host}")["owner"]
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def logged_urls(nodes: list[NodeProcess]) -> dict[str, list[dict]]:
+    return {node.node_id: read_crawl_log(node.data_dir) for node in nodes}
+
+
+def covered(nodes: list[NodeProcess], expected: set[str]) -> bool:
+    seen = set()
+    for data_dir in {node.data_dir for node in nodes}:
+        seen.update(line["url"] for line in read_crawl_log(Path(data_dir)))
+    return expected <= seen
+
+
+def cluster_idle(node: NodeProcess) -> bool:
+    try:
+        return node.status()["idle"] is True
+    except Exception:  # noqa: BLE001 - a node may be restarting
+        return False

@@ -1,0 +1,161 @@
+"""Three and four real nodes on loopback addresses: partitioning, failover, handback, join."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from cluster_helpers import FAST_CLUSTER, cluster_idle, covered, get_json, logged_urls, owner_of, peers_of, plan, wait_until
+from conftest import read_crawl_log, roots
+
+HOSTS, PAGES = 30, 40
+SECRET = "s3cret-token"
+SMALL_PIPELINE = ["--host-limit-ceiling", "4", "--global-inflight", "24", "--parse-queue", "8", "--store-queue", "32"]
+
+
+def start_cluster(start_node, web, ids, *, extra=(), seeds_to=None, secret=SECRET):
+    addresses = plan(ids)
+    peers = peers_of(addresses)
+    nodes = {}
+    for node_id in ids:
+        host, port = addresses[node_id]
+        nodes[node_id] = start_node(
+            node_id, host=host, port=port, proxy=web.url, peers=peers, wait=False,
+            seeds=roots(HOSTS) if node_id == seeds_to else (),
+            extra_args=[*FAST_CLUSTER, "--secret", secret, *extra],
+        )
+    for node in nodes.values():
+        node.wait_healthy(30)
+    return nodes, peers
+
+
+def test_three_nodes_partition_the_crawl_by_host(start_testweb, start_node):
+    web = start_testweb(hosts=HOSTS, pages=PAGES, seed=21, profile={"site-*.test": {"latency_ms": 5}})
+    expected = set(web.expected())
+    nodes, _ = start_cluster(start_node, web, ["a", "b", "c"], seeds_to="a")
+    wait_until(lambda: cluster_idle(nodes["b"]), 180, "cluster idle")
+    logs = logged_urls(list(nodes.values()))
+    assert {line["url"] for lines in logs.values() for line in lines} == expected
+    owners = {}
+    for node_id, lines in logs.items():
+        for host in {line["host"] for line in lines}:
+            owners.setdefault(host, owner_of(nodes["c"], host))
+            assert owners[host] == node_id, f"{node_id} fetched {host}, owned by {owners[host]}"
+    assert all(lines for lines in logs.values()), "every node crawled its share"
+    counts = web.stats()["urls"]
+    assert {u: n for u, n in counts.items() if n > 1 and not u.endswith("robots.txt")} == {}
+    status = get_json(f"{nodes['a'].url}/v1/status")
+    assert status["idle"] is True and {m["id"] for m in status["members"]} == {"a", "b", "c"}
+    assert status["cluster"]["counters"]["forwarded"] > 0
+
+
+def test_peer_endpoints_require_the_cluster_token(start_testweb, start_node):
+    import http.client
+    import json
+
+    web = start_testweb(hosts=2, pages=5)
+    nodes, _ = start_cluster(start_node, web, ["a", "b"])
+    node = nodes["a"]
+    for method, path, body in (("POST", "/v1/urls", {"urls": ["http://site-0.test/"]}),
+                               ("GET", "/v1/members", None), ("POST", "/v1/join", {"id": "x", "url": "http://127.0.0.9:1"})):
+        conn = http.client.HTTPConnection(node.host, node.port, timeout=10)
+        conn.request(method, path, body=json.dumps(body) if body else None,
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 401, path
+        conn.close()
+    assert node.status()["counters"]["submitted"] == 0
+    conn = http.client.HTTPConnection(node.host, node.port, timeout=10)
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().status == 200
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, start_node, how):
+    # A SIGKILL loses what the victim had fetched but not yet stored: bounded by its in-flight
+    # limit and queue bounds (sized here as a latency-conscious operator would), so the crawl
+    # is large enough for 2% to mean something.
+    web = start_testweb(hosts=HOSTS, pages=100, seed=22, profile={"site-*.test": {"latency_ms": 60}})
+    expected = set(web.expected())
+    ids = ["a", "b", "c"]
+    nodes, peers = start_cluster(start_node, web, ids, seeds_to="a", extra=SMALL_PIPELINE)
+    victim = nodes["b"]
+    wait_until(lambda: sum(len(read_crawl_log(n.data_dir)) for n in nodes.values()) >= len(expected) // 3,
+               120, "a third of the crawl")
+    lost_at = time.monotonic()
+    if how == "kill":
+        victim.kill()
+    else:
+        victim.signal(signal.SIGSTOP)
+
+    def b_is_down():
+        members = {m["id"]: m["state"] for m in get_json(f"{nodes['a'].url}/v1/status?scope=local")["members"]}
+        return members["b"] == "down"
+
+    wait_until(b_is_down, 10, "b detected down")
+    detected_in = time.monotonic() - lost_at
+    assert detected_in < 3.0 + 0.5, f"detection took {detected_in:.1f}s"
+    # its hosts are crawled by the successors meanwhile
+    b_hosts = {f"site-{i}.test" for i in range(HOSTS) if owner_of(nodes["a"], f"site-{i}.test") == "b"}
+    assert b_hosts
+    wait_until(lambda: any(line["host"] in b_hosts and line["fetched_at"] > "" for n in (nodes["a"], nodes["c"])
+                           for line in read_crawl_log(n.data_dir)), 30, "takeover fetches")
+    if how == "kill":
+        back = start_node("b", host=victim.host, port=victim.port, proxy=web.url, peers=peers,
+                          data_dir=victim.data_dir,
+                          extra_args=[*FAST_CLUSTER, "--secret", SECRET, *SMALL_PIPELINE])
+    else:
+        victim.signal(signal.SIGCONT)
+        back = victim
+    wait_until(lambda: cluster_idle(nodes["a"]), 180, "cluster idle after b returned")
+    everyone = [nodes["a"], nodes["c"], back]
+    assert covered(everyone, expected)
+    members = {m["id"]: m["state"] for m in get_json(f"{nodes['a'].url}/v1/status?scope=local")["members"]}
+    assert members["b"] == "alive"
+    handed = sum(get_json(f"{n.url}/v1/status?scope=local")["cluster"]["counters"]["handed_off"] for n in everyone)
+    assert handed > 0, "the takeover node handed b's hosts back"
+    # after the return, b's hosts are b's again
+    late = [line for line in read_crawl_log(back.data_dir)]
+    assert any(line["host"] in b_hosts for line in late)
+    counts = web.stats()["urls"]
+    duplicates = sum(n - 1 for u, n in counts.items() if n > 1 and not u.endswith("robots.txt"))
+    assert duplicates <= 0.02 * len(expected), f"{duplicates} duplicate fetches"
+
+
+def test_a_joining_node_takes_only_its_new_arc(start_testweb, start_node):
+    from crawler_node.ring import Ring
+
+    web = start_testweb(hosts=HOSTS, pages=PAGES, seed=23, profile={"site-*.test": {"latency_ms": 40}})
+    expected = set(web.expected())
+    addresses = plan(["a", "b", "c", "d"])
+    peers = peers_of(addresses)
+    three = {k: v for k, v in peers.items() if k != "d"}
+    nodes = {}
+    for node_id in ("a", "b", "c"):
+        host, port = addresses[node_id]
+        nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=three, wait=False,
+                                    seeds=roots(HOSTS) if node_id == "a" else (),
+                                    extra_args=[*FAST_CLUSTER, "--secret", SECRET])
+    for node in nodes.values():
+        node.wait_healthy(30)
+    wait_until(lambda: sum(len(read_crawl_log(n.data_dir)) for n in nodes.values()) >= len(expected) // 4,
+               120, "a quarter of the crawl")
+    host, port = addresses["d"]
+    nodes["d"] = start_node("d", host=host, port=port, proxy=web.url, peers={"a": peers["a"]},
+                            extra_args=[*FAST_CLUSTER, "--secret", SECRET])
+    wait_until(lambda: cluster_idle(nodes["a"]), 180, "cluster idle after the join")
+    assert covered(list(nodes.values()), expected)
+    before, after = Ring(["a", "b", "c"]), Ring(["a", "b", "c", "d"])
+    hosts = [f"site-{i}.test" for i in range(HOSTS)]
+    predicted = {h for h in hosts if before.owner(h) != after.owner(h)}
+    assert all(after.owner(h) == "d" for h in predicted), "only moves to the joiner"
+    d_hosts = {line["host"] for line in read_crawl_log(nodes["d"].data_dir)}
+    assert d_hosts <= predicted, f"d fetched hosts outside its arc: {d_hosts - predicted}"
+    for node_id in ("a", "b", "c"):
+        for line in read_crawl_log(nodes[node_id].data_dir):
+            assert before.owner(line["host"]) == node_id
+    counts = web.stats()["urls"]
+    assert {u: n for u, n in counts.items() if n > 1 and not u.endswith("robots.txt")} == {}
