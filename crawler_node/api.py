@@ -157,8 +157,11 @@ async def get_status(request: web.Request) -> web.Response:
             member.update(_member_summary(status))
         else:
             member.update(_member_summary(peers.get(member["id"])))
+    # A member that left (--handoff-on-exit) handed its queue on; any other silent member may
+    # still hold work, so the cluster is not idle while it is unreachable.
     status["idle"] = status["node_idle"] and all(
-        member["state"] == "alive" and member.get("idle") is True for member in status["members"])
+        (member["left"] and not member["self"]) or (member["state"] == "alive" and member.get("idle") is True)
+        for member in status["members"])
     return web.json_response(status)
 
 

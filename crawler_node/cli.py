@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--hosts", type=int, default=20)
     demo.add_argument("--pages", type=int, default=50)
     demo.add_argument("--seed", type=int, default=1)
-    demo.add_argument("--nodes", type=int, default=1, help="number of nodes")
+    demo.add_argument("--nodes", type=int, default=3, help="number of nodes (on 127.0.0.2, .3, ...)")
     demo.add_argument("--data-dir", type=Path, help="keep the nodes' data here (default: a temporary directory)")
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     demo.set_defaults(handler=cmd_demo)

@@ -222,7 +222,8 @@ class Cluster:
     async def announce_leave(self) -> None:
         if self._session is None:
             return
-        await asyncio.gather(*(self._post_quietly(f"{m.url}/v1/leave", {"id": self.node_id})
+        body = {"id": self.node_id, "url": self.settings.advertise_url}
+        await asyncio.gather(*(self._post_quietly(f"{m.url}/v1/leave", body)
                                for m in self.membership.peers() if m.state is not PeerState.DOWN))
 
     async def _post_quietly(self, url: str, body: dict) -> None:
@@ -424,7 +425,7 @@ class Cluster:
     # ---------------------------------------------------------------- views
     def members_status(self) -> list[dict]:
         shares = self._ring.arc_shares()
-        return [{"id": m.node_id, "url": m.url, "state": m.state.value, "self": m.is_self,
+        return [{"id": m.node_id, "url": m.url, "state": m.state.value, "self": m.is_self, "left": m.left,
                  "arc_share": round(shares.get(m.node_id, 0.0), 4),
                  "outbox": self.outbox_counts.get(m.node_id, 0)} for m in self.membership.members()]
 

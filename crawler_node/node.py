@@ -262,6 +262,8 @@ class Node:
         """--handoff-on-exit: this node leaves the ring, its queue drains to the successors
         through the acknowledged outboxes, then it says goodbye."""
         log.info("leaving the cluster: handing the queue to the successors")
+        # Goodbye first, so the others stop routing this node's hosts here while it drains.
+        await self.cluster.announce_leave()
         self.cluster.membership.set_self_leaving()
         self.cluster.request_sweep()
         self._membership_changed()

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 def format_status(status: dict) -> str:
     counters = status["counters"]
+    cluster_idle = status["idle"]
+    own_idle = status.get("node_idle", cluster_idle)
     lines = [
-        f"node {status['node_id']} ({status.get('url', '')}) — {'idle' if status['idle'] else 'crawling'}",
+        f"node {status['node_id']} ({status.get('url', '')}) — {'idle' if own_idle else 'crawling'}"
+        + (f"; cluster {'idle' if cluster_idle else 'busy'}" if "node_idle" in status else ""),
         f"  fetched {counters['fetched']}  done {counters['pages_done']}  failed {counters['failed']}  "
         f"retries {counters['retries']} (ratio {counters['retry_ratio']})  "
         f"{status['rates']['fetched_per_s']} fetches/s",
-        "  members:",
+        "  members (state / arc share / idle / fetched / fetches/s / frontier / in flight / outbox):",
     ]
     for member in status.get("members", []):
-        share = member.get("arc_share")
-        share_text = f"  arc {share:.1%}" if isinstance(share, (int, float)) else ""
-        lines.append(f"    {member['id']:<12} {member['state']:<8} {member['url']}{share_text}")
+        queues = member.get("queues", {})
+        idle = member.get("idle")
+        lines.append(
+            f"    {member['id']:<10} {member['state']:<8} {member.get('arc_share', 1.0):>6.1%} "
+            f"{'-' if idle is None else ('idle' if idle else 'busy'):>5} {member.get('fetched', '-'):>8} "
+            f"{member.get('fetched_per_s', '-'):>8} {queues.get('frontier', '-'):>8} {queues.get('fetch', '-'):>5} "
+            f"{member.get('outbox_total', member.get('outbox', '-')):>7}  {member['url']}")
     lines.append("  queues (depth / oldest age s / blocked enqueues):")
     for stage, queue in status["queues"].items():
         lines.append(f"    {stage:<9} {queue.get('depth', 0):>8} {queue.get('oldest_age_s', 0):>8} "
