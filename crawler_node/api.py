@@ -108,6 +108,10 @@ async def post_urls(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     if not authorised(request, node.settings.secret):
         return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+    if node.cluster.leaving_done:
+        # Drained and about to exit: anything taken now would be stranded on this disk.
+        return web.json_response({"error": "leaving", "message": "this node is leaving the cluster"},
+                                 status=503, headers={"Retry-After": "1"})
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         return error(413, "too_large", f"body of {request.content_length} bytes exceeds {MAX_BODY_BYTES}")
     try:
@@ -196,7 +200,8 @@ async def get_members(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     if not authorised(request, node.settings.secret):
         return error(401, "unauthorised", "this cluster requires its token")
-    return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view()})
+    return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
+                              "leaving": node.cluster.leaving})
 
 
 async def _member_body(request: web.Request) -> tuple[str, str]:

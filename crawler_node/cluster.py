@@ -67,6 +67,8 @@ class Cluster:
             "handed_off": 0, "rerouted": 0, "received_forwarded_on": 0, "hop_limit_kept": 0,
         }
         self.started_at = clock()
+        self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
+        self.leaving_done = False  # drained: refuse new URLs
         self.events: list[dict] = []  # membership changes, newest last (bounded)
 
     # ---------------------------------------------------------------- routing (pure)
@@ -248,12 +250,18 @@ class Cluster:
             async with self._session.get(f"{url}/v1/members", timeout=timeout) as response:
                 if response.status != 200:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
-                view = (await response.json())["members"]
+                answer = await response.json()
+                view = answer["members"]
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
             if self.membership.observe_failure(node_id, self._clock()):
                 self._changed(f"{node_id} is down")
             return
         now = self._clock()
+        if answer.get("leaving"):
+            # Still answering while it drains, but its arc is already its successors'.
+            if self.membership.observe_leave(node_id, now):
+                self._changed(f"{node_id} is leaving")
+            return
         if self.membership.observe_ok(node_id, now):
             self._changed(f"{node_id} is alive")
         new = self.membership.merge(view, now)

@@ -263,6 +263,7 @@ class Node:
         through the acknowledged outboxes, then it says goodbye."""
         log.info("leaving the cluster: handing the queue to the successors")
         # Goodbye first, so the others stop routing this node's hosts here while it drains.
+        self.cluster.leaving = True
         await self.cluster.announce_leave()
         self.cluster.membership.set_self_leaving()
         self.cluster.request_sweep()
@@ -277,7 +278,11 @@ class Node:
                 moved = await self.cluster.sweep()
                 totals = await self.frontier_totals()
                 if not moved and totals["queued"] == 0 and self.cluster.outbox_total() == 0:
-                    break
+                    self.cluster.leaving_done = True
+                    # one more round: what arrived while the API was still open
+                    if await self.cluster.sweep() == 0 and self.cluster.outbox_total() == 0:
+                        break
+        self.cluster.leaving_done = True
         await self.cluster.announce_leave()
 
     # ----------------------------------------------------------------- inbound
