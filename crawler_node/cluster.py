@@ -262,7 +262,7 @@ class Cluster:
             if self.membership.observe_leave(node_id, now):
                 self._changed(f"{node_id} is leaving")
             return
-        if self.membership.observe_ok(node_id, now):
+        if self.membership.observe_ok(node_id, now, returning=True):
             self._changed(f"{node_id} is alive")
         new = self.membership.merge(view, now)
         for peer in new:

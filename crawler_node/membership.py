@@ -72,13 +72,17 @@ class Membership:
         return self._members[node_id].url
 
     # ---------------------------------------------------------------- evidence
-    def observe_ok(self, node_id: str, now: float) -> bool:
-        """A heartbeat or forward succeeded; returns True if this changed the live set."""
+    def observe_ok(self, node_id: str, now: float, *, returning: bool = False) -> bool:
+        """A heartbeat or forward succeeded; returns True if this changed the live set.
+        A member that left stays down on mere answers (it answers while it drains) until a
+        heartbeat says it is back (``returning``: it no longer reports itself leaving)."""
         member = self._members.get(node_id)
         if member is None or member.is_self:
             return False
         member.last_ok = now
         member.failures = 0
+        if member.left and not returning:
+            return False
         member.left = False
         return self._set_state(member, PeerState.ALIVE)
 

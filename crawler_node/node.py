@@ -145,6 +145,7 @@ class Node:
         self._inbound_pending = 0
         self._refill_wanted: dict[str, HostState] = {}
         self._hold_until = 0.0
+        self._resync_needed = asyncio.Event()
         self._returned_now: list[int] = []  # leases of hosts handed away, to give back now
         self._refill_event = asyncio.Event()
         self._busy_parsers = 0
@@ -192,6 +193,7 @@ class Node:
             self._spawn(self._parse_loop(), f"parser-{index}")
         self._spawn(self._store_loop(), "store-worker")
         self._spawn(self._lease_expiry_loop(), "lease-expiry")
+        self._spawn(self._resync_loop(), "host-resync")
         if s.seeds:
             result = await self.submit(s.seeds, priority=SEED_PRIORITY)
             log.info("seeds: %d accepted, %d already known", len(result.accepted), result.duplicates)
@@ -449,7 +451,30 @@ class Node:
             if not self.cluster.serves(state.host):
                 self._release_host(state)
                 self.scheduler.settle(state, now)
+        self._resync_needed.set()
         self._work.set()
+
+    async def _resync_loop(self) -> None:
+        """Re-read per-host queue counts from the frontier. The scheduler's counts are
+        estimates kept in step with what passes through it; rows can reappear behind its back
+        (a host given back to this node after a member left, expired leases), and a host
+        whose count says zero would never be looked at again."""
+        while True:
+            try:
+                await asyncio.wait_for(self._resync_needed.wait(), timeout=5.0)
+            except TimeoutError:
+                pass
+            self._resync_needed.clear()
+            records = await self._frontier_thread.call(lambda: list(self.frontier.hosts_with_work()))
+            now = self._clock()
+            for record in records:
+                if not self.cluster.serves(record.host):
+                    continue
+                state = self.scheduler.host(record.host)
+                missing = record.queued - state.queued
+                if missing > 0 and not state.refilling:
+                    self.scheduler.add_work(record.host, missing, now)
+                    self._work.set()
 
     def _request_refill(self, state: HostState) -> None:
         if not state.refilling and state.queued > 0:
@@ -468,6 +493,7 @@ class Node:
                 returned, self._returned_now = self._returned_now, []
                 await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=returned))
                 self.cluster.request_sweep()
+                self._resync_needed.set()
             wanted = list(self._refill_wanted.values())[:REFILL_HOSTS]
             for state in wanted:
                 del self._refill_wanted[state.host]
@@ -740,12 +766,7 @@ class Node:
             if expired:
                 log.warning("%d leases expired and went back to their queues", expired)
                 self.counters["leases_expired"] += expired
-                for state in self.scheduler:
-                    if not state.buffer and not state.limiter.in_flight:
-                        # counts are corrected on the next lease of the host
-                        state.queued += 1
-                        self.scheduler.settle(state, self._clock())
-                self._work.set()
+                self._resync_needed.set()
 
     # ----------------------------------------------------------------- status
     async def frontier_totals(self) -> dict:

@@ -117,8 +117,11 @@ def test_observe_leave_is_down_at_once_and_stays_down_until_ok():
     assert m.tick(T0 + 0.2) is False
     assert state(m, "b") is PeerState.DOWN
     assert m.observe_leave("b", T0 + 0.3) is False and m.version == 1  # already down
-    # only an answer brings it back
-    assert m.observe_ok("b", T0 + 0.4) is True
+    # a member that left still answers while it drains: a mere answer does not revive it
+    assert m.observe_ok("b", T0 + 0.35) is False
+    assert state(m, "b") is PeerState.DOWN and m.get("b").left
+    # only a heartbeat saying it is back (no longer leaving) does
+    assert m.observe_ok("b", T0 + 0.4, returning=True) is True
     assert state(m, "b") is PeerState.ALIVE and not m.get("b").left and m.version == 2
 
 
