@@ -241,6 +241,15 @@ async def post_leave(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+async def post_resume(request: web.Request) -> web.Response:
+    """Resume fetching through the API after a quota pause, before its reset time."""
+    node = request.app[NODE_KEY]
+    if not authorised(request, node.settings.secret):
+        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+    resumed = node.resume_api()
+    return web.json_response({"resumed": resumed, "api": (await node.status())["api"]})
+
+
 async def get_metrics(request: web.Request) -> web.Response:
     body = await request.app[METRICS_KEY].render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -260,6 +269,7 @@ def make_app(node: Node) -> web.Application:
     app[NODE_KEY] = node
     app[METRICS_KEY] = NodeMetrics(node)
     app.router.add_post("/v1/urls", post_urls)
+    app.router.add_post("/v1/resume", post_resume)
     app.router.add_get("/v1/status", get_status)
     app.router.add_get("/v1/ring", get_ring)
     app.router.add_get("/v1/members", get_members)

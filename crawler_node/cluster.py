@@ -320,7 +320,7 @@ class Cluster:
             self._ensure_sender(target)
             if target in self._wake:
                 self._wake[target].set()
-        self._on_taken(result.accepted)
+        self._on_taken(result.queued)
         await self._signal_space()
 
     async def _send_batch(self, peer: str, url: str) -> float:

@@ -41,6 +41,7 @@ class FetchResult:
     error_detail: str | None = None
     started_at: float = 0.0  # wall clock
     elapsed_s: float = 0.0
+    headers_s: float | None = None  # time to the response headers: the server's latency
     remote_addr: str | None = None
     truncated: bool = False
 
@@ -152,6 +153,7 @@ class Fetcher:
             return result
         try:
             async with self._session.get(url, proxy=self._proxy, allow_redirects=False) as response:
+                result.headers_s = time.monotonic() - started
                 result.status = response.status
                 result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
                 result.request_headers = list(response.request_info.headers.items())

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crawler_node.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
+
 FRONTIER_FILENAME = "frontier.sqlite3"
 
 # Row states. They appear as literals in the SQL below because SQLite only uses a partial
@@ -31,6 +33,7 @@ QUEUED = 0
 LEASED = 1
 DONE = 2
 FAILED = 3
+DEFERRED = 4  # parked by load shedding: in the seen-set, not leased, restored later
 
 # Negative = KiB: bounds the page cache (~8 MB) whatever the size of the database.
 CACHE_SIZE_KIB = -8000
@@ -63,6 +66,8 @@ CREATE INDEX IF NOT EXISTS urls_ready ON urls(host, priority DESC, id, not_befor
 CREATE INDEX IF NOT EXISTS urls_leased ON urls(lease_expires) WHERE state = 1;
 -- Makes the oldest queued age a single index probe instead of a scan.
 CREATE INDEX IF NOT EXISTS urls_age ON urls(enqueued_at) WHERE state = 0;
+-- Deferred rows come back per host, highest priority first; only deferred rows pay for this.
+CREATE INDEX IF NOT EXISTS urls_deferred ON urls(host, priority DESC, id) WHERE state = 4;
 CREATE TABLE IF NOT EXISTS hosts (
     host TEXT PRIMARY KEY,
     next_eligible REAL NOT NULL
@@ -94,6 +99,22 @@ _INSERT_SQL = (
     " (url, host, depth, priority, hops, state, attempts, not_before, enqueued_at)"
     " VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?) ON CONFLICT(url) DO NOTHING"
 )
+_INSERT_DEFERRED_SQL = _INSERT_SQL.replace("?, ?, 0, 0, ?, ?)", "?, ?, 4, 0, ?, ?)")
+# Load shedding: the lowest priority first, and among equals the newest (the deepest links
+# of the latest pages) first. Seeds are protected by the caller's priority bound.
+_DEFER_SQL = """
+UPDATE urls SET state = 4
+WHERE id IN (
+    SELECT id FROM urls WHERE state = 0 AND priority < ?
+    ORDER BY priority ASC, id DESC
+    LIMIT ?
+)
+RETURNING host, priority
+"""
+_RESTORE_SQL = """
+UPDATE urls SET state = 0
+WHERE id IN (SELECT id FROM urls WHERE host = ? AND state = 4 ORDER BY priority DESC, id LIMIT ?)
+"""
 _LEASE_SQL = """
 UPDATE urls SET state = 1, attempts = attempts + 1, lease_expires = ?
 WHERE id IN (
@@ -146,12 +167,22 @@ class HostQueue:
     next_eligible: float = 0.0
     done: int = 0
     failed: int = 0
+    deferred: int = 0
 
 
 @dataclass(slots=True)
 class AddResult:
-    accepted: list[UrlEntry]
+    accepted: list[UrlEntry]  # new to the seen-set: queued, or deferred by load shedding
     duplicates: int
+    deferred: list[UrlEntry] = field(default_factory=list)  # the accepted ones parked on arrival
+
+    @property
+    def queued(self) -> list[UrlEntry]:
+        """The accepted URLs that went into the queue (work for the scheduler now)."""
+        if not self.deferred:
+            return self.accepted
+        parked = {id(entry) for entry in self.deferred}
+        return [entry for entry in self.accepted if id(entry) not in parked]
 
 
 @dataclass(slots=True)
@@ -162,6 +193,9 @@ class FrontierBatch:
     failed: list[int] = field(default_factory=list)
     retry: list[tuple[int, float]] = field(default_factory=list)  # (lease id, not_before)
     returned: list[int] = field(default_factory=list)  # never attempted: attempt not counted
+    # refused before reaching the site (a fetch-through API's limit): back to the queue
+    # until not_before, the attempt not counted, so the retry budget is not spent on it
+    postponed: list[tuple[int, float]] = field(default_factory=list)
     add: list[UrlEntry] = field(default_factory=list)
     forward: list[tuple[str, UrlEntry]] = field(default_factory=list)  # (peer, url) to the outbox
     replicate: list[tuple[str, UrlEntry]] = field(default_factory=list)  # fetched here: tell the successor
@@ -169,7 +203,7 @@ class FrontierBatch:
     def __len__(self) -> int:
         return (
             len(self.done) + len(self.failed) + len(self.retry) + len(self.returned)
-            + len(self.add) + len(self.forward)
+            + len(self.postponed) + len(self.add) + len(self.forward)
         )
 
 
@@ -198,7 +232,10 @@ class Frontier:
         self._hosts: dict[str, HostQueue] = {}
         # Hosts with queued > 0, kept apart so the scheduler never scans idle hosts.
         self._hosts_with_work: dict[str, HostQueue] = {}
-        self._state_totals = [0, 0, 0, 0]  # indexed by state
+        self._state_totals = [0, 0, 0, 0, 0]  # indexed by state
+        # Load shedding: while set, new URLs at or below this priority are parked on arrival.
+        self._shed_cut: int | None = None
+        self.shed_counts: Counter[str] = Counter()  # deferrals by reason, and restores
         self._dirty_next_eligible: set[str] = set()
         self._outbox_counts: dict[str, int] = {}
         self._conn: sqlite3.Connection | None = self._open(path)
@@ -237,9 +274,9 @@ class Frontier:
     def _load_counts(self) -> None:
         """Rebuild every counter from the database (at open, and after a failed transaction)."""
         for record in self._hosts.values():
-            record.queued = record.leased = record.done = record.failed = 0
+            record.queued = record.leased = record.done = record.failed = record.deferred = 0
         self._hosts_with_work.clear()
-        self._state_totals = [0, 0, 0, 0]
+        self._state_totals = [0, 0, 0, 0, 0]
         # A full scan, but only at open: counters are then kept incrementally. Counted here
         # rather than with GROUP BY, whose sorter held ~60 MB at 1M rows; this holds O(hosts).
         counted = Counter(self._conn.execute("SELECT host, state FROM urls"))
@@ -262,21 +299,32 @@ class Frontier:
         # One statement per row, because executemany reports only a total rowcount and the
         # caller needs to know *which* URLs were new.
         replicated: list[UrlEntry] = []
+        deferred: list[UrlEntry] = []
+        cut = self._shed_cut
         for entry in entries:
             if self._has_replica and execute("SELECT 1 FROM replica WHERE url = ?", (entry.url,)).fetchone():
                 replicated.append(entry)
                 continue
+            park = cut is not None and entry.priority <= cut
             cursor = execute(
-                _INSERT_SQL,
+                _INSERT_DEFERRED_SQL if park else _INSERT_SQL,
                 (entry.url, entry.host, entry.depth, entry.priority, entry.hops, not_before, now),
             )
             if cursor.rowcount == 1:
                 accepted.append(entry)
+                if park:
+                    deferred.append(entry)
         for entry in accepted:
             self._count(self._host_record(entry.host), QUEUED, 1)
+        for entry in deferred:
+            record = self._host_record(entry.host)
+            self._count(record, QUEUED, -1)
+            self._count(record, DEFERRED, 1)
+        if deferred:
+            self.shed_counts[ARRIVED_WHILE_SHEDDING] += len(deferred)
         if replicated:
             self._mark_seen(replicated)
-        return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted))
+        return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted), deferred=deferred)
 
     def replica_add(self, urls: Sequence[str]) -> int:
         """Remember URLs a neighbour fetched (see the replica table)."""
@@ -349,7 +397,8 @@ class Frontier:
         Unknown ids are ignored.
         """
         retry_at = dict(batch.retry)
-        ids = [*batch.done, *batch.failed, *retry_at, *batch.returned]
+        postponed_to = dict(batch.postponed)
+        ids = [*batch.done, *batch.failed, *retry_at, *batch.returned, *postponed_to]
         with self._transaction():
             states = self._load_states(ids)
             finishable = (QUEUED, LEASED)
@@ -357,7 +406,13 @@ class Frontier:
             failed = self._transition(states, batch.failed, finishable, FAILED)
             retry = self._transition(states, retry_at, (LEASED,), QUEUED)
             returned = self._transition(states, batch.returned, (LEASED,), QUEUED)
+            postponed = self._transition(states, postponed_to, (LEASED,), QUEUED)
             executemany = self._conn.executemany
+            executemany(
+                "UPDATE urls SET state = 0, lease_expires = NULL, not_before = ?,"
+                " attempts = MAX(attempts - 1, 0) WHERE id = ?",
+                [(postponed_to[row_id], row_id) for row_id in postponed],
+            )
             executemany(
                 "UPDATE urls SET state = 2, lease_expires = NULL WHERE id = ?",
                 [(row_id,) for row_id in done],
@@ -433,12 +488,13 @@ class Frontier:
         return iter([_snapshot(record) for record in self._hosts_with_work.values()])
 
     def totals(self) -> dict[str, int | float]:
-        queued, leased, done, failed = self._state_totals
+        queued, leased, done, failed, deferred = self._state_totals
         return {
             "queued": queued,
             "leased": leased,
             "done": done,
             "failed": failed,
+            "deferred": deferred,
             "hosts": len(self._hosts),
             "hosts_with_work": len(self._hosts_with_work),
             "oldest_queued_age_s": self._oldest_queued_age_s(),
@@ -449,6 +505,59 @@ class Frontier:
         # waiting for its retry keeps ageing: it is still work not done.
         row = self._conn.execute("SELECT MIN(enqueued_at) FROM urls WHERE state = 0").fetchone()
         return 0.0 if row[0] is None else max(0.0, self._clock() - row[0])
+
+    # -- load shedding (see shedding.py for the policy) ------------------------------------
+
+    def defer_lowest(self, n: int, *, below_priority: int) -> Counter[str]:
+        """Park the ``n`` lowest-priority queued URLs (newest first among equals) whose
+        priority is below ``below_priority``; from now on, new URLs at or below the highest
+        priority parked are parked on arrival too. Returns the parked count per host."""
+        if n <= 0:
+            return Counter()
+        with self._transaction():
+            rows = self._conn.execute(_DEFER_SQL, (below_priority, n)).fetchall()
+            per_host = Counter(host for host, _ in rows)
+            for host, count in per_host.items():
+                record = self._host_record(host)
+                self._count(record, QUEUED, -count)
+                self._count(record, DEFERRED, count)
+        if rows:
+            highest = max(priority for _, priority in rows)
+            self._shed_cut = highest if self._shed_cut is None else max(self._shed_cut, highest)
+            self.shed_counts[QUEUE_OVER_HIGH_WATER] += len(rows)
+        return per_host
+
+    def stop_shedding(self) -> None:
+        """New URLs are queued again whatever their priority."""
+        self._shed_cut = None
+
+    @property
+    def shed_cut(self) -> int | None:
+        return self._shed_cut
+
+    def restore_deferred(self, n: int) -> Counter[str]:
+        """Queue about ``n`` deferred URLs again, an equal share from every host that has some
+        (each host's highest priority first): restored work spread over many hosts can be
+        fetched in parallel, work from one host only at that host's pace. Returns the count
+        per host."""
+        hosts = [record for record in self._hosts.values() if record.deferred]
+        if n <= 0 or not hosts:
+            return Counter()
+        share = -(-n // len(hosts))
+        per_host: Counter[str] = Counter()
+        with self._transaction():
+            left = n
+            for record in sorted(hosts, key=lambda r: -r.deferred):
+                count = self._conn.execute(_RESTORE_SQL, (record.host, min(share, left))).rowcount
+                if count:
+                    per_host[record.host] = count
+                    self._count(record, DEFERRED, -count)
+                    self._count(record, QUEUED, count)
+                    left -= count
+                if left <= 0:
+                    break
+        self.shed_counts["restored"] += sum(per_host.values())
+        return per_host
 
     # -- handing a host's queue to another node -------------------------------------------
 
@@ -540,7 +649,7 @@ class Frontier:
         with self._transaction():
             self._conn.executemany(
                 "INSERT INTO outbox (peer, url, host, depth, priority, hops, seen) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(peer, url, host, depth, priority, hops, int(state != QUEUED))
+                [(peer, url, host, depth, priority, hops, int(state not in (QUEUED, DEFERRED)))
                  for _, url, depth, priority, hops, state in rows],
             )
             self._conn.executemany("DELETE FROM urls WHERE id = ?", [(row[0],) for row in rows])
@@ -656,6 +765,8 @@ class Frontier:
             record.leased += delta
         elif state == DONE:
             record.done += delta
+        elif state == DEFERRED:
+            record.deferred += delta
         else:
             record.failed += delta
 
@@ -664,4 +775,4 @@ def _snapshot(record: HostQueue) -> HostQueue:
     # Spelled out: 7x faster than dataclasses.replace, and the node snapshots every host
     # with work each time it schedules.
     return HostQueue(record.host, record.queued, record.leased, record.next_eligible,
-                     record.done, record.failed)
+                     record.done, record.failed, record.deferred)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from crawler_node.backoff import RetryPolicy
+from crawler_node.admission import API_QUOTA, ApiGate, FetchAdmission, IpGates, Permit
+from crawler_node.backoff import HostBackoff, RetryPolicy
 from crawler_node.cluster import Cluster
 from crawler_node.fetch import ErrorKind, Fetcher, FetchResult
 from crawler_node.frontier import AddResult, Frontier, FrontierBatch, Lease, UrlEntry
@@ -34,7 +35,8 @@ from crawler_node.parse import parse_pages
 from crawler_node.robots import RobotsRules, RobotsVerdict, verdict_for_status
 from crawler_node.scheduler import HostScheduler, HostState, Robots
 from crawler_node.settings import Settings
-from crawler_node.signals import ApiSignal, Signal, classify
+from crawler_node.shedding import ShedPolicy
+from crawler_node.signals import ApiSignal, LatencyBaseline, Signal, classify
 from crawler_node.stages import StageQueue
 from crawler_node.store import FetchRecord, Store
 from crawler_node.urls import InvalidURL, Scope, host_of, normalize_url
@@ -43,6 +45,7 @@ log = logging.getLogger("crawler_node.node")
 
 SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
 PARSE_BATCH = 16  # pages per round trip to a parser process
+PARSE_BATCH_BYTES = 4_000_000  # ... unless they are big: then fewer
 REFILL_HOSTS = 256  # hosts per batched lease round trip
 
 
@@ -71,6 +74,7 @@ class PageResult:
     fetch: FetchResult | None  # None: decided without a request (robots.txt disallows it)
     signal: Signal | None
     retry_at: float | None = None  # set: back to the frontier, eligible then
+    postponed: bool = False  # with retry_at: refused before the site (API limit), budget kept
     final_failure: bool = False
     links: list[UrlEntry] = field(default_factory=list)
 
@@ -126,6 +130,7 @@ class Node:
         )
         self.parse_queue: StageQueue[PageResult] = StageQueue("parse", settings.parse_queue)
         self.store_queue: StageQueue[PageResult] = StageQueue("store", settings.store_queue)
+        self._init_flow_control(settings)
         self._frontier_thread = SyncWorker("frontier")
         self._store_thread = SyncWorker("store")
         self.cluster = Cluster(settings, frontier_thread=self._frontier_thread, frontier=lambda: self.frontier,
@@ -156,6 +161,30 @@ class Node:
         self.fatal_error: BaseException | None = None
 
     # ----------------------------------------------------------------- lifecycle
+    def _init_flow_control(self, s: Settings) -> None:
+        """The global gates of rule 5 (admission.py) and the shedding policy of rule 7."""
+        api = None
+        if s.proxy:
+            # Until the API says otherwise, assume it takes everything we send.
+            start = s.api_limit_start or s.global_inflight
+            api = ApiGate(limiter=AimdLimiter(start=start, floor=1, ceiling=s.global_inflight),
+                          quota_reset_s=s.api_quota_reset_s)
+        ip_gates = None
+        if not s.proxy and s.ip_inflight_limit:
+            # With a proxy we never learn the sites' addresses: no per-IP limit there.
+            ip_gates = IpGates(limit=s.ip_inflight_limit, cache_s=s.dns_cache_s, clock=time.monotonic)
+        self.admission = FetchAdmission(api=api, ip_gates=ip_gates)
+        self.admission.add_pressure_source("parse", lambda: self.parse_queue.qsize() >= self.parse_queue.maxsize)
+        self.admission.add_pressure_source("store", lambda: self.store_queue.qsize() >= self.store_queue.maxsize
+                                           or self.store_queue.oldest_age_s() > s.store_lag_s)
+        self.admission.add_pressure_source("memory", lambda: self.held_bytes > s.pipeline_max_bytes)
+        # A peer not taking URLs as fast as we find them: fetch less rather than pile up.
+        self.admission.add_pressure_source("outbox", lambda: self.cluster.outbox_full(self.cluster.outbox_counts))
+        self.held_bytes = 0  # response bodies on their way from fetch to store
+        self.shed_policy = ShedPolicy(high_water=s.shed_high_water, low_water=s.shed_low_water,
+                                      after_s=s.shed_after_s)
+        self._backoff_rng = random.Random()
+
     def _new_host_limiter(self) -> AimdLimiter:
         s = self.settings
         return AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor, ceiling=s.host_limit_ceiling)
@@ -194,6 +223,7 @@ class Node:
         self._spawn(self._store_loop(), "store-worker")
         self._spawn(self._lease_expiry_loop(), "lease-expiry")
         self._spawn(self._resync_loop(), "host-resync")
+        self._spawn(self._shed_loop(), "load-shedding")
         if s.seeds:
             result = await self.submit(s.seeds, priority=SEED_PRIORITY)
             log.info("seeds: %d accepted, %d already known", len(result.accepted), result.duplicates)
@@ -341,7 +371,7 @@ class Node:
             self._inbound_pending -= len(entries)
         if forward:
             self.cluster.note_outboxed(Counter(peer for peer, _ in forward))
-        self._note_added(result.accepted)
+        self._note_added(result.queued)
         self.counters["submitted"] += len(result.accepted)
         return result
 
@@ -395,6 +425,11 @@ class Node:
             if now < self._hold_until:
                 await asyncio.sleep(min(0.1, self._hold_until - now))
                 continue
+            blocked = self.admission.blocked(now)
+            if blocked is not None:
+                await self._wait_admission(blocked)
+                continue
+            # No await from here to the dispatch: what admission allowed still holds.
             state = self.scheduler.next_host(now)
             if state is not None:
                 return state
@@ -416,8 +451,8 @@ class Node:
                 return False
             if state.robots_state is Robots.UNKNOWN:
                 state.robots_state = Robots.FETCHING
-                ticket = state.limiter.acquire()
-                self._start_task(self._fetch_robots(state, ticket), f"robots:{state.host}")
+                permit = self.admission.acquire(state)
+                self._start_task(self._fetch_robots(state, permit), f"robots:{state.host}")
                 return True
             if not state.buffer:
                 self._request_refill(state)
@@ -427,9 +462,9 @@ class Node:
                 self.counters["robots_disallowed"] += 1
                 self._hand_to_store_nowait(PageResult(lease=lease, fetch=None, signal=None, final_failure=True))
                 return False
-            ticket = state.limiter.acquire()
+            permit = self.admission.acquire(state)
             state.next_eligible = now + state.crawl_delay
-            self._start_task(self._fetch_page(state, lease, ticket), f"fetch:{state.host}")
+            self._start_task(self._fetch_page(state, lease, permit), f"fetch:{state.host}")
             if len(state.buffer) < state.limiter.limit and state.queued > 0:
                 self._request_refill(state)
             return True
@@ -494,6 +529,7 @@ class Node:
                 await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=returned))
                 self.cluster.request_sweep()
                 self._resync_needed.set()
+            await self._hold_leasing()
             wanted = list(self._refill_wanted.values())[:REFILL_HOSTS]
             for state in wanted:
                 del self._refill_wanted[state.host]
@@ -545,16 +581,28 @@ class Node:
         self._spawn(self.store_queue.put(item), "store-put")
 
     # ----------------------------------------------------------------- fetch
-    async def _fetch_robots(self, state: HostState, ticket: int) -> None:
+    async def _fetch_robots(self, state: HostState, permit: Permit) -> None:
         url = f"http://{state.host}/robots.txt"
         try:
+            if self.admission.ip_gates is not None and state.ip_gate is None:
+                if not await self._bind_ip_gate(state, permit):
+                    return
             result = await self.fetcher.fetch(url, max_body_bytes=self.settings.robots_max_bytes)
         except asyncio.CancelledError:
             state.robots_state = Robots.UNKNOWN
-            state.limiter.release(ticket, Outcome.NEUTRAL)
+            self._release(state, permit, Outcome.NEUTRAL, None, self._clock())
             self.scheduler.on_release(state, self._clock())
             raise
         now = self._clock()
+        signal = self._classify(result, now)
+        if signal.api is not ApiSignal.NONE:
+            # The API refused it: robots.txt was never asked for. Ask again when it allows.
+            state.robots_state = Robots.UNKNOWN
+            self._release(state, permit, Outcome.NEUTRAL, signal, now)
+            self.counters[f"api_{signal.api.value}"] += 1
+            self.scheduler.delay(state, now + self._api_retry_delay(signal), now)
+            self.scheduler.on_release(state, now)
+            return
         self.counters["robots_fetched"] += 1
         if result.error == ErrorKind.NOT_ALLOWED:
             # The host itself may not be fetched; its pages will fail the same way, for good.
@@ -571,8 +619,7 @@ class Node:
         else:
             # RFC 9309: an unreachable robots.txt means "assume disallowed"; ask again later.
             state.robots_state = Robots.UNKNOWN
-        signal = classify(result, now=now, api_limit_header="X-Api-Limit")
-        state.limiter.release(ticket, signal.host)
+        self._release(state, permit, signal.host, signal, now)
         if state.robots_state is Robots.READY:
             state.crawl_delay = min(state.robots.crawl_delay() if state.robots else 0.0, self.settings.max_crawl_delay_s)
             self.scheduler.delay(state, now + state.crawl_delay, now)
@@ -580,46 +627,120 @@ class Node:
             self.scheduler.delay(state, now + (signal.retry_after_s or self.settings.robots_error_retry_s), now)
         self.scheduler.on_release(state, now)
 
-    async def _fetch_page(self, state: HostState, lease: Lease, ticket: int) -> None:
+    async def _fetch_page(self, state: HostState, lease: Lease, permit: Permit) -> None:
         try:
             result = await self.fetcher.fetch(lease.url)
         except asyncio.CancelledError:
-            state.limiter.release(ticket, Outcome.NEUTRAL)
+            self._release(state, permit, Outcome.NEUTRAL, None, self._clock())
             self._returned.append(lease.id)
             self.scheduler.on_release(state, self._clock())
             raise
         now = self._clock()
-        signal = classify(result, now=now)
-        state.limiter.release(ticket, signal.host)
+        signal = self._classify(result, now)
+        cuts_before = state.limiter.decreases
+        self._release(state, permit, self._host_outcome(state, signal, result), signal, now)
         if state.crawl_delay:
             # Crawl-delay counts from the end of the previous request, so a slow response never
             # lets two requests overlap or arrive closer together than the site asked for.
             self.scheduler.delay(state, now + state.crawl_delay, now)
-        self._route_signal(state, signal, now)
+        self._route_signal(state, signal, now, status=result.status, cut=state.limiter.decreases > cuts_before)
         self.scheduler.on_release(state, now)
         page = PageResult(lease=lease, fetch=result, signal=signal)
         self._decide_retry(state, page, now)
         if signal.outcome == "redirect":
             page.links = self._redirect_target(lease, result)
+        # Counted until the store has written it: the memory pressure source reads this.
+        self.held_bytes += len(result.body)
         if signal.outcome == "ok" and result.is_html and result.body:
             await self.parse_queue.put(page)
         else:
             await self.store_queue.put(page)
 
-    def _route_signal(self, state: HostState, signal: Signal, now: float) -> None:
-        state.fetched += 1
+    def _route_signal(self, state: HostState, signal: Signal, now: float, *, status: int | None = None,
+                      cut: bool = False) -> None:
+        """The host's part of a response (its limiter has already learned from it): the
+        next-eligible time for Retry-After and host backoff, and the host's counters."""
         self.outcomes[signal.outcome] += 1
+        if signal.api is not ApiSignal.NONE:
+            # The API's answer, not the host's: the host saw nothing (rule 5).
+            self.counters[f"api_{signal.api.value}"] += 1
+            return
+        state.fetched += 1
         if signal.outcome == "throttled":
             state.throttled += 1
-            if signal.retry_after_s:
+            if signal.retry_after_s is not None:  # "Retry-After: 0" is an answer too
                 self.scheduler.delay(state, now + min(signal.retry_after_s, self.settings.retry_after_cap_s), now)
+            elif status == 429:
+                self._host_backoff(state, now, cut=cut)
         elif not signal.success:
             state.errors += 1
-        if signal.api is not ApiSignal.NONE:
-            self.counters[f"api_{signal.api.value}"] += 1
+        else:
+            state.throttle_streak = 0
+            if state.backoff is not None:
+                state.backoff.on_success(now)
+
+    def _host_backoff(self, state: HostState, now: float, *, cut: bool) -> None:
+        """A 429 without Retry-After. AIMD has already cut the limit; a host that keeps answering
+        so (``host_backoff_after`` cuts in a row, no success between) is paused as a whole,
+        longer each time (backoff.HostBackoff), until it has been quiet for a while."""
+        if cut:
+            state.throttle_streak += 1
+        s = self.settings
+        if state.throttle_streak < s.host_backoff_after:
+            return
+        if state.backoff is None:
+            state.backoff = HostBackoff(initial_s=s.host_backoff_initial_s, cap_s=s.host_backoff_cap_s,
+                                        forgive_after_s=s.host_backoff_forgive_s, rng=self._backoff_rng)
+        until = state.backoff.on_throttle(now)
+        state.throttle_streak = 0
+        state.backoffs += 1
+        self.counters["host_backoffs"] += 1
+        self.scheduler.delay(state, until, now)
+        log.info("%s keeps answering 429 without Retry-After: paused for %.1f s (level %d)",
+                 state.host, until - now, state.backoff.level)
+
+    def _classify(self, result: FetchResult, now: float) -> Signal:
+        return classify(result, now=now, api_limit_header=self.settings.api_limit_header,
+                        through_api=self.settings.proxy is not None)
+
+    def _host_outcome(self, state: HostState, signal: Signal, result: FetchResult) -> Outcome:
+        """What the host's limiter learns: the signal's verdict, except that a success far
+        slower than the host's own normal is a slow-down signal too (rule 5)."""
+        factor = self.settings.latency_rise_factor
+        if signal.host is not Outcome.SUCCESS or not factor or result.headers_s is None:
+            return signal.host
+        if state.latency is None:
+            state.latency = LatencyBaseline(factor=factor, min_rise_s=self.settings.latency_rise_min_s)
+        if state.latency.observe(result.headers_s):
+            state.latency_rises += 1
+            return Outcome.THROTTLED
+        return Outcome.SUCCESS
+
+    def _api_retry_delay(self, signal: Signal) -> float:
+        """When to try a URL again that the API refused: its Retry-After (capped), jittered."""
+        asked = min(signal.retry_after_s or 0.0, self.settings.retry_after_cap_s)
+        return max(asked, self.retry_policy.backoff_s(1))
+
+    def _release(self, state: HostState, permit: Permit, outcome: Outcome, signal: Signal | None,
+                 now: float) -> None:
+        """Give back every slot of a request (host, API, IP); hosts that waited for the IP
+        gate are re-placed. The caller re-places ``state`` itself, after its delays."""
+        woken, paused = self.admission.release(state, permit, outcome, signal, now)
+        for other in woken:
+            if other is not state:
+                self.scheduler.on_release(other, now)
+        if paused:
+            self._api_paused()
 
     def _decide_retry(self, state: HostState, page: PageResult, now: float) -> None:
         signal, result = page.signal, page.fetch
+        if signal.api is not ApiSignal.NONE:
+            # Refused by the API before it reached the site: again later, budget untouched.
+            page.retry_at = now + self._api_retry_delay(signal)
+            page.postponed = True
+            state.api_refused += 1
+            self.counters["api_postponed"] += 1
+            return
         if signal.success or signal.outcome == "http_error" and result.status not in (408, 429):
             return
         decision = self.retry_policy.decide(
@@ -651,8 +772,11 @@ class Node:
         loop = asyncio.get_running_loop()
         while True:
             batch = [await self.parse_queue.get()]
-            while len(batch) < PARSE_BATCH and not self.parse_queue.empty():
+            batch_bytes = len(batch[0].fetch.body)
+            # Bounded in bytes too: a batch is copied to the parser process whole.
+            while len(batch) < PARSE_BATCH and batch_bytes < PARSE_BATCH_BYTES and not self.parse_queue.empty():
                 batch.append(self.parse_queue.get_nowait())
+                batch_bytes += len(batch[-1].fetch.body)
             self._busy_parsers += 1
             try:
                 results = await loop.run_in_executor(
@@ -689,6 +813,7 @@ class Node:
                 await self._commit(batch)
             finally:
                 self._store_busy = False
+                self.held_bytes -= sum(len(page.fetch.body) for page in batch if page.fetch is not None)
 
     async def _commit(self, pages: list[PageResult]) -> None:
         records = [self._record(page) for page in pages if page.fetch is not None]
@@ -698,7 +823,8 @@ class Node:
         links: list[UrlEntry] = []
         for page in pages:
             if page.retry_at is not None:
-                frontier_batch.retry.append((page.lease.id, page.retry_at))
+                (frontier_batch.postponed if page.postponed else frontier_batch.retry).append(
+                    (page.lease.id, page.retry_at))
             elif page.final_failure:
                 frontier_batch.failed.append(page.lease.id)
             else:
@@ -735,7 +861,7 @@ class Node:
         retried_hosts = Counter(page.lease.host for page in pages if page.retry_at is not None)
         for host, count in retried_hosts.items():
             self.scheduler.add_work(host, count, now)
-        self._note_added(result.accepted)
+        self._note_added(result.queued)
         self._work.set()
 
     def _record(self, page: PageResult) -> FetchRecord:
@@ -775,7 +901,7 @@ class Node:
     async def status(self) -> dict:
         totals = await self.frontier_totals()
         idle = (
-            totals["queued"] == 0 and totals["leased"] == 0 and self.in_flight == 0
+            totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0 and self.in_flight == 0
             and self._inbound_pending == 0 and self.parse_queue.empty() and self.store_queue.empty()
             and not self._busy_parsers and not self._store_busy
             and self.cluster.outbox_total() == 0 and not self._returned_now
@@ -803,6 +929,7 @@ class Node:
             "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
             "frontier": totals,
             "queues": self.queue_snapshot(totals),
+            **self.pressure_status(totals),
             "hosts": [self.host_snapshot(state) for state in self.scheduler.busiest(20)],
             "members": self.cluster.members_status(),
             "cluster": {"counters": dict(self.cluster.counters), "events": self.cluster.events[-10:]},
@@ -831,5 +958,152 @@ class Node:
             "throttled": state.throttled,
             "errors": state.errors,
             "retries": state.retries,
+            "retry_ratio": round(state.retries / state.fetched, 4) if state.fetched else 0.0,
             "crawl_delay_s": state.crawl_delay,
+            "throttle_point": state.limiter.throttle_point,
+            "latency_baseline_ms": round(state.latency.baseline_s * 1000, 1) if state.latency else None,
+            "latency_rises": state.latency_rises,
+            "backoffs": state.backoffs,
+            "backoff_level": state.backoff.level if state.backoff else 0,
+            "api_refused": state.api_refused,
+            "ip": state.ip_gate.address if state.ip_gate else None,
         }
+
+    # ----------------------------------------------------------------- pressure (rules 5-8)
+    def pressure_status(self, totals: dict) -> dict:
+        """The status sections of flow control: admission, the API, shedding, per-IP gates,
+        retries. Also read by the metrics collector."""
+        now = self._clock()
+        api = self.admission.api
+        gates = self.admission.ip_gates
+        shed_counts = dict(self.frontier.shed_counts) if self.frontier is not None else {}
+        restored = shed_counts.pop("restored", 0)
+        fetched = sum(state.fetched for state in self.scheduler)
+        return {
+            "admission": {**self.admission.snapshot(now), "held_bytes": self.held_bytes,
+                          "held_bytes_limit": self.settings.pipeline_max_bytes},
+            "api": api.snapshot(now) if api is not None else {"enabled": False, "paused": False},
+            "shedding": {
+                **self.shed_policy.snapshot(),
+                "deferred_now": totals.get("deferred", 0),
+                "deferred_total": sum(shed_counts.values()),
+                "deferred_by_reason": shed_counts,
+                "restored_total": restored,
+                "cut_priority": self.frontier.shed_cut if self.frontier is not None else None,
+            },
+            "retries": {
+                "total": self.counters["retries"],
+                "host_attempts": fetched,
+                "ratio": round(self.counters["retries"] / fetched, 4) if fetched else 0.0,
+                "api_postponed": self.counters["api_postponed"],
+                "host_backoffs": self.counters["host_backoffs"],
+                "gave_up": {key[len("gave_up_"):]: n for key, n in self.counters.items() if key.startswith("gave_up_")},
+            },
+            "ip": {
+                "enabled": gates is not None,
+                "limit": gates.limit if gates else None,
+                "shared_addresses": gates.shared() if gates else 0,
+                "refusals": gates.refusals if gates else 0,
+                "busiest": [{"ip": g.address, "in_flight": g.in_flight, "hosts": g.hosts} for g in gates.busiest(10)]
+                if gates else [],
+            },
+        }
+
+    async def _wait_admission(self, reason: str) -> None:
+        """No new fetch may start, because of ``reason``: wait until that changes. One
+        rejection is counted per wait however long it lasts, and its time is added up."""
+        self.admission.stats.rejections[reason] += 1
+        started = time.monotonic()
+        try:
+            while not self._stopping and self.admission.blocked(self._clock()) == reason:
+                self._work.clear()
+                try:
+                    await asyncio.wait_for(self._work.wait(), 0.05)
+                except TimeoutError:
+                    pass
+        finally:
+            self.admission.stats.blocked_s[reason] += time.monotonic() - started
+
+    async def _hold_leasing(self) -> None:
+        """While the pipeline is under pressure (or the API paused), lease nothing more:
+        the URLs stay in the frontier, where they cost no memory and another node could take
+        them over, instead of waiting in this node's buffers."""
+        reason = self.admission.hold_leasing(self._clock())
+        if reason is None:
+            return
+        self.counters[f"lease_held_{reason}"] += 1
+        if reason == API_QUOTA:
+            # A lease round that was under way when the pause began has filled buffers since.
+            returned = self._take_back_buffers()
+            if returned:
+                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=returned))
+        while not self._stopping and self.admission.hold_leasing(self._clock()) is not None:
+            await asyncio.sleep(0.05)
+
+    def _api_paused(self) -> None:
+        """The API's quota is spent: hand the buffered leases back, so a long pause neither
+        holds URLs in memory nor lets their leases expire (an expired lease counts an attempt)."""
+        self._returned_now.extend(self._take_back_buffers())
+        self._refill_event.set()
+
+    def _take_back_buffers(self) -> list[int]:
+        """Empty every host's lease buffer; the ids go back to the frontier, unattempted."""
+        returned: list[int] = []
+        for state in self.scheduler:
+            if state.buffer:
+                returned.extend(lease.id for lease in state.buffer)
+                state.queued += len(state.buffer)
+                state.buffer.clear()
+        return returned
+
+    def resume_api(self) -> bool:
+        """Resume fetching through the API now (POST /v1/resume); False if it was not paused."""
+        api = self.admission.api
+        resumed = api is not None and api.resume(self._clock(), by="POST /v1/resume")
+        self._work.set()
+        return resumed
+
+    async def _bind_ip_gate(self, state: HostState, permit: Permit) -> bool:
+        """First contact with a host on a direct fetch: find the gate of its address. If that
+        gate is full, give the slots back; the host then waits on the gate like any request."""
+        gate = await self.admission.ip_gates.gate_for(state.host)
+        state.ip_gate = gate
+        if gate is None or gate.admits(state):
+            if gate is not None:
+                gate.acquire()
+                permit.ip_gate = gate
+            return True
+        state.robots_state = Robots.UNKNOWN
+        now = self._clock()
+        self._release(state, permit, Outcome.NEUTRAL, None, now)
+        self.scheduler.on_release(state, now)
+        return False
+
+    async def _shed_loop(self) -> None:
+        """Rule 7: defer the lowest-priority URLs while the queue stays over its high-water
+        mark, and bring them back once it has drained (the policy is shedding.ShedPolicy)."""
+        policy = self.shed_policy
+        interval = min(1.0, max(0.05, policy.after_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            totals = await self._frontier_thread.call(self.frontier.totals)
+            action = policy.observe(queued=totals["queued"], deferred=totals["deferred"], now=time.monotonic())
+            if action.defer:
+                # Seeds and submitted URLs (SEED_PRIORITY) are never deferred.
+                per_host = await self._frontier_thread.call(
+                    self.frontier.defer_lowest, action.defer, below_priority=SEED_PRIORITY)
+                for host, count in per_host.items():
+                    state = self.scheduler.get(host)
+                    if state is not None:
+                        state.queued = max(0, state.queued - count)
+                log.warning("load shedding: queue over %d for %.0f s; deferred %d lowest-priority URLs",
+                            policy.high_water, policy.after_s, sum(per_host.values()))
+            if not action.active and self.frontier.shed_cut is not None:
+                await self._frontier_thread.call(self.frontier.stop_shedding)
+            if action.restore:
+                per_host = await self._frontier_thread.call(self.frontier.restore_deferred, action.restore)
+                now = self._clock()
+                for host, count in per_host.items():
+                    self.scheduler.add_work(host, count, now)
+                log.info("load shedding: restored %d deferred URLs", sum(per_host.values()))
+                self._work.set()

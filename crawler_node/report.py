@@ -32,7 +32,30 @@ def format_status(status: dict) -> str:
         for host in status["hosts"][:10]:
             lines.append(f"    {host['host']:<28} {host['in_flight']:>3} {host['limit']:>3} {host['queued']:>7} "
                          f"{host['fetched']:>7} {host['throttled']:>5}")
+    lines.extend(_pressure_lines(status))
     return "\n".join(lines)
+
+
+def _pressure_lines(status: dict) -> list[str]:
+    """Flow control at a glance: what holds fetching back, the API, shedding."""
+    lines = []
+    admission = status.get("admission")
+    if admission is not None:
+        held = "open" if admission["open"] else f"held back by {admission['blocked_by']}"
+        rejections = ", ".join(f"{k} {v}" for k, v in sorted(admission["rejections"].items())) or "none"
+        lines.append(f"  admission: {held}; refusals: {rejections}")
+    api = status.get("api")
+    if api and api.get("enabled"):
+        state = (f"PAUSED ({api['reason']}), resumes in {api['resume_in_s']:.0f} s or on POST /v1/resume"
+                 if api["paused"] else "fetching")
+        lines.append(f"  api: {state}; limit {api['limit']}, in flight {api['in_flight']}, "
+                     f"429s {api['throttled']}, 509s {api['quota_hits']}")
+    shedding = status.get("shedding")
+    if shedding and (shedding["active"] or shedding["deferred_total"]):
+        lines.append(f"  shedding: {'ACTIVE' if shedding['active'] else 'off'}; deferred now "
+                     f"{shedding['deferred_now']}, total {shedding['deferred_total']}, "
+                     f"restored {shedding['restored_total']}")
+    return lines
 
 
 def progress_line(statuses: list[dict], expected: int, elapsed_s: float) -> str:

@@ -44,11 +44,18 @@ class HostState:
     robots_state: Robots = Robots.UNKNOWN
     refilling: bool = False  # a lease request for this host is on its way to the frontier
     place: Place = Place.IDLE
+    ip_gate: Any = None  # admission.IpGate shared with hosts on the same address (direct fetches)
+    backoff: Any = None  # backoff.HostBackoff, made at the first 429 without Retry-After
+    throttle_streak: int = 0  # limit cuts from 429s without Retry-After, no success between
+    latency: Any = None  # signals.LatencyBaseline of this host's response times
     # counters for status and metrics
     fetched: int = 0
     throttled: int = 0
     errors: int = 0
     retries: int = 0
+    backoffs: int = 0  # host-level pauses for 429s without Retry-After
+    latency_rises: int = 0  # limit cuts for latency far above the host's baseline
+    api_refused: int = 0  # attempts the fetch-through API refused (never reached the host)
 
     def has_work(self) -> bool:
         return self.queued > 0 or bool(self.buffer)
@@ -59,7 +66,8 @@ class HostState:
             return False
         if self.robots_state is Robots.FETCHING or (self.refilling and not self.buffer):
             return False
-        return self.limiter.has_capacity()
+        # The IP gate last: a host it turns away is parked on it, and woken by its next release.
+        return self.limiter.has_capacity() and (self.ip_gate is None or self.ip_gate.admits(self))
 
 
 class HostScheduler:

@@ -155,9 +155,34 @@ class Settings:
             self.peer_map()
         except SettingsError as exc:
             problems.append(str(exc))
+        problems.extend(self._pressure_problems())
         if problems:
             raise SettingsError("; ".join(problems))
         return self
+
+    def _pressure_problems(self) -> list[str]:
+        """The flow-control settings of issue 4: backoff, latency, admission, API, shedding."""
+        problems: list[str] = []
+        for name in ("host_backoff_after", "pipeline_max_bytes"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.host_backoff_initial_s <= self.host_backoff_cap_s:
+            problems.append("need 0 < host_backoff_initial_s <= host_backoff_cap_s")
+        for name in ("host_backoff_forgive_s", "latency_rise_min_s", "shed_after_s", "dns_cache_s",
+                     "api_quota_reset_s", "store_lag_s"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0")
+        if self.latency_rise_factor != 0 and self.latency_rise_factor <= 1:
+            problems.append(f"latency_rise_factor must be 0 (off) or > 1, got {self.latency_rise_factor}")
+        if not 0 <= self.api_limit_start <= self.global_inflight:
+            problems.append("api_limit_start must be between 0 and global_inflight")
+        if not self.api_limit_header or any(c in self.api_limit_header for c in " :\r\n"):
+            problems.append(f"api_limit_header {self.api_limit_header!r} is not a header name")
+        if self.shed_high_water < 0 or self.ip_inflight_limit < 0:
+            problems.append("shed_high_water and ip_inflight_limit must be >= 0")
+        if self.shed_high_water and not 0 <= self.shed_low_water < self.shed_high_water:
+            problems.append("need 0 <= shed_low_water < shed_high_water")
+        return problems
 
     def peer_map(self) -> dict[str, str]:
         peers: dict[str, str] = {}

@@ -110,7 +110,8 @@ def test_errors_and_neutral_outcomes_leave_the_window_alone(outcome: Outcome) ->
 def test_snapshot() -> None:
     limiter = AimdLimiter(start=3)
     limiter.acquire()
-    assert limiter.snapshot() == {"limit": 3, "in_flight": 1, "window": 3.0, "decreases": 0, "increases": 0}
+    assert limiter.snapshot() == {"limit": 3, "in_flight": 1, "window": 3.0, "decreases": 0, "increases": 0,
+                                  "throttle_point": None}
 
 
 def test_random_outcomes_keep_every_invariant() -> None:
@@ -148,7 +149,130 @@ def test_converges_on_a_host_that_tolerates_four() -> None:
             limits.append(len(batch))
             sent += len(batch)
             throttled += sum(was_throttled for _, was_throttled in batch)
-    assert 2 <= min(limits) and max(limits) <= 6
-    assert throttled / sent < 0.10
-    # It does use the capacity: on average at least 3 of the 4 tolerated slots.
-    assert sent / len(limits) >= 3
+    assert 2 <= min(limits) and max(limits) <= 5
+    # The throttle point is remembered, so probes get rarer instead of sawtoothing into it.
+    assert throttled / sent < 0.02
+    # It does use the capacity: on average at least 3.8 of the 4 tolerated slots.
+    assert sent / len(limits) >= 3.8
+
+
+def throttle_at(limiter: AimdLimiter, tolerated: int) -> list[bool]:
+    """One round against a host that throttles what arrives above ``tolerated`` in flight;
+    successes come back first, the throttles last (the worst order for the limiter)."""
+    batch = []
+    while limiter.has_capacity():
+        ticket = limiter.acquire()
+        batch.append((ticket, limiter.in_flight > tolerated))
+    for ticket, throttled in sorted(batch, key=lambda item: item[1]):
+        limiter.release(ticket, Outcome.THROTTLED if throttled else Outcome.SUCCESS)
+    return [throttled for _, throttled in batch]
+
+
+def test_a_throttle_remembers_the_point_and_recovery_is_fast_up_to_just_below_it() -> None:
+    limiter = AimdLimiter(start=6, floor=1, ceiling=16)
+    run_round(limiter, Outcome.THROTTLED)
+    assert (limiter.throttle_point, limiter.plateau, limiter.limit) == (6, 5, 3)
+    run_round(limiter)  # +1 per success below the plateau: 3 -> 5 (capped) in one round
+    assert limiter.limit == 5
+    for _ in range(limiter.probe_rounds - 1):
+        run_round(limiter)
+        assert limiter.limit == 5, "must stay on the plateau until probe_rounds clean rounds"
+    run_round(limiter)
+    assert limiter.limit == 6  # the probe
+
+
+def test_each_throttled_probe_doubles_the_wait_up_to_the_maximum() -> None:
+    limiter = AimdLimiter(start=2, floor=1, ceiling=16, probe_rounds=2, max_probe_rounds=16)
+    waits = []
+    rounds_since_probe = 0
+    for _ in range(400):
+        outcomes = throttle_at(limiter, tolerated=4)
+        rounds_since_probe += 1
+        if any(outcomes):
+            waits.append(rounds_since_probe)
+            rounds_since_probe = 0
+        assert limiter.limit <= 5
+    # the first throttle finds the point; after that each probe waits twice as long as the last
+    gaps = waits[2:]
+    assert gaps[:4] == sorted(gaps[:4]) and gaps[-1] >= 16
+    assert max(gaps) <= 16 + 3  # plateau rounds plus the fast climb back
+
+
+def test_a_clean_round_at_the_throttle_point_forgets_it() -> None:
+    limiter = AimdLimiter(start=4, floor=1, ceiling=16, probe_rounds=1)
+    run_round(limiter, Outcome.THROTTLED)
+    assert limiter.throttle_point == 4
+    for _ in range(3):
+        run_round(limiter)
+    assert limiter.limit == 4  # probing the point; the host now takes it
+    run_round(limiter)
+    assert limiter.throttle_point is None
+    for _ in range(3):
+        run_round(limiter)
+    assert limiter.limit >= 6  # plain additive increase again
+
+
+def test_successes_sent_before_a_probe_do_not_count_for_it() -> None:
+    limiter = AimdLimiter(start=4, floor=1, ceiling=16, probe_rounds=1)
+    run_round(limiter, Outcome.THROTTLED)  # point 4, plateau 3
+    run_round(limiter)  # back to 3
+    tickets = [limiter.acquire() for _ in range(3)]
+    limiter.release(tickets.pop(), Outcome.SUCCESS)
+    limiter.release(tickets.pop(), Outcome.SUCCESS)
+    limiter.release(tickets.pop(), Outcome.SUCCESS)  # the third clean success starts the probe
+    assert limiter.limit == 4
+    old = [limiter.acquire() for _ in range(3)]
+    # only now does the plateau-era traffic report; none of it proves the probe clean
+    for ticket in old:
+        limiter.release(ticket, Outcome.SUCCESS)
+    assert limiter.throttle_point == 4
+
+
+def test_a_throttle_below_the_point_moves_it_down() -> None:
+    limiter = AimdLimiter(start=8, floor=1, ceiling=16)
+    run_round(limiter, Outcome.THROTTLED)
+    assert limiter.throttle_point == 8
+    run_round(limiter, Outcome.TIMEOUT)  # the host got slower: timeouts at 4
+    assert limiter.throttle_point == 4 and limiter.limit == 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_outcomes_keep_the_plateau_invariant(seed: int) -> None:
+    rng = random.Random(seed)
+    limiter = AimdLimiter(start=4, floor=1, ceiling=12, probe_rounds=2, max_probe_rounds=8)
+    outstanding: list[int] = []
+    for _ in range(20_000):
+        if outstanding and (not limiter.has_capacity() or rng.random() < 0.5):
+            ticket = outstanding.pop(rng.randrange(len(outstanding)))
+            weights = [20, 1, 1, 2, 2]  # mostly successes
+            limiter.release(ticket, rng.choices(list(Outcome), weights)[0])
+        else:
+            outstanding.append(limiter.acquire())
+        assert 1 <= limiter.limit <= 12
+        point = limiter.throttle_point
+        if point is not None:
+            # while a throttle point is remembered, the limit never goes above it
+            assert limiter.limit <= max(point, limiter.floor + 1)
+            assert limiter.plateau == max(1, point - 1)
+
+
+@pytest.mark.parametrize("tolerated", [1, 2, 3, 4, 6])
+def test_converges_below_five_percent_throttles_for_any_tolerance(tolerated: int) -> None:
+    rng = random.Random(tolerated)
+    limiter = AimdLimiter(start=2, floor=1, ceiling=8)
+    sent = throttled = used = rounds = 0
+    for round_number in range(800):
+        batch = []
+        while limiter.has_capacity():
+            ticket = limiter.acquire()
+            batch.append((ticket, limiter.in_flight > tolerated))
+        rng.shuffle(batch)
+        for ticket, was_throttled in batch:
+            limiter.release(ticket, Outcome.THROTTLED if was_throttled else Outcome.SUCCESS)
+        if round_number >= 50:
+            rounds += 1
+            sent += len(batch)
+            throttled += sum(t for _, t in batch)
+            used += len(batch) - sum(t for _, t in batch)
+    assert throttled / sent < 0.05
+    assert used / rounds >= 0.9 * tolerated
