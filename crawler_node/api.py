@@ -16,7 +16,8 @@ from aiohttp import web
 
 from crawler_node.dashboard import DASHBOARD_HTML
 from crawler_node.metrics import NodeMetrics
-from crawler_node.node import InboundFull, Node
+from crawler_node.node import Node
+from crawler_node.pipeline import InboundFull
 from crawler_node.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 
 log = logging.getLogger("crawler_node.api")

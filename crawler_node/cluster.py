@@ -27,7 +27,7 @@ from crawler_node.settings import Settings
 
 if TYPE_CHECKING:
     from crawler_node.frontier import Frontier
-    from crawler_node.node import SyncWorker
+    from crawler_node.pipeline import SyncWorker
 
 log = logging.getLogger("crawler_node.cluster")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from crawler_node.fetch import FetchResult
 from crawler_node.frontier import Lease
 from crawler_node.limiter import Outcome
-from crawler_node.node import Node, PageResult
+from crawler_node.node import Node
+from crawler_node.pipeline import PageResult
 from crawler_node.settings import Settings
 from crawler_node.signals import ApiSignal, Signal
 

@@ -1,0 +1,72 @@
+"""What travels between the node's stages, and the small pieces they share."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import dataclass, field
+from functools import partial
+
+from crawler_node.fetch import FetchResult
+from crawler_node.frontier import AddResult, Frontier, Lease, UrlEntry
+from crawler_node.signals import Signal
+
+SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
+PARSE_BATCH = 16  # pages per round trip to a parser process
+PARSE_BATCH_BYTES = 4_000_000  # ... unless they are big: then fewer
+REFILL_HOSTS = 256  # hosts per batched lease round trip
+
+
+def take_in(frontier: Frontier, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]],
+             seen: bool, replicas: list[str]) -> AddResult:
+    """Runs on the frontier thread: outbox first, then the frontier, both committed before
+    the caller acknowledges (a crash in between re-sends, and receivers deduplicate)."""
+    if forward:
+        frontier.outbox_put(forward, seen=seen)
+    if replicas:
+        frontier.replica_add(replicas)
+    if seen:
+        return AddResult(accepted=[], duplicates=len(mine) - frontier.mark_seen(mine))
+    return frontier.add(mine)
+
+
+def lease_many(frontier: Frontier, requests: list[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
+    return [frontier.lease(host, n) if n > 0 else ([], None) for host, n in requests]
+
+
+@dataclass(slots=True)
+class PageResult:
+    """One fetch attempt on its way from a fetch task to the store worker."""
+
+    lease: Lease
+    fetch: FetchResult | None  # None: decided without a request (robots.txt disallows it)
+    signal: Signal | None
+    retry_at: float | None = None  # set: back to the frontier, eligible then
+    postponed: bool = False  # with retry_at: refused before the site (API limit), budget kept
+    final_failure: bool = False
+    links: list[UrlEntry] = field(default_factory=list)
+
+
+class SyncWorker:
+    """A dedicated thread for one synchronous component (SQLite, files): the event loop never
+    waits on the disk, and the component never sees two threads."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self.pending = 0
+
+    async def call(self, fn, /, *args, **kwargs):
+        self.pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+        finally:
+            self.pending -= 1
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class InboundFull(Exception):
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("inbound queue is full")
+        self.retry_after_s = retry_after_s
