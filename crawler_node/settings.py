@@ -96,7 +96,7 @@ class Settings:
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 0.5
     suspect_after_s: float = 1.0
-    down_after_s: float = 2.5  # a dead or hung peer is routed around within ~3 s
+    down_after_s: float = 2.0  # + one heartbeat round: a dead or hung peer is routed around within 3 s
     # A (re)starting member waits this long before leasing, so it first hears its peers and
     # receives what a successor fetched for it while it was away (else it fetches it again).
     startup_grace_s: float = 3.0
