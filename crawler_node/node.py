@@ -37,7 +37,7 @@ from crawler_node.pressure import PressureControl
 from crawler_node.scheduler import HostScheduler, HostState
 from crawler_node.settings import Settings
 from crawler_node.stages import StageQueue
-from crawler_node.store import Store
+from crawler_node.store_process import StoreWorker
 from crawler_node.store_stage import StoreStage
 from crawler_node.urls import InvalidURL, Scope, host_of, normalize_url
 
@@ -76,11 +76,10 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
         self.store_queue: StageQueue[PageResult] = StageQueue("store", settings.store_queue)
         self._init_flow_control(settings)
         self._frontier_thread = SyncWorker("frontier")
-        self._store_thread = SyncWorker("store")
         self.cluster = Cluster(settings, frontier_thread=self._frontier_thread, frontier=lambda: self.frontier,
                                on_change=self._membership_changed, on_taken=self._note_added, clock=clock)
         self.frontier: Frontier | None = None
-        self.store: Store | None = None
+        self.store: StoreWorker | None = None
         self._parse_pool: concurrent.futures.Executor | None = None
         self._global_slots = asyncio.Semaphore(settings.global_inflight)
         self.in_flight = 0
@@ -122,9 +121,9 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
         self.frontier = await self._frontier_thread.call(
             Frontier, self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s
         )
-        self.store = await self._store_thread.call(
-            Store, self.data_dir, node_id=self.node_id, warc_max_bytes=s.warc_max_bytes
-        )
+        self.store = StoreWorker(self.data_dir, node_id=self.node_id, warc_max_bytes=s.warc_max_bytes,
+                                 in_process=s.store_in_process)
+        await self.store.start()
         await self.fetcher.start()
         await self.cluster.start()
         now = self._clock()
@@ -201,13 +200,12 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
                 await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=self._returned))
             await self._frontier_thread.call(self.frontier.close)
         if self.store is not None:
-            await self._store_thread.call(self.store.close)
+            await self.store.close()
         await self.cluster.close()
         await self.fetcher.close()
         if self._parse_pool is not None:
             self._parse_pool.shutdown(wait=True, cancel_futures=True)
         self._frontier_thread.shutdown()
-        self._store_thread.shutdown()
         self._stopped.set()
 
     async def _hand_everything_off(self, grace_s: float) -> None:

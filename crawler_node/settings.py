@@ -92,6 +92,7 @@ class Settings:
     dns_cache_s: float = 300.0
     # store
     warc_max_bytes: int = 100_000_000
+    store_in_process: bool = True  # WARC writing in its own process, off the event loop's GIL
     # cluster
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 0.5

@@ -32,7 +32,7 @@ class StoreStage:
     async def _commit(self, pages: list[PageResult]) -> None:
         records = [self._record(page) for page in pages if page.fetch is not None]
         if records:
-            await self._store_thread.call(self.store.write, records)
+            await self.store.write(records)
         frontier_batch = FrontierBatch()
         links: list[UrlEntry] = []
         for page in pages:
