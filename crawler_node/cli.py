@@ -12,7 +12,7 @@ from pathlib import Path
 from crawler_node.settings import Settings, SettingsError, load_settings, settings_fields
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
-_FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host"}
+_FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight"}
 _HIDDEN = {"parse_delay_s"}  # test hooks: accepted, not advertised
 _HELP = {
     "node_id": "this node's id (unique in the cluster)",
@@ -26,6 +26,7 @@ _HELP = {
     "allow_hosts": "only crawl hosts matching this glob (repeatable)",
     "max_depth": "do not follow links deeper than this",
     "allow_private": "permit direct fetches of private and loopback addresses",
+    "ring_weights": "a member's ring weight as ID=WEIGHT (repeatable; the same on every member)",
 }
 
 

@@ -52,7 +52,8 @@ class Cluster:
         self._frontier = frontier
         self._on_change = on_change
         self._on_taken = on_taken  # URLs a reroute brought into this node's own frontier
-        self._ring = Ring(self.membership.ids(), vnodes=settings.ring_vnodes)
+        self._weights = settings.weight_map()
+        self._ring = Ring(self._ring_members(), vnodes=settings.ring_vnodes)
         self._ring_version = self.membership.version
         self._routes: dict[str, str] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -112,9 +113,12 @@ class Cluster:
         if self._ring_version != self.membership.version:
             ids = self.membership.ids()
             if set(ids) != set(self._ring.nodes):
-                self._ring = Ring(ids, vnodes=self.settings.ring_vnodes)
+                self._ring = Ring(self._ring_members(), vnodes=self.settings.ring_vnodes)
             self._ring_version = self.membership.version
             self._routes.clear()
+
+    def _ring_members(self) -> dict[str, int]:
+        return {node_id: self._weights.get(node_id, 1) for node_id in self.membership.ids()}
 
     def _changed(self, why: str) -> None:
         self._refresh()

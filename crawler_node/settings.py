@@ -106,6 +106,9 @@ class Settings:
     forward_batch: int = 500
     forward_linger_s: float = 0.05  # wait this long for a batch to fill before sending
     ring_vnodes: int = 160
+    # "ID=WEIGHT" (repeatable): a member with weight 2 owns about twice the arc. Every member
+    # must be given the same weights, or their rings disagree.
+    ring_weights: list[str] = field(default_factory=list)
     ring_key_by: str = "host"  # or "domain": one registrable domain per arc
     handoff_on_exit: bool = False  # on SIGTERM, drain the queue to the successors first
     # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
@@ -154,6 +157,7 @@ class Settings:
                 problems.append(f"proxy {self.proxy!r} must be an http:// URL")
         try:
             self.peer_map()
+            self.weight_map()
         except SettingsError as exc:
             problems.append(str(exc))
         problems.extend(self._pressure_problems())
@@ -194,6 +198,15 @@ class Settings:
             peers[node_id.strip()] = url.strip().rstrip("/")
         return peers
 
+    def weight_map(self) -> dict[str, int]:
+        weights: dict[str, int] = {}
+        for spec in self.ring_weights:
+            node_id, sep, weight = spec.partition("=")
+            if not sep or not node_id.strip() or not weight.strip().isdigit() or int(weight) < 1:
+                raise SettingsError(f"ring weight {spec!r} must look like ID=WEIGHT with WEIGHT >= 1")
+            weights[node_id.strip()] = int(weight)
+        return weights
+
     @property
     def advertise_url(self) -> str:
         if self.advertise:
@@ -210,7 +223,7 @@ def listen_address(value: str) -> tuple[str, int]:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_LIST_FIELDS = {"peers", "seeds", "allow_hosts"}
+_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights"}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:

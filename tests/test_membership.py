@@ -288,3 +288,24 @@ def test_owner_of_reports_ring_owner_and_live_owner(cluster):
     answer = c.owner_of(host)
     assert answer["owner"] == "b" and answer["live_owner"] in {"a", "c"}
     assert answer["successors"] and "b" not in answer["successors"]
+
+
+def test_ring_weights_from_settings_shift_arcs():
+    from crawler_node.cluster import Cluster
+    from crawler_node.settings import Settings
+
+    peers = ["a=http://127.0.0.2:1", "b=http://127.0.0.3:1", "c=http://127.0.0.4:1"]
+    weighted = Settings(node_id="a", peers=peers, ring_weights=["b=2"]).validate()
+    cluster = Cluster(weighted, frontier_thread=None, frontier=lambda: None, on_change=lambda: None,
+                      on_taken=lambda accepted: None)
+    shares = cluster.ring.arc_shares()
+    assert shares["b"] > 1.6 * shares["a"] and shares["b"] > 1.6 * shares["c"]
+
+
+def test_bad_ring_weights_are_refused():
+    import pytest
+
+    from crawler_node.settings import Settings, SettingsError
+
+    with pytest.raises(SettingsError, match="ID=WEIGHT"):
+        Settings(node_id="a", ring_weights=["b=zero"]).validate()
