@@ -64,7 +64,7 @@ class Cluster:
         self.outbox_counts: dict[str, int] = {}
         self.outbox_space = asyncio.Condition()
         self.counters: dict[str, int] = {
-            "forwarded": 0, "forward_batches": 0, "forward_throttled": 0, "forward_failed": 0,
+            "forwarded": 0, "sent_seen": 0, "forward_batches": 0, "forward_throttled": 0, "forward_failed": 0,
             "handed_off": 0, "rerouted": 0, "received_forwarded_on": 0, "hop_limit_kept": 0,
         }
         self.started_at = clock()
@@ -351,7 +351,11 @@ class Cluster:
         if status == 202:
             await self._frontier_thread.call(frontier.outbox_ack, peer, [row_id for row_id, _, _ in rows])
             self.outbox_counts[peer] = max(0, self.outbox_counts.get(peer, 0) - len(rows))
-            self.counters["forwarded"] += len(rows)
+            # "forwarded": URLs for the peer to crawl; "sent_seen": replicas and handed-back
+            # fetched URLs, which it only records.
+            seen_rows = sum(1 for _, _, seen in rows if seen)
+            self.counters["forwarded"] += len(rows) - seen_rows
+            self.counters["sent_seen"] += seen_rows
             self.counters["forward_batches"] += 1
             if self.membership.observe_ok(peer, self._clock()):
                 self._changed(f"{peer} is alive")
