@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from crawler_node.frontier import FrontierBatch
-from crawler_node.pipeline import REFILL_HOSTS, PageResult, lease_many
+from crawler_node.pipeline import REFILL_HOSTS, lease_many
 from crawler_node.scheduler import HostState, Robots
 
 log = logging.getLogger("crawler_node.node")
@@ -75,8 +75,11 @@ class DispatchStage:
                 return False
             lease = state.buffer.popleft()
             if state.robots is not None and not state.robots.allowed(lease.url):
+                # Never fetched, so no crawl.log line: finished in the frontier with the next
+                # refill round (a list bounded by the leases handed out, never a waiting task).
                 self.counters["robots_disallowed"] += 1
-                self._hand_to_store_nowait(PageResult(lease=lease, fetch=None, signal=None, final_failure=True))
+                self._disallowed_now.append(lease.id)
+                self._refill_event.set()
                 return False
             permit = self.admission.acquire(state)
             state.next_eligible = now + state.crawl_delay
@@ -140,6 +143,9 @@ class DispatchStage:
         while True:
             await self._refill_event.wait()
             self._refill_event.clear()
+            if self._disallowed_now:
+                disallowed, self._disallowed_now = self._disallowed_now, []
+                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(failed=disallowed))
             if self._returned_now:
                 returned, self._returned_now = self._returned_now, []
                 await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=returned))
@@ -192,6 +198,3 @@ class DispatchStage:
             self.fatal_error = task.exception()
             self.request_stop()
 
-    def _hand_to_store_nowait(self, item: PageResult) -> None:
-        # Used from the dispatcher, which must not block on the store: a tiny side task waits.
-        self._spawn(self.store_queue.put(item), "store-put")

@@ -95,6 +95,7 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
         self._hold_until = 0.0
         self._resync_needed = asyncio.Event()
         self._returned_now: list[int] = []  # leases of hosts handed away, to give back now
+        self._disallowed_now: list[int] = []  # leases robots.txt forbids, to finish now
         self._refill_event = asyncio.Event()
         self._busy_parsers = 0
         self._store_busy = False
@@ -196,8 +197,10 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
             self._returned.extend(lease.id for lease in state.buffer)
             state.buffer.clear()
         if self.frontier is not None:
-            if self._returned:
-                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=self._returned))
+            returned = self._returned + self._returned_now
+            if returned or self._disallowed_now:
+                await self._frontier_thread.call(
+                    self.frontier.apply, FrontierBatch(returned=returned, failed=self._disallowed_now))
             await self._frontier_thread.call(self.frontier.close)
         if self.store is not None:
             await self.store.close()

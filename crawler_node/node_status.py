@@ -22,7 +22,7 @@ class StatusViews:
             totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0 and self.in_flight == 0
             and self._inbound_pending == 0 and self.parse_queue.empty() and self.store_queue.empty()
             and not self._busy_parsers and not self._store_busy
-            and self.cluster.outbox_total() == 0 and not self._returned_now
+            and self.cluster.outbox_total() == 0 and not self._returned_now and not self._disallowed_now
         )
         uptime = time.monotonic() - self.started_at
         fetched = self.counters["fetched"]

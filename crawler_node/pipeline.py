@@ -39,8 +39,8 @@ class PageResult:
     """One fetch attempt on its way from a fetch task to the store worker."""
 
     lease: Lease
-    fetch: FetchResult | None  # None: decided without a request (robots.txt disallows it)
-    signal: Signal | None
+    fetch: FetchResult
+    signal: Signal
     retry_at: float | None = None  # set: back to the frontier, eligible then
     postponed: bool = False  # with retry_at: refused before the site (API limit), budget kept
     final_failure: bool = False

@@ -27,12 +27,10 @@ class StoreStage:
                 await self._commit(batch)
             finally:
                 self._store_busy = False
-                self.held_bytes -= sum(len(page.fetch.body) for page in batch if page.fetch is not None)
+                self.held_bytes -= sum(len(page.fetch.body) for page in batch)
 
     async def _commit(self, pages: list[PageResult]) -> None:
-        records = [self._record(page) for page in pages if page.fetch is not None]
-        if records:
-            await self.store.write(records)
+        await self.store.write([self._record(page) for page in pages])
         frontier_batch = FrontierBatch()
         links: list[UrlEntry] = []
         for page in pages:
@@ -68,7 +66,7 @@ class StoreStage:
         result = await self._frontier_thread.call(self.frontier.apply, frontier_batch)
         if frontier_batch.forward or frontier_batch.replicate:
             self.cluster.note_outboxed(Counter(peer for peer, _ in frontier_batch.forward + frontier_batch.replicate))
-        self.counters["fetched"] += len(records)
+        self.counters["fetched"] += len(pages)
         self.counters["pages_done"] += len(frontier_batch.done)
         self.counters["failed"] += len(frontier_batch.failed)
         now = self._clock()
