@@ -107,8 +107,6 @@ def validate_urls(document: Any) -> list[dict]:
 
 async def post_urls(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    if not authorised(request, node.settings.secret):
-        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
     if node.cluster.leaving_done:
         # Drained and about to exit: anything taken now would be stranded on this disk.
         return web.json_response({"error": "leaving", "message": "this node is leaving the cluster"},
@@ -199,8 +197,6 @@ async def get_ring(request: web.Request) -> web.Response:
 
 async def get_members(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    if not authorised(request, node.settings.secret):
-        return error(401, "unauthorised", "this cluster requires its token")
     return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
                               "leaving": node.cluster.leaving})
 
@@ -219,8 +215,6 @@ async def _member_body(request: web.Request) -> tuple[str, str]:
 
 async def post_join(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    if not authorised(request, node.settings.secret):
-        return error(401, "unauthorised", "this cluster requires its token")
     try:
         node_id, url = await _member_body(request)
     except BadRequest as exc:
@@ -232,8 +226,6 @@ async def post_join(request: web.Request) -> web.Response:
 
 async def post_leave(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    if not authorised(request, node.settings.secret):
-        return error(401, "unauthorised", "this cluster requires its token")
     try:
         node_id, _ = await _member_body(request)
     except BadRequest as exc:
@@ -245,8 +237,6 @@ async def post_leave(request: web.Request) -> web.Response:
 async def post_resume(request: web.Request) -> web.Response:
     """Resume fetching through the API after a quota pause, before its reset time."""
     node = request.app[NODE_KEY]
-    if not authorised(request, node.settings.secret):
-        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
     resumed = node.resume_api()
     return web.json_response({"resumed": resumed, "api": (await node.status())["api"]})
 
@@ -264,9 +254,23 @@ async def get_dashboard(request: web.Request) -> web.Response:
     return web.Response(text=DASHBOARD_HTML, content_type="text/html")
 
 
+# Endpoints that change what the cluster crawls or who is in it: they need the cluster token
+# when one is set. Reads (status, ring, metrics, health, dashboard) stay open.
+PROTECTED = frozenset({("POST", "/v1/urls"), ("POST", "/v1/resume"), ("GET", "/v1/members"),
+                       ("POST", "/v1/join"), ("POST", "/v1/leave")})
+
+
+@web.middleware
+async def require_token(request: web.Request, handler):
+    if (request.method, request.path) in PROTECTED and not authorised(request, request.app[NODE_KEY].settings.secret):
+        # refused before the handler reads the body, so nothing is enqueued
+        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+    return await handler(request)
+
+
 def make_app(node: Node) -> web.Application:
     # client_max_size one byte over our limit, so our own check gives the 413 with a reason.
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[require_token])
     app[NODE_KEY] = node
     app[METRICS_KEY] = NodeMetrics(node)
     app.router.add_post("/v1/urls", post_urls)
