@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 
-from crawler_node.node_process import NodeProcess, free_port
+from conftest import read_crawl_log, wait_until  # noqa: F401 - wait_until re-exported for the cluster tests
 
-from conftest import read_crawl_log
+from crawler_node.node_process import NodeProcess, free_port
 
 FAST_CLUSTER = ["--heartbeat-interval-s", "0.3", "--startup-grace-s", "2.5", "--retry-base-s", "0.1"]
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -35,16 +34,6 @@ def get_json(url: str, timeout: float = 5.0) -> dict:
 
 def owner_of(node: NodeProcess, host: str) -> str:
     return get_json(f"{node.url}/v1/ring?host={host}")["owner"]
-
-
-def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def logged_urls(nodes: list[NodeProcess]) -> dict[str, list[dict]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,14 @@ def read_crawl_log(data_dir: Path) -> list[dict]:
 
 def roots(hosts: int) -> list[str]:
     return [f"http://site-{i}.test/" for i in range(hosts)]
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval: float = 0.1):
+    """Poll until ``predicate()`` is truthy and return its value; bounded by ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from datetime import datetime
@@ -25,17 +24,6 @@ def post(url: str, body: dict | None = None, headers: dict | None = None) -> tup
 def get_text(url: str) -> str:
     with _OPENER.open(url, timeout=10) as response:
         return response.read().decode()
-
-
-def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.1):
-    """Poll until ``predicate()`` is truthy and return its value; bounded by ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def fetched_at(line: dict) -> float:

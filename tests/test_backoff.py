@@ -1,6 +1,6 @@
 import random
-from email.utils import format_datetime
 from datetime import datetime, timezone
+from email.utils import format_datetime
 
 import pytest
 

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import Counter
 
 import pytest
-
-from cluster_helpers import FAST_CLUSTER, cluster_idle, covered, get_json, logged_urls, owner_of, peers_of, plan, wait_until
+from cluster_helpers import (
+    FAST_CLUSTER,
+    cluster_idle,
+    covered,
+    get_json,
+    logged_urls,
+    owner_of,
+    peers_of,
+    plan,
+    wait_until,
+)
 from conftest import read_crawl_log, roots
 
 HOSTS, PAGES = 30, 40

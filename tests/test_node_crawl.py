@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import gzip
 import urllib.request
-from pathlib import Path
 
 import pytest
-from warcio.archiveiterator import ArchiveIterator
-
 from conftest import read_crawl_log, roots
+from warcio.archiveiterator import ArchiveIterator
 
 HOSTS, PAGES = 20, 50
 CEILING = 4

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from conftest import read_crawl_log, roots
-from pressure_helpers import post, wait_for
+from conftest import read_crawl_log, roots, wait_until
+from pressure_helpers import post
 
 HOSTS, PAGES = 8, 50
 API_CONCURRENCY = 6
@@ -32,7 +32,7 @@ def test_api_limits_are_learned_globally_and_a_spent_quota_pauses_until_resume(s
         limits.append(status["api"]["limit"])
         return status if status["api"]["paused"] else None
 
-    status = wait_for(paused, 60, "the API pause")
+    status = wait_until(paused, 60, "the API pause")
     assert status["api"]["reason"] == "quota"
     assert status["api"]["resume_at"] > time.time() + 60  # the configured reset, not at once
     assert status["admission"]["blocked_by"] == "api_quota"

@@ -13,7 +13,6 @@ import threading
 
 import pytest
 from aiohttp import web
-
 from conftest import read_crawl_log
 
 PAGES = 20

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import roots
 from pressure_helpers import get_text
 

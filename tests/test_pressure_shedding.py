@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from conftest import read_crawl_log
-from pressure_helpers import fetched_at, post, wait_for
+from conftest import read_crawl_log, wait_until
+from pressure_helpers import fetched_at, post
 
 HOSTS, PAGES = 6, 100
 HIGH, LOW = 200, 60
@@ -33,7 +33,7 @@ def test_a_flood_of_low_priority_urls_is_deferred_counted_and_crawled_later(star
     # The flood: discovered-link priorities -1 .. -5 (as if found 1 to 5 links deep).
     code, body = post(f"{node.url}/v1/urls", {"urls": [{"url": u, "priority": -(1 + i % 5)} for i, u in enumerate(first)]})
     assert code == 202 and body["accepted"] == len(first)
-    status = wait_for(lambda: (s := node.status())["shedding"]["active"] and s, 20, "shedding to start")
+    wait_until(lambda: (s := node.status())["shedding"]["active"] and s, 20, "shedding to start")
 
     # The lowest priorities went first, and the count is exact.
     deferred = frontier_rows(node.data_dir, 4)

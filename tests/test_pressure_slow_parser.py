@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 
 import psutil
-
 from conftest import read_crawl_log, roots
 from pressure_helpers import post
 

@@ -5,7 +5,6 @@ side on the same testweb, so the comparison is a ratio on one machine, not a tim
 
 from __future__ import annotations
 
-
 from conftest import read_crawl_log
 from pressure_helpers import fetched_at
 
