@@ -5,9 +5,9 @@ for the store and hands it batches, so disk writes never block the event loop.
 
 - `CrawlLog`: JSON lines, one per fetch attempt (including timeouts and DNS failures), so
   tests and users can audit coverage, duplicates and politeness.
-- `WarcWriter`: gzip WARC 1.1 via warcio, a request + response record per HTTP exchange,
-  rotated by size. Each record is its own gzip member, so a file is readable up to its last
-  complete record even while it is being written or after a crash.
+- `WarcWriter`: gzip WARC 1.1 (records built by `crawler_node.warc`), a request + response
+  record per HTTP exchange, rotated by size. Each record is its own gzip member, so a file is
+  readable up to its last complete record even while it is being written or after a crash.
 - `Store`: both behind one `write(records)`.
 """
 
@@ -21,18 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http import HTTPStatus
 from importlib import metadata
-from io import BytesIO
 from pathlib import Path
 from typing import BinaryIO, TextIO
 from urllib.parse import urlsplit
 
-from warcio.recordloader import ArcWarcRecord
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
+from crawler_node import warc
 
 CRAWL_LOG_FILENAME = "crawl.log"
 WARC_DIRNAME = "warc"
-WARC_VERSION = "1.1"
 
 
 def _software() -> str:
@@ -155,7 +151,9 @@ def _drop_torn_tail(path: Path) -> None:
 
 
 class WarcWriter:
-    """Size-rotated gzip WARC 1.1 files: `<node_id>-<UTC timestamp>-<serial:05d>.warc.gz`."""
+    """Size-rotated gzip WARC 1.1 files: `<node_id>-<UTC timestamp>-<serial:05d>.warc.gz`.
+
+    Records are built by `crawler_node.warc`; a batch goes to the file in one write."""
 
     def __init__(
         self, directory: Path, *, node_id: str, max_file_bytes: int = 100_000_000
@@ -173,7 +171,8 @@ class WarcWriter:
         self.bytes_written = 0  # compressed bytes on disk, over all files
         self._serial = 0
         self._file: BinaryIO | None = None
-        self._writer: WARCWriter | None = None
+        self._file_bytes = 0  # of the open file, including what is still in `_pending`
+        self._pending: list[bytes] = []  # gzip members of the open file not yet written
         self._closed = False
 
     def write(self, records: Iterable[FetchRecord]) -> int:
@@ -184,72 +183,34 @@ class WarcWriter:
                 continue  # no HTTP exchange happened: the crawl log alone tells it
             self._write_exchange(record)
             written += 1
+        self._write_pending()
         return written
 
     def _write_exchange(self, record: FetchRecord) -> None:
-        writer = self._current_writer()
-        response = self._response_record(writer, record)
-        request = self._request_record(writer, record)
-        # Writes the response, then the request with WARC-Concurrent-To pointing at it.
-        start = self._file.tell()
-        writer.write_request_response_pair(request, response)
-        self.bytes_written += self._file.tell() - start
-        self.records_written += 1
-        if self._file.tell() >= self.max_file_bytes:
-            self._close_file()  # the next write opens the next file
-
-    @staticmethod
-    def _response_record(writer: WARCWriter, record: FetchRecord) -> ArcWarcRecord:
-        status = record.status
-        try:
-            reason = HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-        http_headers = StatusAndHeaders(
-            f"{status} {reason}".rstrip(),
-            stored_response_headers(record.response_headers, len(record.body)),
-            protocol="HTTP/1.1",
-        )
-        warc_headers = {"WARC-Date": iso_utc(record.fetched_at, timespec="microseconds")}
-        if record.remote_addr:
-            warc_headers["WARC-IP-Address"] = record.remote_addr
-        if record.outcome == "too_large":
-            warc_headers["WARC-Truncated"] = "length"  # the node stopped reading at its cap
-        return writer.create_warc_record(
-            record.url,
-            "response",
-            payload=BytesIO(record.body),
-            length=len(record.body),
-            warc_headers_dict=warc_headers,
-            http_headers=http_headers,
-        )
-
-    @staticmethod
-    def _request_record(writer: WARCWriter, record: FetchRecord) -> ArcWarcRecord:
-        parts = urlsplit(record.url)
-        target = parts.path or "/"
-        if parts.query:
-            target += "?" + parts.query
-        headers = list(record.request_headers)
-        # HTTP/1.1 clients always send Host; add it if the caller left it out of its list.
-        if not any(name.lower() == "host" for name, _ in headers):
-            headers.insert(0, ("Host", parts.netloc))
-        http_headers = StatusAndHeaders(
-            f"GET {target} HTTP/1.1", headers, is_http_request=True
-        )
-        return writer.create_warc_record(
-            record.url, "request", payload=BytesIO(b""), length=0, http_headers=http_headers
-        )
-
-    def _current_writer(self) -> WARCWriter:
         if self._closed:
             raise ValueError(f"WARC writer for {self.directory} is closed")
-        if self._writer is None:
+        if self._file is None:
             self._open_file()
-        return self._writer
+        # The response first, then the request with WARC-Concurrent-To pointing at it.
+        for data in exchange_records(record):
+            self._append(warc.gzip_member(data))
+        self.records_written += 1
+        if self._file_bytes >= self.max_file_bytes:
+            self._close_file()  # the next write opens the next file
+
+    def _append(self, member: bytes) -> None:
+        self._pending.append(member)
+        self._file_bytes += len(member)
+        self.bytes_written += len(member)
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            self._file.write(b"".join(self._pending))
+            self._pending.clear()
 
     def _open_file(self) -> None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S%f")[:-3]
+        now = datetime.now(timezone.utc)
+        stamp = now.strftime("%Y%m%d%H%M%S%f")[:-3]
         while True:
             path = self.directory / f"{self.node_id}-{stamp}-{self._serial:05d}.warc.gz"
             self._serial += 1
@@ -259,21 +220,20 @@ class WarcWriter:
                 break
             except FileExistsError:
                 continue
-        self._writer = WARCWriter(self._file, gzip=True, warc_version=WARC_VERSION)
-        info = {
-            "software": SOFTWARE,
-            "hostname": socket.gethostname(),
-            "node-id": self.node_id,
-            "format": "WARC File Format 1.1",
-            "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
-                          "warc-format/warc-1.1/",
-        }
-        self._writer.write_record(self._writer.create_warcinfo_record(path.name, info))
-        self.bytes_written += self._file.tell()
+        self._file_bytes = 0
+        info = [
+            ("software", SOFTWARE),
+            ("hostname", socket.gethostname()),
+            ("node-id", self.node_id),
+            ("format", "WARC File Format 1.1"),
+            ("conformsTo", "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"),
+        ]
+        self._append(warc.gzip_member(warc.warcinfo(path.name, iso_utc(now.timestamp(), timespec="seconds"), info)))
         self.files.append(path)
 
     def flush(self, *, fsync: bool = False) -> None:
         if self._file is not None:
+            self._write_pending()
             self._file.flush()
             if fsync:
                 os.fsync(self._file.fileno())
@@ -283,11 +243,40 @@ class WarcWriter:
         self._closed = True
 
     def _close_file(self) -> None:
-        # Every record is already a complete gzip member; closing just releases the file.
+        # Every record is a complete gzip member; closing writes what is pending and releases.
         if self._file is not None:
+            self._write_pending()
             self._file.close()
         self._file = None
-        self._writer = None
+
+
+def exchange_records(record: FetchRecord) -> tuple[bytes, bytes]:
+    """The response and request records (uncompressed) of one fetch attempt with a status."""
+    status = record.status
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    parts = urlsplit(record.url)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    request_headers = record.request_headers
+    # HTTP/1.1 clients always send Host; add it if the caller left it out of its list.
+    if not any(name.lower() == "host" for name, _ in request_headers):
+        request_headers = [("Host", parts.netloc), *request_headers]
+    return warc.exchange(
+        record.url,
+        iso_utc(record.fetched_at, timespec="microseconds"),
+        status_line=f"HTTP/1.1 {status} {reason}".rstrip(),
+        response_headers=stored_response_headers(record.response_headers, len(record.body)),
+        body=record.body,
+        request_line=f"GET {target} HTTP/1.1",
+        request_headers=request_headers,
+        ip_address=record.remote_addr,
+        # The node stopped reading at its cap.
+        truncated="length" if record.outcome == "too_large" else None,
+    )
 
 
 def stored_response_headers(

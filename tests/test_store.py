@@ -117,6 +117,31 @@ def test_warc_round_trip(tmp_path: Path) -> None:
     assert blob_request.get_header("User-Agent") == "crawler-node/test"
 
 
+def test_every_digest_checks_out_with_warcio(tmp_path: Path) -> None:
+    # What `warcio check` does: recompute each record's block and payload digests.
+    awkward = record(
+        "http://a.test/odd", 200, HTML,
+        # A non-UTF-8 header byte (as aiohttp hands it over) and a value that tries to start
+        # a new header line: the record stays well-formed and the byte survives.
+        response_headers=[("Content-Type", "text/html"), ("X-Raw", "caf\udce9"), ("X-Evil", "a\r\nWARC-Type: x")],
+    )
+    store = Store(tmp_path, node_id=NODE)
+    store.write([*sample_records(), awkward])
+    store.close()
+
+    (path,) = (tmp_path / "warc").glob("*.warc.gz")
+    checked = 0
+    with open(path, "rb") as handle:
+        for item in ArchiveIterator(handle, check_digests=True):
+            item.content_stream().read()
+            assert item.digest_checker.passed is True, (item.rec_type, list(item.digest_checker.problems))
+            if item.rec_type == "response" and item.rec_headers.get_header("WARC-Target-URI").endswith("/odd"):
+                assert item.http_headers.get_header("X-Evil") == "a  WARC-Type: x"
+                assert item.http_headers.get_header("X-Raw").encode("latin-1") == b"caf\xe9"
+            checked += 1
+    assert checked == 1 + 2 * sum(r.status is not None for r in sample_records()) + 2
+
+
 def test_decoded_body_keeps_the_original_encoding_headers(tmp_path: Path) -> None:
     store = Store(tmp_path, node_id=NODE)
     store.write(sample_records())
