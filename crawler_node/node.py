@@ -14,9 +14,7 @@ hold their global slots, and with no free slot the dispatcher stops leasing (rul
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import multiprocessing
 import random
 import time
 from collections import Counter
@@ -31,7 +29,7 @@ from crawler_node.fetch_stage import FetchStage
 from crawler_node.frontier import AddResult, Frontier, FrontierBatch, UrlEntry
 from crawler_node.limiter import AimdLimiter
 from crawler_node.node_status import StatusViews
-from crawler_node.parse_stage import ParseStage
+from crawler_node.parse_stage import BATCHES_PER_PARSER, ParseStage
 from crawler_node.pipeline import SEED_PRIORITY, InboundFull, PageResult, SyncWorker, take_in
 from crawler_node.pressure import PressureControl
 from crawler_node.scheduler import HostScheduler, HostState
@@ -80,7 +78,7 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
                                on_change=self._membership_changed, on_taken=self._note_added, clock=clock)
         self.frontier: Frontier | None = None
         self.store: StoreWorker | None = None
-        self._parse_pool: concurrent.futures.Executor | None = None
+        self._parsers: list = []
         self._global_slots = asyncio.Semaphore(settings.global_inflight)
         self.in_flight = 0
         self._work = asyncio.Event()
@@ -112,13 +110,9 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
     async def start(self) -> None:
         s = self.settings
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if s.parse_workers > 0:
-            # spawn, not fork: the frontier and store threads must not be copied mid-lock.
-            self._parse_pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=s.parse_workers, mp_context=multiprocessing.get_context("spawn")
-            )
-        else:
-            self._parse_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="parse")
+        self._parsers = self._new_parsers()
+        for parser in self._parsers:
+            await parser.start()
         self.frontier = await self._frontier_thread.call(
             Frontier, self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s
         )
@@ -138,8 +132,9 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
             self.scheduler.add_work(host_queue.host, host_queue.queued, now)
         self._spawn(self._dispatch_loop(), "dispatcher")
         self._spawn(self._refill_loop(), "lease-refill")
-        for index in range(max(1, s.parse_workers) + 1):
-            self._spawn(self._parse_loop(), f"parser-{index}")
+        for parser in self._parsers:
+            for index in range(BATCHES_PER_PARSER):
+                self._spawn(self._parse_loop(parser), f"{parser.name}-loop-{index}")
         self._spawn(self._store_loop(), "store-worker")
         self._spawn(self._lease_expiry_loop(), "lease-expiry")
         self._spawn(self._resync_loop(), "host-resync")
@@ -206,8 +201,8 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
             await self.store.close()
         await self.cluster.close()
         await self.fetcher.close()
-        if self._parse_pool is not None:
-            self._parse_pool.shutdown(wait=True, cancel_futures=True)
+        for parser in self._parsers:
+            await parser.close()
         self._frontier_thread.shutdown()
         self._stopped.set()
 

@@ -1,29 +1,46 @@
 """The parse stage's unit of work, run in a worker process so CPU spent on HTML never stalls
-the event loop that drives the fetches."""
+the event loop that drives the fetches. The scope check runs here too: it is per-link CPU
+work, and the node then receives only the links it will keep."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from crawler_node.links import extract_links
+from crawler_node.urls import Scope, host_of
 
 
-def parse_page(body: bytes, url: str, max_links: int, delay_s: float = 0.0) -> list[str]:
-    """Links of one HTML page, normalised (see links.extract_links). ``delay_s`` is a test
-    hook that stages a slow parser; it is zero in production."""
-    if delay_s:
-        time.sleep(delay_s)
-    return extract_links(body, url, max_links=max_links).links
+@dataclass(frozen=True, slots=True)
+class ParseContext:
+    scope: Scope
+    max_links: int
+    delay_s: float = 0.0  # a test hook that stages a slow parser; zero in production
 
 
-def parse_pages(pages: list[tuple[bytes, str]], max_links: int, delay_s: float = 0.0) -> list[list[str] | str]:
+@dataclass(frozen=True, slots=True)
+class ParsedPage:
+    links: list[tuple[str, str]]  # (url, host) of the links in scope, normalised
+    discovered: int  # links found on the page, in scope or not
+
+
+def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> ParsedPage:
+    """The in-scope links of one HTML page found at ``depth`` (see links.extract_links)."""
+    if context.delay_s:
+        time.sleep(context.delay_s)
+    found = extract_links(body, url, max_links=context.max_links).links
+    check = context.scope.check
+    return ParsedPage([(link, host_of(link)) for link in found if check(link, depth + 1) is None], len(found))
+
+
+def parse_pages(context: ParseContext, pages: list[tuple[bytes, str, int]]) -> list[ParsedPage | str]:
     """Parse a batch in one round trip to the worker: crossing a process boundary costs far
     more than parsing one small page, so the parse stage sends pages in batches. A page that
     cannot be parsed yields its error message instead of failing the batch."""
-    results: list[list[str] | str] = []
-    for body, url in pages:
+    results: list[ParsedPage | str] = []
+    for body, url, depth in pages:
         try:
-            results.append(parse_page(body, url, max_links, delay_s))
+            results.append(parse_page(context, body, url, depth))
         except Exception as exc:  # noqa: BLE001 - one hostile page must not sink its batch
             results.append(f"{type(exc).__name__}: {exc}")
     return results

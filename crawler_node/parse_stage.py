@@ -1,24 +1,30 @@
-"""The parse stage: batches of pages to the parser pool, links scoped by depth and host.
+"""The parse stage: batches of pages to the parser workers, which return the links in scope.
 Part of the Node (see node.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from crawler_node.frontier import Lease, UrlEntry
-from crawler_node.parse import parse_pages
+from crawler_node.frontier import UrlEntry
+from crawler_node.parse import ParseContext, parse_pages
 from crawler_node.pipeline import PARSE_BATCH, PARSE_BATCH_BYTES
-from crawler_node.urls import host_of
+from crawler_node.workers import ProcessWorker, ThreadWorker, make_worker
 
 log = logging.getLogger("crawler_node.node")
+
+BATCHES_PER_PARSER = 2  # one parsing, one waiting in its pipe: the worker never idles on a round trip
 
 
 class ParseStage:
     """Mixin of :class:`crawler_node.node.Node`; uses the node's state directly."""
 
-    async def _parse_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _new_parsers(self) -> list[ProcessWorker | ThreadWorker]:
+        s = self.settings
+        return [make_worker(f"parse-{index}", in_process=s.parse_workers > 0, init=ParseContext,
+                            init_args=(self.scope, s.max_links_per_page, s.parse_delay_s))
+                for index in range(max(1, s.parse_workers))]
+
+    async def _parse_loop(self, parser: ProcessWorker | ThreadWorker) -> None:
         while True:
             batch = [await self.parse_queue.get()]
             batch_bytes = len(batch[0].fetch.body)
@@ -28,25 +34,19 @@ class ParseStage:
                 batch_bytes += len(batch[-1].fetch.body)
             self._busy_parsers += 1
             try:
-                results = await loop.run_in_executor(
-                    self._parse_pool, parse_pages, [(page.fetch.body, page.lease.url) for page in batch],
-                    self.settings.max_links_per_page, self.settings.parse_delay_s,
-                )
-                for page, links in zip(batch, results):
-                    if isinstance(links, str):
-                        log.warning("could not parse %s: %s", page.lease.url, links)
+                results = await parser.call(
+                    parse_pages, [(page.fetch.body, page.lease.url, page.lease.depth) for page in batch])
+                discovered = 0
+                for page, parsed in zip(batch, results):
+                    if isinstance(parsed, str):
+                        log.warning("could not parse %s: %s", page.lease.url, parsed)
                         self.counters["parse_errors"] += 1
-                        links = []
-                    page.links = self._scoped_links(page.lease, links)
+                        continue
+                    depth = page.lease.depth + 1
+                    page.links = [UrlEntry(url, host, depth, -depth) for url, host in parsed.links]
+                    discovered += parsed.discovered
+                self.counters["links_discovered"] += discovered
+                for page in batch:
                     await self.store_queue.put(page)
             finally:
                 self._busy_parsers -= 1
-
-    def _scoped_links(self, lease: Lease, links: list[str]) -> list[UrlEntry]:
-        depth = lease.depth + 1
-        entries = []
-        for url in links:
-            if self.scope.check(url, depth) is None:
-                entries.append(UrlEntry(url=url, host=host_of(url), depth=depth, priority=-depth))
-        self.counters["links_discovered"] += len(links)
-        return entries

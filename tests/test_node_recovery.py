@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import time
 
-from conftest import read_crawl_log, roots
+import psutil
+from conftest import read_crawl_log, roots, wait_until
 
 HOSTS, PAGES = 10, 60
 PROFILE = {"site-*.test": {"latency_ms": 40}}  # slow enough to stop the crawl half-way
@@ -25,8 +26,13 @@ def test_sigkill_half_way_then_restart_completes_without_loss(start_testweb, sta
     expected = set(web.expected())
     node = start_node(proxy=web.url, seeds=roots(HOSTS))
     wait_for_lines(node, len(expected) // 2)
+    workers = psutil.Process(node.pid).children()
+    assert len(workers) >= 2  # the parser and the store
     node.kill()
     assert node.proc.returncode == -signal.SIGKILL
+    # Their input closed with the node: no worker outlives it (and holds the data dir).
+    wait_until(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers),
+               10, "the killed node's workers to exit")
     restarted = start_node(proxy=web.url, data_dir=node.data_dir)  # no seeds: it resumes its frontier
     restarted.wait_idle(timeout_s=120)
     logged = {line["url"] for line in read_crawl_log(restarted.data_dir)}

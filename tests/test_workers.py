@@ -1,0 +1,150 @@
+"""Worker processes fed from the event loop: answers in order, errors carried back, a dead
+worker fails its callers instead of hanging them, and no worker outlives its node."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from crawler_node.workers import ProcessWorker, ThreadWorker, WorkerDied
+
+
+def _counter(start: int) -> list[int]:
+    return [start]
+
+
+def _next(context: list[int], step: int) -> int:
+    context[0] += step
+    return context[0]
+
+
+def _fail(context, message: str) -> None:
+    raise ValueError(message)
+
+
+def _exit(context) -> None:
+    os._exit(3)
+
+
+def _echo(context, data: bytes) -> int:
+    return len(data)
+
+
+def _sleep(context, seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def _pid(context) -> int:
+    return os.getpid()
+
+
+def _unpicklable(context):
+    return lambda: None
+
+
+@pytest.mark.parametrize("kind", [ProcessWorker, ThreadWorker])
+def test_calls_share_the_context_and_answer_in_order(kind) -> None:
+    async def scenario() -> list[int]:
+        worker = kind("t", _counter, (10,))
+        await worker.start()
+        try:
+            # Sent together: the worker holds them all and answers each in turn.
+            return await asyncio.gather(*(worker.call(_next, step) for step in (1, 2, 3, 4)))
+        finally:
+            await worker.close()
+
+    assert asyncio.run(scenario()) == [11, 13, 16, 20]
+
+
+@pytest.mark.parametrize("kind", [ProcessWorker, ThreadWorker])
+def test_an_error_comes_back_and_the_worker_keeps_serving(kind) -> None:
+    async def scenario() -> int:
+        worker = kind("t", _counter, (0,))
+        await worker.start()
+        try:
+            with pytest.raises(ValueError, match="bad page"):
+                await worker.call(_fail, "bad page")
+            return await worker.call(_next, 5)
+        finally:
+            await worker.close()
+
+    assert asyncio.run(scenario()) == 5
+
+
+def test_an_unpicklable_answer_is_an_error_not_a_hang() -> None:
+    async def scenario() -> None:
+        worker = ProcessWorker("t")
+        await worker.start()
+        try:
+            with pytest.raises(RuntimeError, match="unpicklable"):
+                await worker.call(_unpicklable)
+            assert await worker.call(_echo, b"x" * 3_000_000) == 3_000_000  # bigger than a pipe
+        finally:
+            await worker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_init_surfaces_at_start() -> None:
+    async def scenario() -> None:
+        worker = ProcessWorker("t", _fail, (None, "no store here"))
+        with pytest.raises(ValueError, match="no store here"):
+            await worker.start()
+        await worker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_worker_fails_every_waiting_call() -> None:
+    async def scenario() -> None:
+        worker = ProcessWorker("t")
+        await worker.start()
+        try:
+            waiting = [asyncio.ensure_future(worker.call(_sleep, 0.2)) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            os.kill(worker.pid, signal.SIGKILL)
+            results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
+            assert all(isinstance(result, WorkerDied) for result in results), results
+            with pytest.raises(WorkerDied):
+                await worker.call(_next, 1)
+        finally:
+            await worker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_that_exits_mid_call_is_reported() -> None:
+    async def scenario() -> None:
+        worker = ProcessWorker("t")
+        await worker.start()
+        try:
+            with pytest.raises(WorkerDied, match="exited with 3"):
+                await asyncio.wait_for(worker.call(_exit), 10)
+        finally:
+            await worker.close()
+
+    asyncio.run(scenario())
+
+
+def test_ctrl_c_does_not_kill_a_worker_and_closing_ends_it() -> None:
+    async def scenario() -> None:
+        worker = ProcessWorker("t", _counter, (0,))
+        await worker.start()
+        pid = worker.pid
+        try:
+            # A terminal's Ctrl-C reaches the whole process group; the node stops in order
+            # and still needs its workers (the store's last batch) while it does.
+            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signal.SIGTERM)
+            assert await worker.call(_next, 1) == 1
+        finally:
+            await worker.close()
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+    asyncio.run(scenario())
