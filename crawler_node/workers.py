@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import fcntl
 import pickle
 import struct
 import sys
@@ -32,6 +33,18 @@ PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 class WorkerDied(RuntimeError):
     """The worker process is gone; calls waiting on it will never be answered."""
+
+
+PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged process (pipe-max-size)
+
+
+def _widen_pipe(stream: asyncio.StreamWriter) -> None:
+    """A batch of pages is often larger than a pipe's default 64 KiB: widened, the loop hands
+    it over in one write instead of many partial ones."""
+    try:
+        fcntl.fcntl(stream.transport.get_extra_info("pipe").fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (AttributeError, OSError):
+        pass  # not Linux, or over the limit: the default works, only with more writes
 
 
 def encode(message: Any) -> bytes:
@@ -62,6 +75,7 @@ class ProcessWorker:
             sys.executable, "-m", "crawler_node.worker_main", self.name,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )
+        _widen_pipe(self._process.stdin)
         self._reader = asyncio.get_running_loop().create_task(self._read_answers(), name=f"worker:{self.name}")
         # The node's import path first (as multiprocessing's spawn does), then the context is
         # built, or its error surfaces here.
