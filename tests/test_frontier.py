@@ -283,6 +283,22 @@ def test_export_then_forget(frontier: Frontier) -> None:
     assert len(frontier.add([e for _, e in exported]).accepted) == 3
 
 
+def test_duplicates_stay_exact_past_the_memory_of_recent_urls(tmp_path: Path, clock: FakeClock) -> None:
+    with Frontier(tmp_path / FRONTIER_FILENAME, clock=clock, recent_urls=8) as small:
+        urls = [entry("a.test", n) for n in range(100)]
+        assert len(small.add(urls).accepted) == 100
+        again = small.add(list(reversed(urls)))  # most are long forgotten by the memory
+        assert again.accepted == [] and again.duplicates == 100
+        assert len(small._recent) <= 8
+
+
+def test_a_host_handed_off_can_come_back(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n) for n in range(3)])
+    assert frontier.handoff_host("a.test", "peer-2") == 3
+    # The host returned to this node: its URLs are new here again.
+    assert len(frontier.add([entry("a.test", n) for n in range(3)]).accepted) == 3
+
+
 def test_take_host(frontier: Frontier) -> None:
     frontier.add([entry("a.test", n) for n in range(3)])
 
@@ -369,3 +385,5 @@ def test_a_failing_batch_changes_nothing(frontier: Frontier) -> None:
     assert frontier.totals()["queued"] == 0
     frontier.apply(FrontierBatch(done=[lease.id]))
     assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
+    # The rolled-back row was never one: the URL is new, not a remembered duplicate.
+    assert len(frontier.add([entry("b.test", 1)]).accepted) == 1
