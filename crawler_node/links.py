@@ -19,6 +19,7 @@ MAX_PARSE_BYTES = 5_000_000
 MAX_TITLE_CHARS = 1_000
 # A link-bearing tag with more characters than this is dropped whole (see _flatten).
 MAX_TAG_CHARS = 2_048
+_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _FOLLOWED_LINK_RELS = frozenset({"alternate", "next", "prev", "canonical"})
 _LINK_SELECTOR = "a[href], area[href], link[href], iframe[src], frame[src], meta[http-equiv]"
 
@@ -67,6 +68,46 @@ _ENCODING_ALIASES = {
 _REFRESH = re.compile(r"\s*[\d.]+\s*[;,]?\s*(?:url\s*=\s*)?(.*)", re.IGNORECASE | re.DOTALL)
 
 
+class LinkMemo:
+    """Links already normalised, for the pages still to come.
+
+    The same navigation links appear on every page of a site, and normalising one costs more
+    than finding it. Only links whose canonical form depends on nothing but their own text
+    and the base's origin are remembered (root-relative and absolute ones, about half of
+    them); a relative path depends on the page's own path, so it is normalised every time.
+    Exact: the memo holds what `normalize_url` returned for the same inputs. Bounded: it
+    starts over when full."""
+
+    def __init__(self, capacity: int = 16_384) -> None:
+        self.capacity = capacity
+        self._known: dict[tuple[str, str], str | None] = {}
+
+    def normalize(self, raw: str, base: str, origin: str) -> str | None:
+        """`normalize_url(raw, base)`, or None when that raises InvalidURL."""
+        memorable = raw.startswith("/") or _ABSOLUTE.match(raw) is not None
+        if memorable:
+            key = (raw, origin)
+            try:
+                return self._known[key]
+            except KeyError:
+                pass
+        try:
+            url: str | None = normalize_url(raw, base)
+        except InvalidURL:
+            url = None
+        if memorable:
+            if len(self._known) >= self.capacity:
+                self._known.clear()
+            self._known[key] = url
+        return url
+
+
+def _origin(url: str) -> str:
+    """`scheme://host[:port]` of a canonical URL."""
+    end = url.find("/", url.find("://") + 3)
+    return url if end < 0 else url[:end]
+
+
 @dataclass(slots=True)
 class ParsedPage:
     links: list[str]
@@ -81,6 +122,7 @@ def extract_links(
     max_links: int = 5000,
     encoding: str | None = None,
     max_parse_bytes: int = MAX_PARSE_BYTES,
+    memo: LinkMemo | None = None,
 ) -> ParsedPage:
     """Canonical, deduplicated outgoing links of the page at ``url`` (in document order).
 
@@ -94,7 +136,7 @@ def extract_links(
     if _page_is_nofollow(tree):
         return ParsedPage(links=[], title=title, nofollow=True)
     base = _base_url(tree, page_url)
-    return ParsedPage(links=_collect_links(tree, base, max_links), title=title, nofollow=False)
+    return ParsedPage(links=_collect_links(tree, base, max_links, memo if memo is not None else LinkMemo()), title=title, nofollow=False)
 
 
 def decode_html(body: bytes, encoding: str | None = None) -> str:
@@ -166,11 +208,12 @@ def _base_url(tree: LexborHTMLParser, page_url: str) -> str:
         return page_url  # a javascript: or broken <base> is ignored, as browsers do
 
 
-def _collect_links(tree: LexborHTMLParser, base: str, max_links: int) -> list[str]:
+def _collect_links(tree: LexborHTMLParser, base: str, max_links: int, memo: LinkMemo) -> list[str]:
     links: dict[str, None] = {}  # an ordered set
     seen_raw: set[str] = set()
     # Junk (javascript:, mailto:, broken) costs a normalisation each; bound that work too.
     budget = max(4 * max_links, 1_000)
+    origin = _origin(base)
     for node in tree.css(_LINK_SELECTOR):
         if len(links) >= max_links or budget <= 0:
             break
@@ -179,10 +222,9 @@ def _collect_links(tree: LexborHTMLParser, base: str, max_links: int) -> list[st
             continue
         seen_raw.add(raw)
         budget -= 1
-        try:
-            links[normalize_url(raw, base)] = None
-        except InvalidURL:
-            continue
+        url = memo.normalize(raw, base, origin)
+        if url is not None:
+            links[url] = None
     return list(links)
 
 

@@ -5,9 +5,9 @@ work, and the node then receives only the links it will keep."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from crawler_node.links import extract_links
+from crawler_node.links import LinkMemo, extract_links
 from crawler_node.urls import Scope, host_of
 
 
@@ -16,6 +16,7 @@ class ParseContext:
     scope: Scope
     max_links: int
     delay_s: float = 0.0  # a test hook that stages a slow parser; zero in production
+    memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Pars
     """The in-scope links of one HTML page found at ``depth`` (see links.extract_links)."""
     if context.delay_s:
         time.sleep(context.delay_s)
-    found = extract_links(body, url, max_links=context.max_links).links
+    found = extract_links(body, url, max_links=context.max_links, memo=context.memo).links
     check = context.scope.check
     return ParsedPage([(link, host_of(link)) for link in found if check(link, depth + 1) is None], len(found))
 

@@ -189,3 +189,24 @@ def test_hostile_input_returns_quickly_with_bounded_output(name: str) -> None:
     assert page.title is None or len(page.title) <= 1000
     # Each takes well under 1.5 s here; unguarded, the nested divs alone take minutes.
     assert elapsed < 5, f"{name} took {elapsed:.2f}s"
+
+
+def test_a_shared_memo_never_changes_what_a_page_links_to() -> None:
+    from crawler_node.links import LinkMemo
+
+    hrefs = ["/a", "/a/../b", "//other.test/x", "HTTP://Ex.Test:80/c", "https://ex.test/d",
+             "e", "../f", "?q=1", "#frag", "", "javascript:void(0)", "http:g", "/%7Euser", "//[::1", "/h i"]
+    body = "".join(f'<a href="{h}">x</a>' for h in hrefs)
+    pages = [
+        ("http://ex.test/dir/page.html", body),
+        ("http://ex.test/other/deeper/page.html?x=1", body),  # same origin, another directory
+        ("https://ex.test/other/page.html", body),  # same text, another scheme: another origin
+        ("http://ex.test:8080/dir/page.html", body),
+        ("http://ex.test/dir/page.html", '<base href="http://base.test/x/">' + body),
+        ("http://other.test/", body),
+    ]
+    for memo in (LinkMemo(), LinkMemo(capacity=3)):  # the small one starts over all the time
+        for _ in range(2):
+            for url, html in pages:
+                assert links_of(html, url, memo=memo) == links_of(html, url), url
+        assert len(memo._known) <= memo.capacity
