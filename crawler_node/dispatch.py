@@ -17,6 +17,8 @@ from crawler_node.scheduler import HostState, Robots
 
 log = logging.getLogger("crawler_node.node")
 
+LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (limit) of URLs
+
 
 class DispatchStage:
     """Mixin of :class:`crawler_node.node.Node`; uses the node's state directly."""
@@ -84,7 +86,7 @@ class DispatchStage:
             permit = self.admission.acquire(state)
             state.next_eligible = now + state.crawl_delay
             self._start_task(self._fetch_page(state, lease, permit), f"fetch:{state.host}")
-            if len(state.buffer) < state.limiter.limit and state.queued > 0:
+            if len(state.buffer) < LEASE_AHEAD * state.limiter.limit and state.queued > 0:
                 self._request_refill(state)
             return True
         finally:
@@ -178,9 +180,10 @@ class DispatchStage:
     def _lease_size(state: HostState) -> int:
         if state.crawl_delay > 0:
             return 1 if not state.buffer else 0
-        # Enough for the next round of the host's window, never more than two windows: a
-        # leased URL sitting in memory is a URL another node cannot take over.
-        return max(1, 2 * state.limiter.limit - len(state.buffer))
+        # Enough for the next rounds of the host's window, so its requests never wait for a
+        # frontier round trip (which may queue behind a store commit); never more than a few
+        # windows: a leased URL sitting in memory is a URL another node cannot take over.
+        return max(1, 2 * LEASE_AHEAD * state.limiter.limit - len(state.buffer))
 
     def _start_task(self, coro, name: str) -> None:
         self.in_flight += 1

@@ -12,7 +12,7 @@ from crawler_node.workers import ProcessWorker, ThreadWorker, make_worker
 
 log = logging.getLogger("crawler_node.node")
 
-BATCHES_PER_PARSER = 2  # one parsing, one waiting in its pipe: the worker never idles on a round trip
+BATCHES_PER_PARSER = 4  # in flight per parser: one parsing, the next ones already in its pipe
 
 
 class ParseStage:
