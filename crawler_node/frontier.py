@@ -37,7 +37,7 @@ DEFERRED = 4  # parked by load shedding: in the seen-set, not leased, restored l
 
 # Negative = KiB: bounds the page cache (~8 MB) whatever the size of the database.
 CACHE_SIZE_KIB = -8000
-RECENT_URLS = 32_768  # URLs remembered as rows (RecentUrls): about 5 MB
+RECENT_URLS = 32_768  # URLs remembered as rows (RecentUrls): about 8 MB at 60-char URLs
 # Checkpoint every ~32 MB of WAL rather than SQLite's default ~4 MB: a page that many commits
 # dirty (the rightmost leaf of a busy host's queue) is then copied into the database once, not
 # once per commit. Measured: about a third less time per add at 1M URLs.

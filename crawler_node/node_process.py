@@ -93,7 +93,7 @@ class NodeProcess:
     def status(self, timeout: float = 10.0) -> dict:
         return client.status(self.url, timeout=timeout)
 
-    def wait_idle(self, timeout_s: float = 120.0, *, settle_polls: int = 2) -> dict:
+    def wait_idle(self, timeout_s: float = 120.0, *, settle_polls: int = 2, interval_s: float = 0.25) -> dict:
         """Poll until the node reports idle on ``settle_polls`` consecutive polls."""
         deadline = time.monotonic() + timeout_s
         streak = 0
@@ -102,7 +102,7 @@ class NodeProcess:
             streak = streak + 1 if status["idle"] else 0
             if streak >= settle_polls:
                 return status
-            time.sleep(0.25)
+            time.sleep(interval_s)
         raise TimeoutError(f"{self.node_id} not idle after {timeout_s}s: {self.status()}")
 
     def signal(self, signum: int) -> None:
