@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import urllib.request
 from pathlib import Path
 
@@ -40,11 +41,26 @@ def logged_urls(nodes: list[NodeProcess]) -> dict[str, list[dict]]:
     return {node.node_id: read_crawl_log(node.data_dir) for node in nodes}
 
 
-def covered(nodes: list[NodeProcess], expected: set[str]) -> bool:
+def missing(nodes: list[NodeProcess], expected: set[str]) -> str:
+    """'' when every expected URL is in some node's crawl.log; else which are not, with what
+    each node's frontier says of them (state, attempts, outbox, replica), to tell a URL that
+    was dropped from one that was marked seen or is still owed to a peer."""
     seen = set()
     for data_dir in {node.data_dir for node in nodes}:
         seen.update(line["url"] for line in read_crawl_log(Path(data_dir)))
-    return expected <= seen
+    lost = sorted(expected - seen)
+    if not lost:
+        return ""
+    report = [f"{len(lost)} of {len(expected)} URLs never fetched"]
+    for node in nodes:
+        with sqlite3.connect(f"file:{Path(node.data_dir) / 'frontier.sqlite3'}?mode=ro", uri=True) as db:
+            for url in lost[:5]:
+                report.append(
+                    f"  {node.node_id} {url}: urls(state, attempts, hops)="
+                    f"{db.execute('SELECT state, attempts, hops FROM urls WHERE url = ?', (url,)).fetchall()}"
+                    f" outbox(peer, seen)={db.execute('SELECT peer, seen FROM outbox WHERE url = ?', (url,)).fetchall()}"
+                    f" replica={bool(db.execute('SELECT 1 FROM replica WHERE url = ?', (url,)).fetchall())}")
+    return "\n".join(report)
 
 
 def cluster_idle(node: NodeProcess) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from cluster_helpers import (
     FAST_CLUSTER,
     cluster_idle,
-    covered,
+    missing,
     get_json,
     logged_urls,
     owner_of,
@@ -121,7 +121,7 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
         back = victim
     wait_until(lambda: cluster_idle(nodes["a"]), 180, "cluster idle after b returned")
     everyone = [nodes["a"], nodes["c"], back]
-    assert covered(everyone, expected)
+    assert not (lost := missing(everyone, expected)), lost
     members = {m["id"]: m["state"] for m in get_json(f"{nodes['a'].url}/v1/status?scope=local")["members"]}
     assert members["b"] == "alive"
     handed = sum(get_json(f"{n.url}/v1/status?scope=local")["cluster"]["counters"]["handed_off"] for n in everyone)
@@ -156,7 +156,7 @@ def test_a_joining_node_takes_only_its_new_arc(start_testweb, start_node):
     nodes["d"] = start_node("d", host=host, port=port, proxy=web.url, peers={"a": peers["a"]},
                             extra_args=[*FAST_CLUSTER, "--secret", SECRET])
     wait_until(lambda: cluster_idle(nodes["a"]), 180, "cluster idle after the join")
-    assert covered(list(nodes.values()), expected)
+    assert not (lost := missing(list(nodes.values()), expected)), lost
     before, after = Ring(["a", "b", "c"]), Ring(["a", "b", "c", "d"])
     hosts = [f"site-{i}.test" for i in range(HOSTS)]
     predicted = {h for h in hosts if before.owner(h) != after.owner(h)}

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from cluster_helpers import FAST_CLUSTER, cluster_idle, covered, get_json, peers_of, plan, wait_until
+from cluster_helpers import FAST_CLUSTER, cluster_idle, get_json, missing, peers_of, plan, wait_until
 from conftest import read_crawl_log, roots
 
 HOSTS, PAGES = 24, 30
@@ -71,7 +71,7 @@ def test_views_that_disagree_for_a_moment_lose_nothing_and_bounce_boundedly(star
                                     seeds=roots(HOSTS) if node_id == "b" else (),
                                     extra_args=[*FAST_CLUSTER, "--max-hops", "2"])
     wait_until(lambda: cluster_idle(nodes["a"]), 120, "cluster idle")
-    assert covered(list(nodes.values()), expected)
+    assert not (lost := missing(list(nodes.values()), expected)), lost
     counts = web.stats()["urls"]
     assert {u: n for u, n in counts.items() if n > 1 and not u.endswith("robots.txt")} == {}
     # b learnt c from its peers' views (anti-entropy)
@@ -101,6 +101,6 @@ def test_handoff_on_exit_drains_the_queue_to_the_successors(start_testweb, start
         assert db.execute("SELECT COUNT(*) FROM urls WHERE state = 0").fetchone()[0] == 0
         assert db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] == 0
     wait_until(lambda: cluster_idle(nodes["a"]), 120, "a and b finish the crawl")
-    assert covered(list(nodes.values()), expected)
+    assert not (lost := missing(list(nodes.values()), expected)), lost
     members = {m["id"]: m for m in get_json(f"{nodes['a'].url}/v1/status?scope=local")["members"]}
     assert members["c"]["state"] == "down" and members["c"]["left"] is True
