@@ -10,6 +10,7 @@ import sys
 from aiohttp import web
 
 from crawler_node.api import make_app
+from crawler_node.gctune import tune_for_throughput
 from crawler_node.node import Node
 from crawler_node.settings import Settings, listen_address
 
@@ -52,4 +53,5 @@ def run(settings: Settings, *, log_level: str = "INFO") -> int:
         format=f"%(asctime)s {settings.node_id} %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    tune_for_throughput()
     return asyncio.run(serve(settings))
