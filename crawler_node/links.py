@@ -231,7 +231,8 @@ def _collect_links(tree: LexborHTMLParser, base: str, max_links: int, memo: Link
 def _link_target(tag: str, attrs: LexborAttributes) -> str | None:
     """The raw URL a followable element points to, or None."""
     if tag in ("a", "area"):
-        return None if "nofollow" in _rel_tokens(attrs) else _stripped(attrs.get("href"))
+        rel = attrs.get("rel")  # most links have none: no token set to build
+        return None if rel and "nofollow" in rel.lower().split() else _stripped(attrs.get("href"))
     if tag == "link":
         rels = _rel_tokens(attrs)
         if "nofollow" in rels or not rels & _FOLLOWED_LINK_RELS:

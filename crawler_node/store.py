@@ -257,14 +257,11 @@ def exchange_records(record: FetchRecord) -> tuple[bytes, bytes]:
         reason = HTTPStatus(status).phrase
     except ValueError:
         reason = ""
-    parts = urlsplit(record.url)
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
+    netloc, target = _request_target(record.url)
     request_headers = record.request_headers
     # HTTP/1.1 clients always send Host; add it if the caller left it out of its list.
     if not any(name.lower() == "host" for name, _ in request_headers):
-        request_headers = [("Host", parts.netloc), *request_headers]
+        request_headers = [("Host", netloc), *request_headers]
     return warc.exchange(
         record.url,
         iso_utc(record.fetched_at, timespec="microseconds"),
@@ -277,6 +274,17 @@ def exchange_records(record: FetchRecord) -> tuple[bytes, bytes]:
         # The node stopped reading at its cap.
         truncated="length" if record.outcome == "too_large" else None,
     )
+
+
+def _request_target(url: str) -> tuple[str, str]:
+    """(host[:port], path?query) of a URL: by hand for the canonical URLs the node fetches
+    (`scheme://host[:port]/path[?query]`, no fragment), by urlsplit for anything else."""
+    start = url.find("://") + 3
+    slash = url.find("/", start)
+    if start >= 3 and slash > start and "#" not in url:
+        return url[start:slash], url[slash:]
+    parts = urlsplit(url)
+    return parts.netloc, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def stored_response_headers(

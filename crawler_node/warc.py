@@ -14,9 +14,8 @@ zlib for records within 2% of zlib's level-6 size, and an ordinary gzip stream t
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import uuid
+import os
 import zlib
 from collections.abc import Sequence
 
@@ -33,24 +32,38 @@ _GZIP_WBITS = zlib.MAX_WBITS | 16  # a gzip header and trailer around the deflat
 
 
 def record_id() -> str:
-    return f"<urn:uuid:{uuid.uuid4()}>"
+    """A random (version 4) UUID URN, as `uuid.uuid4()` would give, in a third of its time."""
+    h = os.urandom(16).hex()
+    variant = "89ab"[int(h[16], 16) & 3]
+    return f"<urn:uuid:{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}>"
+
+
+_BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_BASE32_PAIRS = [a + b for a in _BASE32 for b in _BASE32]  # 10 bits -> two characters
+_SHIFTS = range(150, -1, -10)
 
 
 def sha1_label(data: bytes) -> str:
-    """The digest form WARC readers expect: `sha1:` + base32 of the SHA-1."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+    """The digest form WARC readers expect: `sha1:` + base32 of the SHA-1.
 
-
-def _clean(value: str) -> str:
-    # A header value never spans lines; aiohttp already rejects such headers, this keeps a
-    # record well-formed whatever a caller passes.
-    if "\r" in value or "\n" in value:
-        return value.replace("\r", " ").replace("\n", " ")
-    return value
+    A SHA-1 is 160 bits, exactly 32 base32 characters without padding; read as one integer
+    it is 16 table lookups (`base64.b32encode` is pure Python before 3.12, ~3x slower)."""
+    n = int.from_bytes(hashlib.sha1(data).digest(), "big")
+    pairs = _BASE32_PAIRS
+    return "sha1:" + "".join([pairs[(n >> shift) & 0x3FF] for shift in _SHIFTS])
 
 
 def _header_block(lines: Sequence[tuple[str, str]]) -> str:
-    return "".join(f"{name}: {_clean(value)}\r\n" for name, value in lines)
+    block = "".join([f"{name}: {value}\r\n" for name, value in lines])
+    if block.count("\n") != len(lines) or block.count("\r") != len(lines):
+        # A header value never spans lines; aiohttp already rejects such headers, this keeps
+        # a record well-formed whatever a caller passes.
+        block = "".join(f"{_one_line(name)}: {_one_line(value)}\r\n" for name, value in lines)
+    return block
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def http_head(first_line: str, headers: Sequence[tuple[str, str]]) -> bytes:
