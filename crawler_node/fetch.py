@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import aiohttp
+from yarl import URL
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
@@ -109,6 +110,7 @@ class Fetcher:
     ) -> None:
         self._user_agent = user_agent
         self._proxy = proxy
+        self._proxy_url = URL(proxy) if proxy else None  # parsed once, not on every request
         self._allow_private = allow_private or proxy is not None  # with a proxy we only reach the proxy
         self._timeout = aiohttp.ClientTimeout(total=fetch_timeout_s, sock_connect=connect_timeout_s)
         self._max_body_bytes = max_body_bytes
@@ -152,7 +154,7 @@ class Fetcher:
             result.error, result.error_detail = ErrorKind.NOT_ALLOWED, f"{host} is not a public address"
             return result
         try:
-            async with self._session.get(url, proxy=self._proxy, allow_redirects=False) as response:
+            async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False) as response:
                 result.headers_s = time.monotonic() - started
                 result.status = response.status
                 result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
@@ -177,6 +179,16 @@ class Fetcher:
             result.error, result.error_detail = ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}"
         result.elapsed_s = time.monotonic() - started
         return result
+
+
+def _request_url(url: str) -> URL | str:
+    """The URL to put on the wire. A canonical URL (urls.normalize_url: ASCII, already
+    percent-encoded) goes out exactly as the frontier holds it: re-quoted by yarl it would
+    also cost a parse, and yarl decodes some reserved characters ("%3B" becomes ";"), which
+    asks the server for another URL than the one recorded in the WARC and crawl.log."""
+    if url.isascii() and " " not in url:
+        return URL(url, encoded=True)
+    return url
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
