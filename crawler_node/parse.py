@@ -19,10 +19,10 @@ class ParseContext:
     memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedPage:
-    links: list[tuple[str, str]]  # (url, host) of the links in scope, normalised
-    discovered: int  # links found on the page, in scope or not
+# What a page yields: the (url, host) of its links in scope, normalised, and how many links it
+# had in all. A plain tuple: it crosses the process boundary, where a tuple pickles in a
+# fraction of a dataclass's time.
+ParsedPage = tuple[list[tuple[str, str]], int]
 
 
 def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> ParsedPage:
@@ -31,7 +31,7 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Pars
         time.sleep(context.delay_s)
     found = extract_links(body, url, max_links=context.max_links, memo=context.memo).links
     check = context.scope.check
-    return ParsedPage([(link, host_of(link)) for link in found if check(link, depth + 1) is None], len(found))
+    return [(link, host_of(link)) for link in found if check(link, depth + 1) is None], len(found)
 
 
 def parse_pages(context: ParseContext, pages: list[tuple[bytes, str, int]]) -> list[ParsedPage | str]:

@@ -43,8 +43,9 @@ class ParseStage:
                         self.counters["parse_errors"] += 1
                         continue
                     depth = page.lease.depth + 1
-                    page.links = [UrlEntry(url, host, depth, -depth) for url, host in parsed.links]
-                    discovered += parsed.discovered
+                    links, found = parsed
+                    page.links = [UrlEntry(url, host, depth, -depth) for url, host in links]
+                    discovered += found
                 self.counters["links_discovered"] += discovered
                 for page in batch:
                     await self.store_queue.put(page)

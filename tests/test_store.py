@@ -243,3 +243,10 @@ def test_a_torn_last_line_is_cut_when_the_log_reopens(tmp_path):
     log = CrawlLog(path)
     log.close()
     assert path.read_text() == '{"url": "http://a.test/"}\n'
+
+
+def test_a_record_crosses_to_the_store_worker_whole() -> None:
+    import pickle
+
+    for original in sample_records():
+        assert pickle.loads(pickle.dumps(original, pickle.HIGHEST_PROTOCOL)) == original
