@@ -349,7 +349,7 @@ class Cluster:
                 self._changed(f"{peer} is down (forward failed: {type(exc).__name__})")
             return min(1.0, self.settings.heartbeat_interval_s)
         if status == 202:
-            await self._frontier_thread.call(frontier.outbox_ack, peer, [row_id for row_id, _, _ in rows])
+            await self._frontier_thread.call(frontier.outbox_ack, peer, [(row_id, e.url) for row_id, e, _ in rows])
             self.outbox_counts[peer] = max(0, self.outbox_counts.get(peer, 0) - len(rows))
             # "forwarded": URLs for the peer to crawl; "sent_seen": replicas and handed-back
             # fetched URLs, which it only records.
@@ -370,7 +370,7 @@ class Cluster:
                 return 1.0
         if status == 400:
             log.error("%s refused a batch as malformed; dropping %d URLs", peer, len(rows))
-            await self._frontier_thread.call(frontier.outbox_ack, peer, [row_id for row_id, _, _ in rows])
+            await self._frontier_thread.call(frontier.outbox_ack, peer, [(row_id, e.url) for row_id, e, _ in rows])
             self.outbox_counts[peer] = max(0, self.outbox_counts.get(peer, 0) - len(rows))
             return 0.0
         log.warning("%s answered HTTP %s to a forward; will retry", peer, status)

@@ -639,9 +639,17 @@ class Frontier:
         ).fetchall()
         return [(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5]), bool(row[6])) for row in rows]
 
-    def outbox_ack(self, peer: str, ids: Sequence[int]) -> int:
+    def outbox_ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
+        """Remove what ``peer`` acknowledged: the (id, url) pairs of the batch it answered.
+
+        By id alone is not enough. A row id is reused once the highest rows are deleted, and
+        a peer that froze with a batch in hand may answer long after its rows were rerouted
+        and new rows, never sent, took their ids: matching the URL and the peer too removes
+        only what was delivered (a rerouted row that was delivered anyway is sent again)."""
         with self._transaction():
-            cursor = self._conn.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+            cursor = self._conn.executemany(
+                "DELETE FROM outbox WHERE id = ? AND peer = ? AND url = ?",
+                [(row_id, peer, url) for row_id, url in sent])
             removed = cursor.rowcount
         self._outbox_counts[peer] = max(0, self._outbox_counts.get(peer, 0) - removed)
         return removed

@@ -387,3 +387,16 @@ def test_a_failing_batch_changes_nothing(frontier: Frontier) -> None:
     assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
     # The rolled-back row was never one: the URL is new, not a remembered duplicate.
     assert len(frontier.add([entry("b.test", 1)]).accepted) == 1
+
+
+def test_an_acknowledgement_never_removes_what_was_not_sent(frontier: Frontier) -> None:
+    # A peer froze (SIGSTOP) with a batch in hand; meanwhile its rows were rerouted, and new
+    # rows took their freed ids (SQLite reuses the highest ones). When the frozen peer finally
+    # answers 202 for the old batch, only the rows of that batch may go.
+    frontier.outbox_put([("b", entry("b.test", n)) for n in range(3)])
+    sent = frontier.outbox_peek("b", 10)
+    frontier.outbox_reroute("b", lambda host: None)  # b is down: this node takes them in
+    frontier.outbox_put([("b", entry("b.test", n)) for n in range(10, 13)])  # found later, for b
+    assert frontier.outbox_ack("b", [(row_id, e.url) for row_id, e, _ in sent]) == 0
+    assert [e.url for _, e, _ in frontier.outbox_peek("b", 10)] == [
+        f"http://b.test/page/{n}" for n in range(10, 13)]
