@@ -49,7 +49,9 @@ MAX_SQL_PARAMS = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
-    id INTEGER PRIMARY KEY,
+    -- AUTOINCREMENT: an id is a lease's handle and is never given to another URL, even after
+    -- its row is handed to another node (a late outcome for it then finds nothing to change)
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     url TEXT NOT NULL UNIQUE,        -- the UNIQUE index is the exact URL-seen set
     host TEXT NOT NULL,
     depth INTEGER NOT NULL,
@@ -76,7 +78,7 @@ CREATE TABLE IF NOT EXISTS hosts (
 -- URLs on their way to another node, kept until that node acknowledges them (cluster).
 -- seen = 1: already fetched here; the new owner only records it in its seen-set.
 CREATE TABLE IF NOT EXISTS outbox (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused (outbox_ack matches the URL as well)
     peer TEXT NOT NULL,
     url TEXT NOT NULL,
     host TEXT NOT NULL,

@@ -400,3 +400,20 @@ def test_an_acknowledgement_never_removes_what_was_not_sent(frontier: Frontier) 
     assert frontier.outbox_ack("b", [(row_id, e.url) for row_id, e, _ in sent]) == 0
     assert [e.url for _, e, _ in frontier.outbox_peek("b", 10)] == [
         f"http://b.test/page/{n}" for n in range(10, 13)]
+
+
+def test_a_late_outcome_never_lands_on_another_url(frontier: Frontier, clock: FakeClock) -> None:
+    # A lease outlives its row: it expired, the host was handed to another node, and only then
+    # did the slow fetch finish. Its id must not have gone to a URL found since.
+    frontier.add([entry("a.test", 1)])
+    (lease,), _ = frontier.lease("a.test", 1)
+    clock.now += 61.0
+    assert frontier.expire_leases() == 1
+    assert frontier.handoff_host("a.test", "peer-2") == 1
+    frontier.add([entry("a.test", 2)])  # the next row, with the next id
+
+    frontier.apply(FrontierBatch(done=[lease.id]))
+
+    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)  # still queued: to be fetched
+    (fresh,), _ = frontier.lease("a.test", 1)
+    assert fresh.url == "http://a.test/page/2" and fresh.id != lease.id
