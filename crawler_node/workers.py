@@ -87,10 +87,11 @@ class ProcessWorker:
     async def _send(self, request: tuple) -> Any:
         if self._dead is not None:
             raise self._dead
+        frame = encode(request)  # first: a request that cannot be pickled is never half-sent
         future = asyncio.get_running_loop().create_future()
         # Queued before the first await: answers come back in the order requests were written.
         self._waiting.append(future)
-        self._process.stdin.write(encode(request))
+        self._process.stdin.write(frame)
         try:
             await self._process.stdin.drain()  # the pipe's flow control: a slow worker slows us
         except (ConnectionError, BrokenPipeError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import time
 
@@ -84,6 +85,9 @@ def test_an_unpicklable_answer_is_an_error_not_a_hang() -> None:
         try:
             with pytest.raises(RuntimeError, match="unpicklable"):
                 await worker.call(_unpicklable)
+            with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+                await worker.call(_echo, lambda: None)  # an argument that cannot be sent
+            assert await worker.call(_echo, b"after") == 5  # answers still line up
             assert await worker.call(_echo, b"x" * 3_000_000) == 3_000_000  # bigger than a pipe
         finally:
             await worker.close()
