@@ -49,6 +49,8 @@ class NodeCollector:
             ("crawler_urls_submitted", "submitted", "URLs accepted through the API or as seeds"),
             ("crawler_urls_rejected", "rejected", "Submitted URLs rejected (scope, malformed)"),
             ("crawler_links_discovered", "links_discovered", "Links extracted from pages"),
+            ("crawler_parse_errors", "parse_errors", "HTML pages stored without links: unparsable, or fatal to the parser"),
+            ("crawler_parser_restarts", "parser_restarts", "Parser processes replaced after they died"),
         ):
             family = CounterMetricFamily(name, help_text)
             family.add_metric([], node.counters[key])

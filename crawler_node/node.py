@@ -79,6 +79,7 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
         self.frontier: Frontier | None = None
         self.store: StoreWorker | None = None
         self._parsers: list = []
+        self._parser_replacing = asyncio.Lock()
         self._global_slots = asyncio.Semaphore(settings.global_inflight)
         self.in_flight = 0
         self._work = asyncio.Event()
@@ -132,9 +133,9 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
             self.scheduler.add_work(host_queue.host, host_queue.queued, now)
         self._spawn(self._dispatch_loop(), "dispatcher")
         self._spawn(self._refill_loop(), "lease-refill")
-        for parser in self._parsers:
-            for index in range(BATCHES_PER_PARSER):
-                self._spawn(self._parse_loop(parser), f"{parser.name}-loop-{index}")
+        for index, parser in enumerate(self._parsers):
+            for loop in range(BATCHES_PER_PARSER):
+                self._spawn(self._parse_loop(index), f"{parser.name}-loop-{loop}")
         self._spawn(self._store_loop(), "store-worker")
         self._spawn(self._lease_expiry_loop(), "lease-expiry")
         self._spawn(self._resync_loop(), "host-resync")

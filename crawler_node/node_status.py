@@ -42,6 +42,8 @@ class StatusViews:
                 "rejected": self.counters["rejected"],
                 "robots_disallowed": self.counters["robots_disallowed"],
                 "links_discovered": self.counters["links_discovered"],
+                "parse_errors": self.counters["parse_errors"],
+                "parser_restarts": self.counters["parser_restarts"],
                 "outcomes": dict(self.outcomes),
             },
             "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},

@@ -54,3 +54,24 @@ def test_sigterm_returns_unfinished_work_and_exits_zero(start_testweb, start_nod
     counts = web.stats()["urls"]
     # a graceful stop finishes or hands back every lease: nothing is fetched twice
     assert {url: n for url, n in counts.items() if n > 1 and not url.endswith("/robots.txt")} == {}
+
+
+def test_a_killed_parser_is_replaced_and_no_link_is_lost(start_testweb, start_node):
+    # The parser is the process a hostile page or the OOM killer takes down. Its pages are
+    # parsed again (one by one, on a worker of their own) and the crawl misses nothing.
+    web = start_testweb(hosts=HOSTS, pages=PAGES, seed=13, profile=PROFILE)
+    expected = set(web.expected())
+    node = start_node(proxy=web.url, seeds=roots(HOSTS), extra_args=["--parse-delay-s", "0.002"])
+    wait_for_lines(node, len(expected) // 4)
+    parsers = [p for p in psutil.Process(node.pid).children() if "parse-0" in " ".join(p.cmdline())]
+    assert len(parsers) == 1
+    parsers[0].kill()
+    node.wait_idle(timeout_s=120)
+    counters = node.status()["counters"]
+    assert counters["parser_restarts"] == 1
+    assert counters["parse_errors"] == 0  # no page was to blame
+    logged = [line["url"] for line in read_crawl_log(node.data_dir)]
+    assert set(logged) == expected
+    assert len(logged) == len(set(logged))  # nothing fetched again: only parsed again
+    replacement = [p for p in psutil.Process(node.pid).children() if "parse-0" in " ".join(p.cmdline())]
+    assert len(replacement) == 1 and replacement[0].pid != parsers[0].pid
