@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from crawler_node.frontier import FrontierBatch
-from crawler_node.pipeline import REFILL_HOSTS, lease_many
+from crawler_node.pipeline import REFILL_HOSTS
 from crawler_node.scheduler import HostState, Robots
 
 log = logging.getLogger("crawler_node.node")
@@ -160,7 +160,7 @@ class DispatchStage:
             if not wanted:
                 continue
             requests = [(state.host, self._lease_size(state)) for state in wanted]
-            results = await self._frontier_thread.call(lease_many, self.frontier, requests)
+            results = await self._frontier_thread.call(self.frontier.lease_many, requests)
             now = self._clock()
             for state, (leases, next_ready) in zip(wanted, results):
                 state.refilling = False

@@ -385,18 +385,25 @@ class Frontier:
         URLs but none is eligible yet: the earliest not_before among them. Finding it walks
         the host's queue, so a caller should not ask again before that time.
         """
-        record = self._hosts.get(host)
+        return self.lease_many([(host, n)])[0]
+
+    def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
+        """`lease` for several hosts in one transaction (the dispatcher refills many at once)."""
+        now = self._clock()
+        wanted = [(host, n, self._hosts.get(host)) for host, n in requests]
+        if not any(n > 0 and record is not None and record.queued for _, n, record in wanted):
+            return [([], None) for _ in requests]
+        with self._transaction():
+            return [self._lease(host, n, record, now) for host, n, record in wanted]
+
+    def _lease(self, host: str, n: int, record: HostQueue | None, now: float) -> tuple[list[Lease], float | None]:
         if n <= 0 or record is None or record.queued == 0:
             return [], None
-        now = self._clock()
-        with self._transaction():
-            rows = self._conn.execute(
-                _LEASE_SQL, (now + self._lease_timeout_s, host, now, n)
-            ).fetchall()
-            if not rows:
-                return [], self._next_ready_at(host)
-            self._count(record, QUEUED, -len(rows))
-            self._count(record, LEASED, len(rows))
+        rows = self._conn.execute(_LEASE_SQL, (now + self._lease_timeout_s, host, now, n)).fetchall()
+        if not rows:
+            return [], self._next_ready_at(host)
+        self._count(record, QUEUED, -len(rows))
+        self._count(record, LEASED, len(rows))
         # RETURNING gives no order guarantee; restore the lease order for the caller.
         rows.sort(key=lambda row: (-row[3], row[0]))
         leases = [

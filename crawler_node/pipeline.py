@@ -30,10 +30,6 @@ def take_in(frontier: Frontier, mine: list[UrlEntry], forward: list[tuple[str, U
     return frontier.add(mine)
 
 
-def lease_many(frontier: Frontier, requests: list[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
-    return [frontier.lease(host, n) if n > 0 else ([], None) for host, n in requests]
-
-
 @dataclass(slots=True)
 class PageResult:
     """One fetch attempt on its way from a fetch task to the store worker."""

@@ -417,3 +417,15 @@ def test_a_late_outcome_never_lands_on_another_url(frontier: Frontier, clock: Fa
     assert counts(frontier.host("a.test")) == (1, 0, 0, 0)  # still queued: to be fetched
     (fresh,), _ = frontier.lease("a.test", 1)
     assert fresh.url == "http://a.test/page/2" and fresh.id != lease.id
+
+
+def test_lease_many_hosts_in_one_call(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", n) for n in range(3)] + [entry("b.test", 1)])
+    frontier.add([entry("c.test", 1)], not_before=clock.now + 5)
+
+    results = frontier.lease_many([("a.test", 2), ("b.test", 5), ("c.test", 1), ("nobody.test", 3), ("a.test", 0)])
+
+    assert [[lease.url for lease in leases] for leases, _ in results] == [
+        ["http://a.test/page/0", "http://a.test/page/1"], ["http://b.test/page/1"], [], [], []]
+    assert [ready for _, ready in results] == [None, None, clock.now + 5, None, None]
+    assert counts(frontier.host("a.test")) == (1, 2, 0, 0)
