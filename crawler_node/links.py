@@ -136,7 +136,8 @@ def extract_links(
     if _page_is_nofollow(tree):
         return ParsedPage(links=[], title=title, nofollow=True)
     base = _base_url(tree, page_url)
-    return ParsedPage(links=_collect_links(tree, base, max_links, memo if memo is not None else LinkMemo()), title=title, nofollow=False)
+    links = _collect_links(tree, base, max_links, memo if memo is not None else LinkMemo())
+    return ParsedPage(links=links, title=title, nofollow=False)
 
 
 def decode_html(body: bytes, encoding: str | None = None) -> str:

@@ -22,10 +22,10 @@ class ParseContext:
 # What a page yields: the (url, host) of its links in scope, normalised, and how many links it
 # had in all. A plain tuple: it crosses the process boundary, where a tuple pickles in a
 # fraction of a dataclass's time.
-ParsedPage = tuple[list[tuple[str, str]], int]
+PageLinks = tuple[list[tuple[str, str]], int]
 
 
-def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> ParsedPage:
+def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> PageLinks:
     """The in-scope links of one HTML page found at ``depth`` (see links.extract_links)."""
     if context.delay_s:
         time.sleep(context.delay_s)
@@ -34,11 +34,11 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Pars
     return [(link, host_of(link)) for link in found if check(link, depth + 1) is None], len(found)
 
 
-def parse_pages(context: ParseContext, pages: list[tuple[bytes, str, int]]) -> list[ParsedPage | str]:
+def parse_pages(context: ParseContext, pages: list[tuple[bytes, str, int]]) -> list[PageLinks | str]:
     """Parse a batch in one round trip to the worker: crossing a process boundary costs far
     more than parsing one small page, so the parse stage sends pages in batches. A page that
     cannot be parsed yields its error message instead of failing the batch."""
-    results: list[ParsedPage | str] = []
+    results: list[PageLinks | str] = []
     for body, url, depth in pages:
         try:
             results.append(parse_page(context, body, url, depth))

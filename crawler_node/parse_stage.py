@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from crawler_node.frontier import UrlEntry
-from crawler_node.parse import ParseContext, ParsedPage, parse_pages
+from crawler_node.parse import ParseContext, PageLinks, parse_pages
 from crawler_node.pipeline import PARSE_BATCH, PARSE_BATCH_BYTES
 from crawler_node.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker
 
@@ -63,7 +63,7 @@ class ParseStage:
             finally:
                 self._busy_parsers -= 1
 
-    async def _parse(self, index: int, jobs: list[ParseJob]) -> list[ParsedPage | str]:
+    async def _parse(self, index: int, jobs: list[ParseJob]) -> list[PageLinks | str]:
         parser = self._parsers[index]
         try:
             return await parser.call(parse_pages, jobs)
@@ -83,9 +83,9 @@ class ParseStage:
             self.counters["parser_restarts"] += 1
             await dead.close()
 
-    async def _parse_alone(self, jobs: list[ParseJob]) -> list[ParsedPage | str]:
+    async def _parse_alone(self, jobs: list[ParseJob]) -> list[PageLinks | str]:
         """Each page on a worker of its own, so a death names the page that caused it."""
-        results: list[ParsedPage | str] = []
+        results: list[PageLinks | str] = []
         worker = None
         try:
             for job in jobs:

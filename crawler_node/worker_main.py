@@ -5,8 +5,9 @@
 Reads length-prefixed pickle frames from stdin and answers each on stdout, in order. The first
 frame is `(sys.path, pickled (init, init_args))`: the node's import path comes first, as with
 multiprocessing's spawn, so that what the node can import the worker can too. The result of
-`init` is the context handed to every later `(fn, args)` as `fn(context, *args)`. The answer is `(True, result)` or `(False, exception)`. End of input (the
-node closed the pipe, or died) ends the worker, so it never outlives its node.
+`init` is the context handed to every later `(fn, args)` as `fn(context, *args)`. The answer
+is `(True, result)` or `(False, exception)`. End of input (the node closed the pipe, or died)
+ends the worker, so it never outlives its node.
 """
 
 from __future__ import annotations
