@@ -27,7 +27,7 @@ from crawler_node.settings import Settings
 
 if TYPE_CHECKING:
     from crawler_node.frontier import Frontier
-    from crawler_node.pipeline import SyncWorker
+    from crawler_node.workers import SyncWorker
 
 log = logging.getLogger("crawler_node.cluster")
 

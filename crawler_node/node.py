@@ -30,7 +30,7 @@ from crawler_node.frontier import AddResult, Frontier, FrontierBatch, UrlEntry
 from crawler_node.limiter import AimdLimiter
 from crawler_node.node_status import StatusViews
 from crawler_node.parse_stage import BATCHES_PER_PARSER, ParseStage
-from crawler_node.pipeline import SEED_PRIORITY, InboundFull, PageResult, SyncWorker, take_in
+from crawler_node.pipeline import SEED_PRIORITY, InboundFull, PageResult, take_in
 from crawler_node.pressure import PressureControl
 from crawler_node.scheduler import HostScheduler, HostState
 from crawler_node.settings import Settings
@@ -38,6 +38,7 @@ from crawler_node.stages import StageQueue
 from crawler_node.store_process import StoreWorker
 from crawler_node.store_stage import StoreStage
 from crawler_node.urls import InvalidURL, Scope, host_of, normalize_url
+from crawler_node.workers import SyncWorker
 
 log = logging.getLogger("crawler_node.node")
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from dataclasses import dataclass, field
-from functools import partial
 
 from crawler_node.fetch import FetchResult
 from crawler_node.frontier import AddResult, Frontier, Lease, UrlEntry
@@ -41,25 +38,6 @@ class PageResult:
     postponed: bool = False  # with retry_at: refused before the site (API limit), budget kept
     final_failure: bool = False
     links: list[UrlEntry] = field(default_factory=list)
-
-
-class SyncWorker:
-    """A dedicated thread for one synchronous component (SQLite, files): the event loop never
-    waits on the disk, and the component never sees two threads."""
-
-    def __init__(self, name: str) -> None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        self.pending = 0
-
-    async def call(self, fn, /, *args, **kwargs):
-        self.pending += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
-        finally:
-            self.pending -= 1
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=True)
 
 
 class InboundFull(Exception):

@@ -19,9 +19,8 @@ def _open(data_dir: str, node_id: str, warc_max_bytes: int) -> Store:
     return Store(Path(data_dir), node_id=node_id, warc_max_bytes=warc_max_bytes)
 
 
-def _write(store: Store, records: Sequence[FetchRecord]) -> int:
+def _write(store: Store, records: Sequence[FetchRecord]) -> None:
     store.write(records)
-    return len(records)
 
 
 def _close(store: Store) -> None:
@@ -32,13 +31,12 @@ class StoreWorker:
     def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int, in_process: bool = True) -> None:
         self._worker = make_worker("store", in_process=in_process, init=_open,
                                    init_args=(str(data_dir), node_id, warc_max_bytes))
-        self.records_written = 0
 
     async def start(self) -> None:
         await self._worker.start()  # the store is open (or the error surfaces here)
 
     async def write(self, records: Sequence[FetchRecord]) -> None:
-        self.records_written += await self._worker.call(_write, list(records))
+        await self._worker.call(_write, list(records))
 
     async def close(self) -> None:
         await self._worker.close(_close)

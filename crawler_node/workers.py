@@ -25,6 +25,7 @@ import pickle
 import struct
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 FRAME_HEADER = struct.Struct("!Q")  # the length of the pickle that follows
@@ -60,11 +61,6 @@ class ProcessWorker:
         self._waiting: collections.deque[asyncio.Future] = collections.deque()
         self._reader: asyncio.Task | None = None
         self._dead: WorkerDied | None = None
-
-    @property
-    def pending(self) -> int:
-        """Calls sent and not yet answered."""
-        return len(self._waiting)
 
     @property
     def pid(self) -> int | None:
@@ -144,38 +140,44 @@ class ProcessWorker:
                 await asyncio.gather(self._reader, return_exceptions=True)
 
 
+class SyncWorker:
+    """A dedicated thread for one synchronous component (SQLite, files): the event loop never
+    waits on the disk, and the component never sees two threads."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def call(self, fn, /, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
 class ThreadWorker:
-    """The same contract on one thread of this process (no pickling, shares the GIL)."""
+    """The ProcessWorker contract on one thread of this process (no pickling, shares the GIL)."""
 
     def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = ()) -> None:
         self.name = name
         self._init = (init, init_args)
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._thread = SyncWorker(name)
         self._context: Any = None
-        self.pending = 0
         self.pid = None
 
     async def start(self) -> None:
         init, init_args = self._init
         if init is not None:
-            self._context = await self._run(init, *init_args)
+            self._context = await self._thread.call(init, *init_args)
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await self._run(fn, self._context, *args)
-
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        self.pending += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        finally:
-            self.pending -= 1
+        return await self._thread.call(fn, self._context, *args)
 
     async def close(self, finalize: Callable[[Any], Any] | None = None, *, timeout_s: float = 30.0) -> None:
         try:
             if finalize is not None:
                 await self.call(finalize)
         finally:
-            self._executor.shutdown(wait=True)
+            self._thread.shutdown()
 
 
 def make_worker(name: str, *, in_process: bool, init: Callable[..., Any] | None = None,
