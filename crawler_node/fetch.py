@@ -149,19 +149,21 @@ class Fetcher:
         limit = self._max_body_bytes if max_body_bytes is None else max_body_bytes
         result = FetchResult(url=url, started_at=time.time())
         started = time.monotonic()
-        host = urlsplit(url).hostname or ""
-        if not self._allow_private and is_ip_literal(host) and not is_public_address(host.strip("[]")):
-            result.error, result.error_detail = ErrorKind.NOT_ALLOWED, f"{host} is not a public address"
-            return result
+        if not self._allow_private:
+            host = urlsplit(url).hostname or ""
+            if is_ip_literal(host) and not is_public_address(host.strip("[]")):
+                result.error, result.error_detail = ErrorKind.NOT_ALLOWED, f"{host} is not a public address"
+                return result
         try:
             async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False) as response:
                 result.headers_s = time.monotonic() - started
                 result.status = response.status
                 result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
                 result.request_headers = list(response.request_info.headers.items())
-                transport = response.connection.transport if response.connection else None
-                peer = transport.get_extra_info("peername") if transport else None
-                result.remote_addr = peer[0] if peer and self._proxy is None else None
+                if self._proxy is None:  # through a proxy, the peer is the proxy: not recorded
+                    transport = response.connection.transport if response.connection else None
+                    peer = transport.get_extra_info("peername") if transport else None
+                    result.remote_addr = peer[0] if peer else None
                 result.body, result.truncated = await _read_capped(response, limit)
                 if result.truncated:
                     result.error, result.error_detail = ErrorKind.TOO_LARGE, f"body exceeds {limit} bytes"
@@ -195,8 +197,12 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[by
     """Read at most ``limit`` decoded bytes. aiohttp inflates gzip in bounded chunks, so a
     gzip bomb costs at most about ``limit`` plus one chunk of memory before we stop."""
     declared = response.content_length
-    if declared is not None and declared > limit and "Content-Encoding" not in response.headers:
-        return b"", True
+    if declared is not None and "Content-Encoding" not in response.headers:
+        if declared > limit:
+            return b"", True
+        # The framing bounds the body: aiohttp reads exactly the declared length, in one call
+        # rather than an async iteration per chunk.
+        return await response.read(), False
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(65_536):
