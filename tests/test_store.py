@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import random
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler_node.store import CrawlLog, FetchRecord, Store, WarcWriter
+from crawler_node.store import CrawlLog, FetchRecord, Store, WarcWriter, iso_utc
 
 NODE = "node-1"
 HTML = b"<html><body><a href='/next'>next</a></body></html>"
@@ -250,3 +252,67 @@ def test_a_record_crosses_to_the_store_worker_whole() -> None:
 
     for original in sample_records():
         assert pickle.loads(pickle.dumps(original, pickle.HIGHEST_PROTOCOL)) == original
+
+
+def test_iso_utc_is_what_datetime_writes() -> None:
+    rng = random.Random(7)
+    epochs = [0.0, 1e-7, 0.9999995, 0.9999994, 1_700_000_000.123, 1_700_000_000.9999996, -1.5,
+              -0.0000004, 253_402_300_799.5, -62_135_596_800.0]
+    epochs += [rng.uniform(-2e9, 4e9) for _ in range(20_000)]
+    # Halves of a microsecond, where fromtimestamp rounds half to even.
+    epochs += [1_700_000_000 + (n + 0.5) / 1e6 for n in range(2_000)]
+    epochs += [math.nextafter(e, math.inf) for e in epochs[-50:]]
+    for epoch in epochs:
+        moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
+        for timespec in ("seconds", "milliseconds", "microseconds"):
+            expected = moment.isoformat(timespec=timespec).replace("+00:00", "Z")
+            assert iso_utc(epoch, timespec=timespec) == expected, (epoch, timespec)
+    with pytest.raises(ValueError):
+        iso_utc(0.0, timespec="hours")
+
+
+AWKWARD = [
+    "", "plain", 'say "hi"', "back\\slash", "\\u0041 is not A", "tab\tnew\nline\rcr", "\x00\x01\x1f\x7f",
+    "caf\u00e9", "\u2028\u2029", "\U0001f600 emoji", "lone \ud800 surrogate", "\udce9", "</script>", "\ufeff",
+]
+
+
+def test_crawl_log_lines_are_what_json_dumps_writes(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    alphabet = "".join(map(chr, range(0, 0x250))) + "\u2028\ud800\udfff\U0001f600"
+    strings = AWKWARD + ["".join(rng.choices(alphabet, k=rng.randrange(40))) for _ in range(300)]
+    records = [
+        record(f"http://a.test/{text}", status, body=b"x" * n, host=text, outcome=text, node_id=text,
+               error=error, attempt=n, elapsed_s=elapsed, fetched_at=1_700_000_000 + n / 7)
+        for n, text in enumerate(strings)
+        for status, error, elapsed in ((200, None, n / 1000.0), (None, text, 1e9 + n), (503, text, 0.0))
+    ]
+    log = CrawlLog(tmp_path / "crawl.log")
+    assert log.write(records) == len(records)
+    log.close()
+
+    raw = (tmp_path / "crawl.log").read_bytes()
+    assert log.bytes_written == len(raw)
+    lines = raw.decode("ascii").split("\n")
+    assert lines.pop() == ""
+    for fetched, line in zip(records, lines, strict=True):
+        entry = {
+            "url": fetched.url, "host": fetched.host, "status": fetched.status,
+            "outcome": fetched.outcome, "bytes": len(fetched.body), "node": fetched.node_id,
+            "attempt": fetched.attempt, "fetched_at": iso_utc(fetched.fetched_at),
+            "elapsed_ms": round(fetched.elapsed_s * 1000.0, 1), "error": fetched.error,
+        }
+        assert line == json.dumps(entry, separators=(",", ":"))
+        assert json.loads(line) == entry
+
+
+def test_record_ids_are_unique_across_batches(tmp_path: Path) -> None:
+    store = Store(tmp_path, node_id=NODE, warc_max_bytes=20_000)
+    for batch in range(5):
+        store.write([record(f"http://a.test/{batch}/{n}", 200, HTML) for n in range(40)])
+    store.close()
+
+    files = read_warcs(tmp_path / "warc")
+    ids = [headers.get_header("WARC-Record-ID") for contents in files for _, headers, _, _ in contents]
+    assert len(files) > 1 and len(ids) == len(files) + 2 * 5 * 40  # a warcinfo record per file
+    assert len(set(ids)) == len(ids)
