@@ -29,7 +29,9 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Page
     """The in-scope links of one HTML page found at ``depth`` (see links.extract_links)."""
     if context.delay_s:
         time.sleep(context.delay_s)
-    found = extract_links(body, url, max_links=context.max_links, memo=context.memo).links
+    found = extract_links(
+        body, url, max_links=context.max_links, memo=context.memo, with_title=False
+    ).links
     check = context.scope.check
     return [(link, host_of(link)) for link in found if check(link, depth + 1) is None], len(found)
 

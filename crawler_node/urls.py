@@ -18,7 +18,6 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import NamedTuple
 from urllib.parse import unquote
 
 try:  # IDNA 2008 + UTS 46 mapping, as browsers do; usually present (yarl depends on it).
@@ -32,9 +31,10 @@ _MAX_HOST_LENGTH = 253
 _MAX_LABEL_LENGTH = 63
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
-# RFC 3986 appendix B: this pattern matches every string, it only splits.
-_URI_PARTS = re.compile(r"(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?")
-_SCHEME_SYNTAX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+# RFC 3986 appendix B, with the scheme's syntax (section 3.1) checked in the same match:
+# text before a colon that is not a valid scheme ("a b:c") belongs to a relative path, and
+# the pattern then splits from the start without a scheme. It matches every string.
+_URI_PARTS = re.compile(r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?")
 # pchar plus "/" (path) and plus "/?" (query). Anything else, including "%", needs a look.
 _PATH_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
 _QUERY_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
@@ -59,11 +59,10 @@ class InvalidURL(ValueError):
         return f"invalid URL ({self.reason}): {shown!r}"
 
 
-class _Parts(NamedTuple):
-    scheme: str  # as written (not yet lower-cased)
-    authority: str | None  # None when there is no "//"
-    path: str
-    query: str | None  # None when there is no "?"
+# A split URL: (scheme as written, "" when absent; authority, None when there is no "//";
+# path; query, None when there is no "?"). A plain tuple, unpacked where it is used: a
+# NamedTuple's constructor is a Python call, and this runs a few times per link.
+_Parts = tuple[str, str | None, str, str | None]
 
 
 def normalize_url(url: str, base: str | None = None, *, max_length: int = MAX_URL_LENGTH) -> str:
@@ -78,8 +77,9 @@ def normalize_url(url: str, base: str | None = None, *, max_length: int = MAX_UR
     parts = _split(url)
     if base is not None:
         parts = _resolve(_split_base(_clean(base)), parts)
-    elif parts.path:
-        parts = parts._replace(path=_remove_dot_segments(parts.path))
+    else:
+        scheme, authority, path, query = parts
+        parts = (scheme, authority, _remove_dot_segments(path), query)
     result = _assemble(parts, url)
     if len(result) > max_length:
         raise InvalidURL("too_long", url)
@@ -153,17 +153,7 @@ def _split(url: str) -> _Parts:
     match = _URI_PARTS.match(url)
     assert match is not None  # the pattern matches every string
     scheme, authority, path, query = match.groups()
-    if scheme is not None and not _SCHEME_SYNTAX.fullmatch(scheme):
-        # "a b:c" is a relative path with a colon in it, not a scheme.
-        return _split_schemeless(url)
-    return _Parts(scheme or "", authority, path, query)
-
-
-def _split_schemeless(url: str) -> _Parts:
-    match = _URI_PARTS.match("x:" + url)
-    assert match is not None
-    _, authority, path, query = match.groups()
-    return _Parts("", authority, path, query)
+    return scheme or "", authority, path, query
 
 
 @lru_cache(maxsize=256)
@@ -174,21 +164,20 @@ def _split_base(base: str) -> _Parts:
 
 def _resolve(base: _Parts, ref: _Parts) -> _Parts:
     """RFC 3986 section 5.2.2, non-strict (a same-scheme reference without authority is relative)."""
-    scheme = ref.scheme
-    if scheme and (ref.authority is not None or scheme.lower() != base.scheme.lower()):
-        return _Parts(scheme, ref.authority, _remove_dot_segments(ref.path), ref.query)
-    if ref.authority is not None:
-        return _Parts(base.scheme, ref.authority, _remove_dot_segments(ref.path), ref.query)
-    if not ref.path:
-        query = ref.query if ref.query is not None else base.query
-        return _Parts(base.scheme, base.authority, base.path, query)
-    if ref.path.startswith("/"):
-        path = ref.path
-    elif base.authority is not None and not base.path:
-        path = "/" + ref.path
-    else:
-        path = base.path[: base.path.rfind("/") + 1] + ref.path
-    return _Parts(base.scheme, base.authority, _remove_dot_segments(path), ref.query)
+    scheme, authority, path, query = ref
+    base_scheme, base_authority, base_path, base_query = base
+    if scheme and (authority is not None or scheme.lower() != base_scheme.lower()):
+        return scheme, authority, _remove_dot_segments(path), query
+    if authority is not None:
+        return base_scheme, authority, _remove_dot_segments(path), query
+    if not path:
+        return base_scheme, base_authority, base_path, query if query is not None else base_query
+    if not path.startswith("/"):
+        if base_authority is not None and not base_path:
+            path = "/" + path
+        else:
+            path = base_path[: base_path.rfind("/") + 1] + path
+    return base_scheme, base_authority, _remove_dot_segments(path), query
 
 
 def _remove_dot_segments(path: str) -> str:
@@ -215,61 +204,69 @@ def _remove_dot_segments(path: str) -> str:
 
 
 def _assemble(parts: _Parts, original: str) -> str:
-    scheme = parts.scheme.lower()
+    scheme, authority, raw_path, query = parts
+    scheme = scheme.lower()
     if scheme not in DEFAULT_PORTS:
         raise InvalidURL("scheme", original)
-    if not parts.authority:
+    if not authority:
         raise InvalidURL("no_host", original)
-    host, port = _split_authority(parts.authority, original)
-    netloc = _canonical_host(host, original)
-    if port is not None and port != DEFAULT_PORTS[scheme]:
-        netloc = f"{netloc}:{port}"
-    path = _normalize_percent(parts.path, _PATH_NEEDS_WORK, _PATH_TOKEN) or "/"
-    if "%" in parts.path:
+    try:
+        origin = _canonical_origin(scheme, authority)
+    except InvalidURL as exc:  # raised without the URL: the cache is shared by many URLs
+        raise InvalidURL(exc.reason, original) from exc.__cause__
+    path = _normalize_percent(raw_path, _PATH_NEEDS_WORK, _PATH_TOKEN) or "/"
+    if "%" in raw_path:
         # Decoded %2E%2E is a dot segment too (as in browsers): remove it now.
         path = _remove_dot_segments(path)
     if not path.startswith("/"):
         path = "/" + path
-    if parts.query:
-        return f"{scheme}://{netloc}{path}?{_normalize_percent(parts.query, _QUERY_NEEDS_WORK, _QUERY_TOKEN)}"
-    return f"{scheme}://{netloc}{path}"
+    if query:
+        return f"{origin}{path}?{_normalize_percent(query, _QUERY_NEEDS_WORK, _QUERY_TOKEN)}"
+    return f"{origin}{path}"
 
 
-def _split_authority(authority: str, original: str) -> tuple[str, int | None]:
+@lru_cache(maxsize=4096)
+def _canonical_origin(scheme: str, authority: str) -> str:
+    """``scheme://host[:port]``, canonical. Raises InvalidURL without the URL (the caller adds it).
+
+    Cached because a page's links name a handful of hosts, mostly the page's own; invalid
+    ones raise and are not cached, which is fine: they are rare."""
+    host, port = _split_authority(authority)
+    try:
+        netloc = _canonical_host(host)
+    except ValueError as exc:
+        raise InvalidURL("host") from exc
+    if port is not None and port != DEFAULT_PORTS[scheme]:
+        netloc = f"{netloc}:{port}"
+    return f"{scheme}://{netloc}"
+
+
+def _split_authority(authority: str) -> tuple[str, int | None]:
     hostport = authority.rpartition("@")[2]  # userinfo is dropped, never sent
     if hostport.startswith("["):
         end = hostport.find("]")
         if end < 0:
-            raise InvalidURL("unparsable", original)
+            raise InvalidURL("unparsable")
         host, rest = hostport[: end + 1], hostport[end + 1 :]
         if rest and not rest.startswith(":"):
-            raise InvalidURL("port", original)
+            raise InvalidURL("port")
         port_text = rest[1:]
     else:
         host, _, port_text = hostport.partition(":")
     if not host:
-        raise InvalidURL("no_host", original)
+        raise InvalidURL("no_host")
     if not port_text:
         return host, None  # "host:" with an empty port means the default (RFC 3986 6.2.3)
     if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5:
-        raise InvalidURL("port", original)
+        raise InvalidURL("port")
     port = int(port_text)
     if not 0 < port < 65536:
-        raise InvalidURL("port", original)
+        raise InvalidURL("port")
     return host, port
 
 
-def _canonical_host(host: str, original: str) -> str:
-    try:
-        return _canonical_host_cached(host)
-    except ValueError as exc:
-        raise InvalidURL("host", original) from exc
-
-
-@lru_cache(maxsize=4096)
-def _canonical_host_cached(host: str) -> str:
-    # Cached because a page links mostly to a handful of hosts; invalid hosts raise and
-    # are not cached, which is fine: they are rare.
+def _canonical_host(host: str) -> str:
+    """The canonical form of a host; ValueError when it is not a valid one."""
     if host.startswith("["):
         address = ipaddress.IPv6Address(host[1:-1])  # zone ids are rejected: no use to a crawler
         return f"[{address.compressed}]"

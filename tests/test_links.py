@@ -6,7 +6,7 @@ import time
 import pytest
 
 from crawler_node.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
-from crawler_node.urls import InvalidURL
+from crawler_node.urls import InvalidURL, normalize_url
 
 PAGE = "http://ex.test/dir/page.html"
 
@@ -176,6 +176,8 @@ HOSTILE = {
     "unterminated comments": lambda: b"<!--" * 1_000_000,
     "distinct links": lambda: b"".join(b'<a href="/x%d">y</a>' % i for i in range(300_000)),
     "javascript links": lambda: b"".join(b'<a href="javascript:%d">y</a>' % i for i in range(300_000)),
+    # Link-bearing elements without a link: each is walked and its attributes read.
+    "bare anchors": lambda: b"<a>" * 1_600_000,
 }
 
 
@@ -195,14 +197,21 @@ def test_a_shared_memo_never_changes_what_a_page_links_to() -> None:
     from crawler_node.links import LinkMemo
 
     hrefs = ["/a", "/a/../b", "//other.test/x", "HTTP://Ex.Test:80/c", "https://ex.test/d",
-             "e", "../f", "?q=1", "#frag", "", "javascript:void(0)", "http:g", "/%7Euser", "//[::1", "/h i"]
+             "e", "../f", "?q=1", "#frag", "", "javascript:void(0)", "http:g", "/%7Euser", "//[::1", "/h i",
+             # relative paths, remembered per directory, and look-alikes that read more of the base
+             "./g?y=1#s", "..", "g/../../h", "a b:c", "x:y", "http:", "https:g", "g\t:h", "%2e%2e/i", "j?",
+             ";p", "@k", "\u00e9l", "m%zz"]
     body = "".join(f'<a href="{h}">x</a>' for h in hrefs)
     pages = [
         ("http://ex.test/dir/page.html", body),
+        ("http://ex.test/dir/next.html?x=a/b/c", body),  # same directory; a "/" in the query
+        ("http://ex.test/dir/", body),
+        ("http://ex.test/dir", body),  # another directory: "/", not "/dir/"
         ("http://ex.test/other/deeper/page.html?x=1", body),  # same origin, another directory
         ("https://ex.test/other/page.html", body),  # same text, another scheme: another origin
         ("http://ex.test:8080/dir/page.html", body),
         ("http://ex.test/dir/page.html", '<base href="http://base.test/x/">' + body),
+        ("http://ex.test/dir/page.html", '<base href="../up/">' + body),
         ("http://other.test/", body),
     ]
     for memo in (LinkMemo(), LinkMemo(capacity=3)):  # the small one starts over all the time
@@ -210,3 +219,53 @@ def test_a_shared_memo_never_changes_what_a_page_links_to() -> None:
             for url, html in pages:
                 assert links_of(html, url, memo=memo) == links_of(html, url), url
         assert len(memo._known) <= memo.capacity
+
+
+def test_a_memo_normalises_a_relative_link_once_per_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    import crawler_node.links as links_module
+
+    normalised: list[str] = []
+
+    def counting_normalize_url(url: str, base: str | None = None) -> str:
+        normalised.append(url)
+        return normalize_url(url, base)
+
+    monkeypatch.setattr(links_module, "normalize_url", counting_normalize_url)
+    memo = links_module.LinkMemo()
+    body = b'<a href="../p/9">x</a><a href="/top">y</a><a href="?page=2">z</a>'
+    for page in ("http://ex.test/p/1", "http://ex.test/p/2?q=1", "http://ex.test/p/3"):
+        assert links_of(body, page, memo=memo)[:2] == ["http://ex.test/p/9", "http://ex.test/top"]
+    # One normalisation each for the directory's relative link and the root-relative one;
+    # "?page=2" reads the page's own path, so every page normalises it (and its own URL).
+    assert normalised.count("../p/9") == 1
+    assert normalised.count("/top") == 1
+    assert normalised.count("?page=2") == 3
+
+
+def test_the_crawl_can_skip_the_title() -> None:
+    html = b"<title>Skipped</title><a href='a'>a</a>"
+    page = extract_links(html, PAGE, with_title=False)
+    assert page == ParsedPage(links=["http://ex.test/dir/a"], title=None, nofollow=False)
+    hidden = b"<title>T</title><meta name=robots content=nofollow><a href='a'>a</a>"
+    assert extract_links(hidden, PAGE, with_title=False) == ParsedPage(links=[], title=None, nofollow=True)
+
+
+def test_first_title_and_first_base_with_an_href_win_wherever_they_are() -> None:
+    html = """<a href="a">a</a><base target="_top"><base href="/first/"><base href="/second/">
+      <title>One</title><title>Two</title><meta name="robots" content="index, follow">"""
+    page = extract_links(html.encode(), PAGE)
+    assert page.links == ["http://ex.test/first/a"]
+    assert page.title == "One"
+    # A <base href> without a value is the page itself; a later robots meta still counts.
+    page = extract_links(b'<base href><a href="a">a</a><meta name=robots content=none>', PAGE)
+    assert page.nofollow is True
+    assert links_of(b'<base href><a href="a">a</a>') == ["http://ex.test/dir/a"]
+
+
+def test_link_tags_longer_than_the_cap_are_dropped_and_shorter_ones_kept() -> None:
+    padding = "<p>" + "filler " * (MAX_TAG_CHARS // 7) + "</p>"  # longer than the cap on its own
+    oversized = '<a href="/big" title="' + "x>" * MAX_TAG_CHARS + '">big</a>'
+    for html in (oversized + '<a href="/small">s</a>', padding + oversized + '<a href="/small">s</a>'):
+        assert links_of(html) == ["http://ex.test/small"]
+    just_fits = '<a href="/fits" title="' + "y" * (MAX_TAG_CHARS - 30) + '">f</a>'
+    assert links_of(padding + just_fits) == ["http://ex.test/fits"]

@@ -105,6 +105,40 @@ def test_base_without_path_gets_a_slash() -> None:
 
 
 @pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("a b:c", "http://a.test/b/a%20b:c"),  # not a scheme (a space): a relative path
+        ("1a:b", "http://a.test/b/1a:b"),  # a scheme starts with a letter
+        ("./x:y", "http://a.test/b/x:y"),
+        ("HTTP:g", "http://a.test/b/g"),  # the same scheme in another case: still relative
+    ],
+)
+def test_text_before_a_colon_is_a_scheme_only_if_it_has_scheme_syntax(ref: str, expected: str) -> None:
+    assert normalize_url(ref, "http://a.test/b/c") == expected
+
+
+def test_an_invalid_scheme_name_with_valid_syntax_is_rejected() -> None:
+    with pytest.raises(InvalidURL) as caught:
+        normalize_url("x+y.z-1:g", "http://a.test/b/c")
+    assert caught.value.reason == "scheme"
+
+
+def test_errors_name_their_own_url_when_the_authority_was_seen_before() -> None:
+    # Canonical origins are cached per authority; the errors must still carry each URL.
+    for url in ("http://a..b/one", "http://a..b/two"):
+        with pytest.raises(InvalidURL) as caught:
+            normalize_url(url)
+        assert (caught.value.reason, caught.value.url) == ("host", url)
+        assert isinstance(caught.value.__cause__, ValueError)
+    for url in ("http://a.test:99999/one", "http://a.test:99999/two"):
+        with pytest.raises(InvalidURL) as caught:
+            normalize_url(url)
+        assert (caught.value.reason, caught.value.url) == ("port", url)
+    assert normalize_url("HTTP://User@A.Test:80/x") == "http://a.test/x"
+    assert normalize_url("https://User@A.Test:80/y") == "https://a.test:80/y"  # one authority, two schemes
+
+
+@pytest.mark.parametrize(
     ("raw", "reason"),
     [
         ("javascript:alert(1)", "scheme"),
