@@ -285,6 +285,8 @@ class Cluster:
             self._wake[peer].set()
 
     def outbox_full(self, peers) -> bool:
+        if not peers:
+            return False  # one node, or nothing outboxed: the common case, asked per dispatch
         return any(self.outbox_counts.get(peer, 0) >= self.settings.outbox_capacity for peer in peers)
 
     def _ensure_sender(self, peer: str) -> None:

@@ -45,13 +45,16 @@ class FetchResult:
     headers_s: float | None = None  # time to the response headers: the server's latency
     remote_addr: str | None = None
     truncated: bool = False
+    # Header lookup by lower-cased name, built on the first lookup (a fetch's result is read
+    # by several stages: classification, content type, retry policy, redirects).
+    _by_name: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def header(self, name: str) -> str | None:
-        lowered = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lowered:
-                return value
-        return None
+        """The first header of that name (case-insensitive), or None."""
+        by_name = self._by_name
+        if by_name is None:
+            by_name = self._by_name = {key.lower(): value for key, value in reversed(self.headers)}
+        return by_name.get(name.lower())
 
     @property
     def content_type(self) -> str | None:

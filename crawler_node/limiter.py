@@ -62,7 +62,7 @@ class AimdLimiter:
         self.decrease = decrease
         self.probe_rounds = probe_rounds
         self.max_probe_rounds = max_probe_rounds
-        self._window = float(start)
+        self._set_window(float(start))
         self._in_flight = 0
         # Tickets are generation numbers. A new generation starts at every decrease (the
         # epoch: older tickets describe a window that no longer exists) and at every probe
@@ -82,7 +82,13 @@ class AimdLimiter:
 
     @property
     def limit(self) -> int:
-        return min(self.ceiling, max(self.floor, int(self._window)))
+        return self._limit
+
+    def _set_window(self, window: float) -> None:
+        # The limit is read several times per request (scheduling, acquire, lease sizing)
+        # and changes only here: kept, not recomputed on every read.
+        self._window = window
+        self._limit = min(self.ceiling, max(self.floor, int(window)))
 
     @property
     def window(self) -> float:
@@ -149,14 +155,14 @@ class AimdLimiter:
         before = self.limit
         plateau = self.plateau
         if plateau is None:
-            self._window = min(float(self.ceiling), self._window + self.increase / self._window)
+            self._set_window(min(float(self.ceiling), self._window + self.increase / self._window))
         elif self._window < plateau:
             # The plateau was fine until the last probe: come back to it quickly.
-            self._window = min(float(plateau), self._window + self.increase)
+            self._set_window(min(float(plateau), self._window + self.increase))
         elif self.limit <= plateau:
             self._clean += 1
             if self._clean >= self._rounds_before_probe * plateau and plateau < self.ceiling:
-                self._window = float(plateau + 1)  # probe the throttle point again
+                self._set_window(float(plateau + 1))  # probe the throttle point again
                 self._clean = 0
                 self._generation += 1
                 self._probe_generation = self._generation
@@ -179,7 +185,7 @@ class AimdLimiter:
             self._throttle_point = limit
             self._rounds_before_probe = self.probe_rounds
         self._clean = 0
-        self._window = max(float(self.floor), self._window * self.decrease)
+        self._set_window(max(float(self.floor), self._window * self.decrease))
         self._generation += 1
         self._epoch = self._generation
         self.decreases += 1

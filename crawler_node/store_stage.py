@@ -33,6 +33,7 @@ class StoreStage:
         await self.store.write([self._record(page) for page in pages])
         frontier_batch = FrontierBatch()
         links: list[UrlEntry] = []
+        single = self.cluster.is_single
         for page in pages:
             if page.retry_at is not None:
                 (frontier_batch.postponed if page.postponed else frontier_batch.retry).append(
@@ -41,14 +42,14 @@ class StoreStage:
                 frontier_batch.failed.append(page.lease.id)
             else:
                 frontier_batch.done.append(page.lease.id)
-            if page.retry_at is None and not self.cluster.is_single:
+            if page.retry_at is None and not single:
                 successor = self.cluster.successor_for(page.lease.host)
                 if successor is not None:
                     lease = page.lease
                     frontier_batch.replicate.append(
                         (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops)))
             links.extend(page.links)
-        if self.cluster.is_single:
+        if single:
             frontier_batch.add = links
         else:
             for entry in links:
