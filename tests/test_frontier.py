@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -120,6 +121,15 @@ def test_lease_of_unknown_or_empty_host(frontier: Frontier) -> None:
     assert frontier.lease("a.test", 0) == ([], None)
 
 
+def test_a_host_asked_twice_in_one_call_gets_distinct_urls(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n) for n in range(4)])
+
+    (first, _), (second, _) = frontier.lease_many([("a.test", 1), ("a.test", 2)])
+
+    assert [lease.url for lease in first + second] == [f"http://a.test/page/{n}" for n in range(3)]
+    assert counts(frontier.host("a.test")) == (1, 3, 0, 0)
+
+
 def test_lease_keeps_the_fields(frontier: Frontier) -> None:
     frontier.add([entry("a.test", 1, depth=3, priority=2, hops=1)])
 
@@ -157,6 +167,23 @@ def test_apply_bookkeeping(frontier: Frontier) -> None:
     assert attempts[leases[3].url] == 2  # the retry counted its first attempt
     assert attempts[leases[4].url] == 1  # the returned one did not
     assert attempts["http://a.test/page/100"] == 1
+
+
+def test_batches_larger_than_one_statement(frontier: Frontier) -> None:
+    frontier.add([entry(f"h{n % 3}.test", n) for n in range(700)])
+    leases = [lease for leases, _ in frontier.lease_many([(f"h{h}.test", 200) for h in range(3)])
+              for lease in leases]
+
+    result = frontier.apply(FrontierBatch(
+        done=[lease.id for lease in leases[:500]],
+        failed=[lease.id for lease in leases[500:]],
+        add=[entry(f"h{n % 3}.test", n) for n in range(650, 1000)],  # the first 50 are known
+    ))
+
+    assert len(leases) == 600 and len({lease.id for lease in leases}) == 600
+    assert len(result.accepted) == 300 and result.duplicates == 50
+    totals = frontier.totals()
+    assert (totals["queued"], totals["leased"], totals["done"], totals["failed"]) == (400, 0, 500, 100)
 
 
 def test_apply_ignores_unknown_and_repeated_ids(frontier: Frontier) -> None:
@@ -290,6 +317,18 @@ def test_duplicates_stay_exact_past_the_memory_of_recent_urls(tmp_path: Path, cl
         again = small.add(list(reversed(urls)))  # most are long forgotten by the memory
         assert again.accepted == [] and again.duplicates == 100
         assert len(small._recent) <= 8
+        mixed = small.add([urls[0], entry("a.test", 100), entry("a.test", 100), entry("a.test", 101)])
+        assert [e.url for e in mixed.accepted] == ["http://a.test/page/100", "http://a.test/page/101"]
+        assert mixed.duplicates == 2
+
+
+def test_urls_a_neighbour_fetched_are_seen_not_queued(frontier: Frontier) -> None:
+    frontier.replica_add(["http://a.test/page/1"])
+
+    result = frontier.add([entry("a.test", 1), entry("a.test", 2)])
+
+    assert [e.url for e in result.accepted] == ["http://a.test/page/2"]
+    assert counts(frontier.host("a.test")) == (1, 0, 1, 0)
 
 
 def test_a_host_handed_off_can_come_back(frontier: Frontier) -> None:
@@ -368,12 +407,63 @@ def test_sigkill_after_commit_loses_nothing(tmp_path: Path) -> None:
         ).duplicates == 1000
 
 
+# The urls table and its indexes as written before leased rows were tracked in memory (with
+# SQLite's default 4 KiB pages); the tables that did not change are created on open.
+_OLD_LAYOUT = """
+CREATE TABLE urls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    url TEXT NOT NULL UNIQUE,
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    hops INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    lease_expires REAL,
+    enqueued_at REAL NOT NULL
+);
+CREATE INDEX urls_ready ON urls(host, priority DESC, id, not_before) WHERE state = 0;
+CREATE INDEX urls_leased ON urls(lease_expires) WHERE state = 1;
+CREATE INDEX urls_age ON urls(enqueued_at) WHERE state = 0;
+CREATE INDEX urls_deferred ON urls(host, priority DESC, id) WHERE state = 4;
+INSERT INTO urls (url, host, depth, priority, hops, state, attempts, lease_expires, enqueued_at) VALUES
+    ('http://a.test/page/0', 'a.test', 0, 0, 0, 2, 1, NULL, 1.0),
+    ('http://a.test/page/1', 'a.test', 0, 0, 0, 1, 1, 2000000.0, 1.0),
+    ('http://a.test/page/2', 'a.test', 0, 0, 0, 0, 0, NULL, 1.0);
+"""
+
+
+def test_opens_a_database_of_the_earlier_layout(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.executescript(_OLD_LAYOUT)
+    db.close()
+
+    with Frontier(path, clock=clock) as frontier:
+        assert counts(frontier.host("a.test")) == (2, 0, 1, 0)  # the lease went back to the queue
+        leases, _ = frontier.lease("a.test", 5)
+        assert [(lease.url, lease.attempts) for lease in leases] == [
+            ("http://a.test/page/1", 2), ("http://a.test/page/2", 1)]
+        clock.now += 121.0
+        assert frontier.expire_leases() == 2
+        assert frontier.add([entry("a.test", n) for n in range(4)]).duplicates == 3
+
+    with sqlite3.connect(path) as db:
+        indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    assert "urls_leased" not in indexes and "urls_ready" in indexes
+    assert page_size == 4096  # an existing database keeps its pages
+
+
 def test_rejects_bad_options(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=0)
 
 
-def test_a_failing_batch_changes_nothing(frontier: Frontier) -> None:
+def test_a_failing_batch_changes_nothing(frontier: Frontier, clock: FakeClock) -> None:
     frontier.add([entry("a.test", 1)])
     (lease,), _ = frontier.lease("a.test", 1)
     broken = UrlEntry(url=None, host="b.test")  # type: ignore[arg-type]  # violates NOT NULL
@@ -383,6 +473,8 @@ def test_a_failing_batch_changes_nothing(frontier: Frontier) -> None:
 
     assert counts(frontier.host("a.test")) == (0, 1, 0, 0)
     assert frontier.totals()["queued"] == 0
+    clock.now += 61.0  # the lease survived the rollback, and so did its expiry
+    assert frontier.expire_leases() == 1
     frontier.apply(FrontierBatch(done=[lease.id]))
     assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
     # The rolled-back row was never one: the URL is new, not a remembered duplicate.
