@@ -10,6 +10,14 @@ cache, and the median ratio is the result: one machine shared with other work mo
 numbers by ~10% from run to run.
 
     python bench/throughput.py [--hosts 50 --pages 400 --concurrency 64 --rounds 3]
+    python bench/throughput.py --other-tree /tmp/old   # also another checkout's node, same rounds
+
+--other-tree runs a second checkout's node (e.g. `git worktree add /tmp/old <rev>`) in every
+round, in alternating order, against the same testweb: a change measured this way is compared
+with its own baseline at the same moment, not with a figure from another day (this shared
+machine's speed drifts by 10% or more between hours). Nodes are started with the checkout's
+root on PYTHONPATH from a neutral working directory: `python -m` puts the working directory
+first on sys.path, so starting them from inside a checkout would run that checkout's code.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -29,7 +38,8 @@ from crawler_node import client
 from crawler_node.node_process import NodeProcess
 from crawler_node.testweb.process import TestwebProcess
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
+TREE = Path(__file__).resolve().parents[1]  # this checkout
 
 
 async def bare_loop(urls: list[str], proxy: str, concurrency: int) -> dict:
@@ -68,8 +78,10 @@ def process_tree_cpu(pid: int) -> float:
     return total
 
 
-def node_run(web: TestwebProcess, hosts: int, concurrency: int, data_dir: Path, extra: list[str]) -> dict:
-    node = NodeProcess(node_id="bench", data_dir=data_dir, proxy=web.url,
+def node_run(web: TestwebProcess, hosts: int, concurrency: int, data_dir: Path, extra: list[str],
+             tree: Path = TREE) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # whose crawler_node runs (see --other-tree)
+    node = NodeProcess(node_id="bench", data_dir=data_dir, proxy=web.url, env=env,
                        extra_args=["--global-inflight", str(concurrency), "--log-level", "WARNING", *extra])
     with node:
         cpu0, t0 = process_tree_cpu(node.pid), time.perf_counter()
@@ -90,10 +102,16 @@ def main() -> int:
     parser.add_argument("--node-arg", action="append", default=[], help="extra option for crawler-node run")
     parser.add_argument("--rounds", type=int, default=3,
                         help="bare/node pairs, run alternately; the median pair's ratio is reported")
+    parser.add_argument("--other-tree", type=Path,
+                        help="another checkout whose node also runs in every round (a side-by-side baseline)")
     args = parser.parse_args()
+    trees = {"crawler-node": TREE}
+    if args.other_tree is not None:
+        trees[f"other ({args.other_tree})"] = args.other_tree.resolve()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp, \
             TestwebProcess(hosts=args.hosts, pages=args.pages, seed=1, tmp_dir=Path(tmp)) as web:
+        os.chdir(tmp)  # a neutral working directory for the nodes (see --other-tree)
         urls = web.expected()
         print(f"{len(urls)} URLs over {args.hosts} hosts; concurrency {args.concurrency}", flush=True)
         # testweb renders a page on first request and serves it from its cache after: a cold
@@ -103,20 +121,28 @@ def main() -> int:
         for index in range(args.rounds):
             web.reset()
             bare = asyncio.run(bare_loop(urls, web.url, args.concurrency))
-            web.reset()
-            node = node_run(web, args.hosts, args.concurrency, Path(tmp) / f"node-{index}", args.node_arg)
-            ratio = node["pages_per_s"] / bare["pages_per_s"]
-            rounds.append({"bare": bare, "node": node, "ratio": ratio})
-            print(f"round {index + 1}: bare aiohttp loop {bare['pages_per_s']:6.0f} pages/s "
-                  f"({bare['cpu_s_per_1000']:.2f} CPU-s/1000)  crawler-node {node['pages_per_s']:6.0f} pages/s "
-                  f"({node['cpu_s_per_1000']:.2f} CPU-s/1000)  ratio {ratio:.2f}", flush=True)
-    median = sorted(rounds, key=lambda r: r["ratio"])[len(rounds) // 2]
-    print(f"median ratio node/bare: {median['ratio']:.2f} (target >= 0.6); "
-          f"range {min(r['ratio'] for r in rounds):.2f}-{max(r['ratio'] for r in rounds):.2f}")
+            line = f"round {index + 1}: bare aiohttp loop {bare['pages_per_s']:6.0f} pages/s ({bare['cpu_s_per_1000']:.2f} CPU-s/1000)"
+            result = {"bare": bare}
+            order = list(trees.items()) if index % 2 == 0 else list(reversed(trees.items()))
+            for name, tree in order:
+                web.reset()
+                node = node_run(web, args.hosts, args.concurrency, Path(tmp) / f"node-{index}-{len(result)}",
+                                args.node_arg, tree)
+                ratio = node["pages_per_s"] / bare["pages_per_s"]
+                result[name] = {**node, "ratio": ratio}
+                line += f"  {name} {node['pages_per_s']:6.0f} pages/s ({node['cpu_s_per_1000']:.2f} CPU-s/1000) ratio {ratio:.2f}"
+            rounds.append(result)
+            print(line, flush=True)
+    for name in trees:
+        ratios = sorted(r[name]["ratio"] for r in rounds)
+        print(f"{name}: median ratio node/bare {ratios[len(ratios) // 2]:.2f} (target >= 0.6); "
+              f"range {ratios[0]:.2f}-{ratios[-1]:.2f}")
+    median = sorted(rounds, key=lambda r: r["crawler-node"]["ratio"])[len(rounds) // 2]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "throughput.json").write_text(json.dumps(
         {"hosts": args.hosts, "pages": args.pages, "concurrency": args.concurrency,
-         "bare": median["bare"], "node": median["node"], "ratio": median["ratio"], "rounds": rounds}, indent=2))
+         "bare": median["bare"], "node": median["crawler-node"], "ratio": median["crawler-node"]["ratio"],
+         "rounds": rounds}, indent=2, default=str))
     return 0
 
 
