@@ -13,7 +13,7 @@ from crawler_node.settings import Settings, SettingsError, load_settings, settin
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
 _FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight"}
-_HIDDEN = {"parse_delay_s"}  # test hooks: accepted, not advertised
+_HIDDEN = {"parse_delay_s", "parse_crash_url"}  # test hooks: accepted, not advertised
 _HELP = {
     "node_id": "this node's id (unique in the cluster)",
     "listen": "HOST:PORT to serve the HTTP API on",

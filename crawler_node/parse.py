@@ -4,6 +4,7 @@ work, and the node then receives only the links it will keep."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ class ParseContext:
     scope: Scope
     max_links: int
     delay_s: float = 0.0  # a test hook that stages a slow parser; zero in production
+    crash_url: str = ""  # a test hook: the worker process dies on this page; empty in production
     memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
 
 
@@ -29,6 +31,8 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Page
     """The in-scope links of one HTML page found at ``depth`` (see links.extract_links)."""
     if context.delay_s:
         time.sleep(context.delay_s)
+    if context.crash_url and url == context.crash_url:
+        os._exit(70)  # no cleanup, no answer: what a crash in the HTML parser's C code looks like
     found = extract_links(
         body, url, max_links=context.max_links, memo=context.memo, with_title=False
     ).links

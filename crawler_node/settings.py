@@ -114,6 +114,8 @@ class Settings:
     handoff_on_exit: bool = False  # on SIGTERM, drain the queue to the successors first
     # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
     parse_delay_s: float = 0.0
+    # test hook: the parser process dies (as on a page that crashes lexbor) on this exact URL
+    parse_crash_url: str = ""
 
     def validate(self) -> Settings:
         problems: list[str] = []
@@ -139,6 +141,8 @@ class Settings:
             problems.append("lease_timeout_s must be larger than fetch_timeout_s")
         if self.parse_workers < 0 or self.retry_budget < 0 or self.parse_delay_s < 0:
             problems.append("parse_workers, retry_budget and parse_delay_s must be >= 0")
+        if self.parse_crash_url and self.parse_workers == 0:
+            problems.append("parse_crash_url needs parser processes (parse_workers > 0)")
         if not 0 < self.suspect_after_s < self.down_after_s:
             problems.append("need 0 < suspect_after_s < down_after_s")
         if self.heartbeat_interval_s <= 0 or self.heartbeat_timeout_s <= 0:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import signal
 import time
+from urllib.parse import urlsplit
 
 import psutil
 from conftest import read_crawl_log, roots, wait_until
+
+from crawler_node.testweb.graph import SyntheticWeb
 
 HOSTS, PAGES = 10, 60
 PROFILE = {"site-*.test": {"latency_ms": 40}}  # slow enough to stop the crawl half-way
@@ -75,3 +78,48 @@ def test_a_killed_parser_is_replaced_and_no_link_is_lost(start_testweb, start_no
     assert len(logged) == len(set(logged))  # nothing fetched again: only parsed again
     replacement = [p for p in psutil.Process(node.pid).children() if "parse-0" in " ".join(p.cmdline())]
     assert len(replacement) == 1 and replacement[0].pid != parsers[0].pid
+
+
+def _reachable(graph: SyntheticWeb, hosts: int, *, without_links_of: str = "") -> set[str]:
+    """URLs reachable from the roots through links and redirects, not following the links of
+    the page `without_links_of` (it is reached, but what it links to is not seen through it)."""
+    seen, queue = set(roots(hosts)), list(roots(hosts))
+    while queue:
+        url = queue.pop()
+        parts = urlsplit(url)
+        host, path = parts.hostname, parts.path
+        resource = graph.resolve(host, path)
+        if resource is None or url == without_links_of:
+            continue
+        targets = [resource.location] if resource.kind == "redirect" else graph.links(host, path)
+        for target in targets:
+            if target and target not in seen:
+                seen.add(target)
+                queue.append(target)
+    return seen
+
+
+def test_a_page_that_kills_the_parser_is_stored_without_links_and_the_rest_keep_theirs(
+        start_testweb, start_node):
+    # A page that crashes the HTML parser's C code takes the whole parser process with it.
+    # The node replaces the parser, parses the pages it held again one by one on a worker of
+    # their own, and so finds the culprit: that page is stored and counted as a parse error,
+    # every other page keeps its links, and nothing is fetched twice.
+    hosts, pages, seed = 4, 40, 17
+    web = start_testweb(hosts=hosts, pages=pages, seed=seed)
+    graph = SyntheticWeb(hosts=[f"site-{i}.test" for i in range(hosts)], pages=pages, seed=seed)
+    assert _reachable(graph, hosts) == set(web.expected())  # the model below is testweb's graph
+    # The only page that links to some URL: that URL must go unfetched, everything else not.
+    culprit = "http://site-1.test/p/17"
+    unreachable = set(web.expected()) - _reachable(graph, hosts, without_links_of=culprit)
+    assert culprit in web.expected() and unreachable
+    node = start_node(proxy=web.url, seeds=roots(hosts), extra_args=["--parse-crash-url", culprit])
+    node.wait_idle(timeout_s=120)
+    counters = node.status()["counters"]
+    assert counters["parse_errors"] == 1
+    assert counters["parser_restarts"] == 1
+    log = read_crawl_log(node.data_dir)
+    logged = [line["url"] for line in log]
+    assert len(logged) == len(set(logged))
+    assert set(logged) == set(web.expected()) - unreachable
+    assert [line["status"] for line in log if line["url"] == culprit] == [200]
