@@ -15,6 +15,7 @@ from crawler_node.settings import Settings, SettingsError, load_settings, settin
 _FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight"}
 _HIDDEN = {"parse_delay_s", "parse_crash_url"}  # test hooks: accepted, not advertised
 _HELP = {
+    "worker_nice": "niceness (0-19) of the parser and store processes: they yield CPU to the event loop",
     "node_id": "this node's id (unique in the cluster)",
     "listen": "HOST:PORT to serve the HTTP API on",
     "advertise": "URL peers use to reach this node (default: http://LISTEN)",

@@ -119,7 +119,7 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
             Frontier, self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s
         )
         self.store = StoreWorker(self.data_dir, node_id=self.node_id, warc_max_bytes=s.warc_max_bytes,
-                                 in_process=s.store_in_process)
+                                 in_process=s.store_in_process, nice=s.worker_nice)
         await self.store.start()
         await self.fetcher.start()
         await self.cluster.start()

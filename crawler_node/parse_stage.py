@@ -30,7 +30,8 @@ class ParseStage:
     def _new_parser(self, name: str) -> ProcessWorker | ThreadWorker:
         s = self.settings
         return make_worker(name, in_process=s.parse_workers > 0, init=ParseContext,
-                           init_args=(self.scope, s.max_links_per_page, s.parse_delay_s, s.parse_crash_url))
+                           init_args=(self.scope, s.max_links_per_page, s.parse_delay_s, s.parse_crash_url),
+                           nice=s.worker_nice)
 
     def _new_parsers(self) -> list[ProcessWorker | ThreadWorker]:
         return [self._new_parser(f"parse-{index}") for index in range(max(1, self.settings.parse_workers))]

@@ -94,6 +94,10 @@ class Settings:
     # store
     warc_max_bytes: int = 100_000_000
     store_in_process: bool = True  # WARC writing in its own process, off the event loop's GIL
+    # Niceness of the parser and store processes (0-19). The event loop paces the whole
+    # pipeline; where CPU is short, the workers yield to it (their bounded queues then slow
+    # the fetching), where it is not, this changes nothing.
+    worker_nice: int = 10
     # cluster
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 0.5
@@ -141,6 +145,8 @@ class Settings:
             problems.append("lease_timeout_s must be larger than fetch_timeout_s")
         if self.parse_workers < 0 or self.retry_budget < 0 or self.parse_delay_s < 0:
             problems.append("parse_workers, retry_budget and parse_delay_s must be >= 0")
+        if not 0 <= self.worker_nice <= 19:
+            problems.append("worker_nice must be between 0 and 19")
         if self.parse_crash_url and self.parse_workers == 0:
             problems.append("parse_crash_url needs parser processes (parse_workers > 0)")
         if not 0 < self.suspect_after_s < self.down_after_s:

@@ -28,9 +28,10 @@ def _close(store: Store) -> None:
 
 
 class StoreWorker:
-    def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int, in_process: bool = True) -> None:
+    def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int, in_process: bool = True,
+                 nice: int = 0) -> None:
         self._worker = make_worker("store", in_process=in_process, init=_open,
-                                   init_args=(str(data_dir), node_id, warc_max_bytes))
+                                   init_args=(str(data_dir), node_id, warc_max_bytes), nice=nice)
 
     async def start(self) -> None:
         await self._worker.start()  # the store is open (or the error surfaces here)

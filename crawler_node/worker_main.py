@@ -74,6 +74,8 @@ def main() -> int:
     # the same signal could not finish the work (the store's last batch) the node waits for.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if len(sys.argv) > 2 and int(sys.argv[2]) > 0:
+        os.nice(int(sys.argv[2]))  # the node asked its CPU workers to yield to its event loop
     # Answers go out on the original stdout; anything else printed goes to stderr instead
     # of corrupting the frames.
     answers = os.fdopen(os.dup(1), "wb")

@@ -54,8 +54,10 @@ def encode(message: Any) -> bytes:
 
 
 class ProcessWorker:
-    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = ()) -> None:
+    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = (),
+                 nice: int = 0) -> None:
         self.name = name
+        self.nice = nice  # added to the child's niceness: a CPU worker yields to the event loop
         self._init = (init, init_args)
         self._process: asyncio.subprocess.Process | None = None
         self._waiting: collections.deque[asyncio.Future] = collections.deque()
@@ -68,7 +70,7 @@ class ProcessWorker:
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "crawler_node.worker_main", self.name,
+            sys.executable, "-m", "crawler_node.worker_main", self.name, str(self.nice),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )
         _widen_pipe(self._process.stdin)
@@ -157,8 +159,9 @@ class SyncWorker:
 class ThreadWorker:
     """The ProcessWorker contract on one thread of this process (no pickling, shares the GIL)."""
 
-    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = ()) -> None:
-        self.name = name
+    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = (),
+                 nice: int = 0) -> None:
+        self.name = name  # `nice` is ignored: a thread shares the event loop's priority
         self._init = (init, init_args)
         self._thread = SyncWorker(name)
         self._context: Any = None
@@ -181,6 +184,6 @@ class ThreadWorker:
 
 
 def make_worker(name: str, *, in_process: bool, init: Callable[..., Any] | None = None,
-                init_args: tuple = ()) -> ProcessWorker | ThreadWorker:
+                init_args: tuple = (), nice: int = 0) -> ProcessWorker | ThreadWorker:
     cls = ProcessWorker if in_process else ThreadWorker
-    return cls(name, init, init_args)
+    return cls(name, init, init_args, nice)

@@ -31,6 +31,8 @@ def test_sigkill_half_way_then_restart_completes_without_loss(start_testweb, sta
     wait_for_lines(node, len(expected) // 2)
     workers = psutil.Process(node.pid).children()
     assert len(workers) >= 2  # the parser and the store
+    # CPU workers yield to the event loop that paces them (worker_nice, 10 by default).
+    assert {w.nice() for w in workers} == {min(19, psutil.Process(node.pid).nice() + 10)}
     node.kill()
     assert node.proc.returncode == -signal.SIGKILL
     # Their input closed with the node: no worker outlives it (and holds the data dir).
