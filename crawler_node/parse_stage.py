@@ -67,7 +67,7 @@ class ParseStage:
     async def _parse(self, index: int, jobs: list[ParseJob]) -> list[PageLinks | str]:
         parser = self._parsers[index]
         try:
-            return await parser.call(parse_pages, jobs)
+            return await parser.call(parse_pages, jobs, self.cluster.membership.version)
         except WorkerDied as exc:
             log.error("%s; replacing it and parsing its %d pages one by one", exc, len(jobs))
             await self._replace_parser(index, parser)
@@ -94,7 +94,7 @@ class ParseStage:
                     worker = self._new_parser("parse-alone")
                     await worker.start()
                 try:
-                    results.extend(await worker.call(parse_pages, [job]))
+                    results.extend(await worker.call(parse_pages, [job], self.cluster.membership.version))
                 except WorkerDied:
                     results.append(PARSER_DIED)
                     await worker.close()
