@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from crawler_node.urls import InvalidURL, normalize_url
+from crawler_node.urls import InvalidURL, directory_of, normalize_url, origin_of, resolve_plain
 
 MAX_PARSE_BYTES = 5_000_000
 MAX_TITLE_CHARS = 1_000
@@ -94,7 +94,10 @@ class LinkMemo:
 
     def normalize(self, raw: str, base: str, origin: str, directory: str) -> str | None:
         """`normalize_url(raw, base)`, or None when that raises InvalidURL. ``origin`` and
-        ``directory`` are the canonical ``base``'s (see :func:`_origin`, :func:`_directory`)."""
+        ``directory`` are the canonical ``base``'s (see :func:`urls.origin_of`, :func:`urls.directory_of`)."""
+        url = resolve_plain(raw, origin, directory)  # most links: cheaper than a memo lookup
+        if url is not None:
+            return url
         context = _memo_context(raw, origin, directory)
         if context is None:
             return _normalized_or_none(raw, base)
@@ -126,18 +129,6 @@ def _normalized_or_none(raw: str, base: str) -> str | None:
         return normalize_url(raw, base)
     except InvalidURL:
         return None
-
-
-def _origin(url: str) -> str:
-    """`scheme://host[:port]` of a canonical URL."""
-    end = url.find("/", url.find("://") + 3)
-    return url if end < 0 else url[:end]
-
-
-def _directory(url: str, origin: str) -> str:
-    """`scheme://host[:port]/dir/` of a canonical URL (whose path starts with "/"), given its origin."""
-    query = url.find("?")
-    return url[: url.rfind("/", len(origin), query if query >= 0 else len(url)) + 1]
 
 
 @dataclass(slots=True)
@@ -294,8 +285,8 @@ def _collect_links(targets: list[str], base: str, max_links: int, memo: LinkMemo
     seen_raw: set[str] = set()
     # Junk (javascript:, mailto:, broken) costs a normalisation each; bound that work too.
     budget = max(4 * max_links, 1_000)
-    origin = _origin(base)
-    directory = _directory(base, origin)
+    origin = origin_of(base)
+    directory = directory_of(base, origin)
     for raw in targets:
         if len(links) >= max_links or budget <= 0:
             break

@@ -221,7 +221,7 @@ def test_a_shared_memo_never_changes_what_a_page_links_to() -> None:
         assert len(memo._known) <= memo.capacity
 
 
-def test_a_memo_normalises_a_relative_link_once_per_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_memo_normalises_a_link_once_per_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     import crawler_node.links as links_module
 
     normalised: list[str] = []
@@ -232,13 +232,18 @@ def test_a_memo_normalises_a_relative_link_once_per_directory(monkeypatch: pytes
 
     monkeypatch.setattr(links_module, "normalize_url", counting_normalize_url)
     memo = links_module.LinkMemo()
-    body = b'<a href="../p/9">x</a><a href="/top">y</a><a href="?page=2">z</a>'
+    # Plain links ("../p/9", "/top") take the shortcut (urls.resolve_plain) and never reach
+    # the memo; the others are remembered under the part of the base they depend on.
+    body = (b'<a href="../p/9">x</a><a href="/top">y</a><a href="../p/%39">z</a><a href="/t%6Fp?a">t</a>'
+            b'<a href="?page=2">z</a>')
     for page in ("http://ex.test/p/1", "http://ex.test/p/2?q=1", "http://ex.test/p/3"):
-        assert links_of(body, page, memo=memo)[:2] == ["http://ex.test/p/9", "http://ex.test/top"]
+        assert links_of(body, page, memo=memo)[:3] == ["http://ex.test/p/9", "http://ex.test/top",
+                                                       "http://ex.test/top?a"]
+    assert normalised.count("../p/9") == normalised.count("/top") == 0
     # One normalisation each for the directory's relative link and the root-relative one;
-    # "?page=2" reads the page's own path, so every page normalises it (and its own URL).
-    assert normalised.count("../p/9") == 1
-    assert normalised.count("/top") == 1
+    # "?page=2" reads the page's own path, so every page normalises it.
+    assert normalised.count("../p/%39") == 1
+    assert normalised.count("/t%6Fp?a") == 1
     assert normalised.count("?page=2") == 3
 
 

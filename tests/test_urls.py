@@ -1,4 +1,5 @@
 import pickle
+import random
 import time
 
 import pytest
@@ -7,9 +8,12 @@ from crawler_node.urls import (
     MAX_URL_LENGTH,
     InvalidURL,
     Scope,
+    directory_of,
     host_of,
     is_public_address,
     normalize_url,
+    origin_of,
+    resolve_plain,
 )
 
 
@@ -285,3 +289,46 @@ def test_scope_validates() -> None:
 )
 def test_is_public_address(ip: str, public: bool) -> None:
     assert is_public_address(ip) is public
+
+
+PLAIN_BASES = ["http://ex.test/dir/page.html?x=a/b", "https://ex.test/", "http://ex.test:8080/a/b/", "http://ex.test/dir"]
+
+
+def _normalized(ref: str, base: str) -> str | None:
+    try:
+        return normalize_url(ref, base)
+    except InvalidURL:
+        return None
+
+
+@pytest.mark.parametrize("base", PLAIN_BASES)
+def test_the_plain_link_shortcut_answers_for_common_links_as_normalize_url_does(base: str) -> None:
+    origin = origin_of(base)
+    directory = directory_of(base, origin)
+    common = ["/p/1", "p/1", "./1", "../p/1", "..", ".", "/", "a#s2", "../#s1", "/p/1#top",
+              "http://site-1.test/p/1", "HTTP://SITE-1.TEST/", "http://site-1.test:80/p/1#s",
+              "//site-1.test/p/1", "https://site-1.test", "http://site-1.test.:8080/a/./b/../c"]
+    for ref in common:
+        assert resolve_plain(ref, origin, directory) == normalize_url(ref, base), (ref, base)
+    # What it leaves to normalize_url: None, never a different answer.
+    others = ["", "#top", "?q=1", "http:p", "http:/p", "//[::1]/", "/%7Euser", "/a b", "mailto:x",
+              "//x:99999/", "//", "///p", "//x..y/", "/é", "a:b", "\tx", "/" + "a" * MAX_URL_LENGTH]
+    for ref in others:
+        assert resolve_plain(ref, origin, directory) is None, (ref, base)
+
+
+def test_the_plain_link_shortcut_never_disagrees_with_normalize_url() -> None:
+    # Differential fuzzing: links built from the pieces that decide how one resolves.
+    pieces = ["a", "Z", "0", "-", ".", "_", "~", "/", "//", "..", "./", ":", "#", "?", "%2e", "%",
+              "@", " ", "\t", "http:", "HTTPS://", "x.test", ":80", ":8", "[", "é", "\x00", "p"]
+    rng = random.Random(1)
+    shortcut = 0
+    for _ in range(20_000):
+        ref = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
+        for base in PLAIN_BASES:
+            origin = origin_of(base)
+            fast = resolve_plain(ref, origin, directory_of(base, origin))
+            if fast is not None:
+                shortcut += 1
+                assert fast == _normalized(ref, base), (ref, base)
+    assert shortcut > 5_000  # the fuzzing reached the shortcut often, not only its refusals
