@@ -10,6 +10,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -45,9 +46,11 @@ class FetchResult:
     headers_s: float | None = None  # time to the response headers: the server's latency
     remote_addr: str | None = None
     truncated: bool = False
-    # Header lookup by lower-cased name, built on the first lookup (a fetch's result is read
-    # by several stages: classification, content type, retry policy, redirects).
-    _by_name: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    # Header lookup by name, case-insensitive (a fetch's result is read by several stages:
+    # classification, content type, retry policy, redirects): the fetcher hands over the
+    # multidict aiohttp parsed anyway; otherwise a dict is built on the first lookup.
+    _by_name: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    _content_type: str | None | bool = field(default=False, repr=False, compare=False)  # False: not yet
 
     def header(self, name: str) -> str | None:
         """The first header of that name (case-insensitive), or None."""
@@ -58,8 +61,11 @@ class FetchResult:
 
     @property
     def content_type(self) -> str | None:
-        value = self.header("Content-Type")
-        return value.split(";", 1)[0].strip().lower() if value else None
+        content_type = self._content_type
+        if content_type is False:
+            value = self.header("Content-Type")
+            content_type = self._content_type = value.split(";", 1)[0].strip().lower() if value else None
+        return content_type
 
     @property
     def is_html(self) -> bool:
@@ -162,6 +168,7 @@ class Fetcher:
                 result.headers_s = time.monotonic() - started
                 result.status = response.status
                 result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+                result._by_name = response.headers  # case-insensitive, first value first
                 result.request_headers = list(response.request_info.headers.items())
                 if self._proxy is None:  # through a proxy, the peer is the proxy: not recorded
                     transport = response.connection.transport if response.connection else None

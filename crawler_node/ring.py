@@ -44,6 +44,7 @@ class Ring:
         points = self._hash_ring.get_points()
         self._points = [point for point, _ in points]
         self._owners = [node for _, node in points]
+        self._shares: dict[str, float] | None = None  # arc_shares, computed on first use
 
     @property
     def nodes(self) -> list[str]:
@@ -105,7 +106,13 @@ class Ring:
         return list(zip(self._points, self._owners))
 
     def arc_shares(self) -> dict[str, float]:
-        """Fraction of the 2**32 ring each node owns."""
+        """Fraction of the 2**32 ring each node owns. Computed once (a ring never changes):
+        every /v1/status shows it, and the walk over all points was most of that request."""
+        if self._shares is None:
+            self._shares = self._arc_shares()
+        return dict(self._shares)
+
+    def _arc_shares(self) -> dict[str, float]:
         shares = dict.fromkeys(self._weights, 0.0)
         if not self._points:
             return shares

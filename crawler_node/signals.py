@@ -35,12 +35,16 @@ class Signal:
         return self.outcome in ("ok", "redirect")
 
 
+# The answers to most requests, made once (a Signal is immutable).
+_OK = Signal("ok", Outcome.SUCCESS)
+_REDIRECT = Signal("redirect", Outcome.SUCCESS)
+
+
 def classify(
     result: FetchResult, *, now: float, api_limit_header: str = "X-Api-Limit", through_api: bool = True
 ) -> Signal:
     """``through_api``: the request went through a proxy/API, so a 509 or a 429 naming the
     API limit is the API's. Fetching directly there is no API, and those are the site's."""
-    retry_after = parse_retry_after(result.header("Retry-After"), now=now) if result.status else None
     if result.error == ErrorKind.TIMEOUT:
         return Signal("timeout", Outcome.TIMEOUT, error=result.error)
     if result.error == ErrorKind.TOO_LARGE:
@@ -48,6 +52,9 @@ def classify(
     if result.error is not None:
         return Signal(result.error, Outcome.ERROR, error=result.error)
     status = result.status or 0
+    if 200 <= status < 400:  # most answers: their Retry-After or API header means nothing
+        return _OK if status < 300 else _REDIRECT
+    retry_after = parse_retry_after(result.header("Retry-After"), now=now) if result.status else None
     api_header = result.header(api_limit_header)
     if through_api and api_header is not None and status in (429, 509):
         # The API's own limit, not the site's: the host limiter must not be cut for it.
@@ -56,10 +63,6 @@ def classify(
         return Signal("api_throttled", Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after)
     if through_api and status == 509:
         return Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
-    if 200 <= status < 300:
-        return Signal("ok", Outcome.SUCCESS)
-    if 300 <= status < 400:
-        return Signal("redirect", Outcome.SUCCESS)
     if status in (429, 503, 509):  # 509 here: a site's own "bandwidth limit exceeded"
         return Signal("throttled", Outcome.THROTTLED, retry_after_s=retry_after)
     if status >= 500:
