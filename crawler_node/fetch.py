@@ -10,7 +10,7 @@ import asyncio
 import ipaddress
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -167,7 +167,7 @@ class Fetcher:
             async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False) as response:
                 result.headers_s = time.monotonic() - started
                 result.status = response.status
-                result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+                result.headers = decode_headers(response.raw_headers)
                 result._by_name = response.headers  # case-insensitive, first value first
                 result.request_headers = list(response.request_info.headers.items())
                 if self._proxy is None:  # through a proxy, the peer is the proxy: not recorded
@@ -191,6 +191,14 @@ class Fetcher:
             result.error, result.error_detail = ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}"
         result.elapsed_s = time.monotonic() - started
         return result
+
+
+def decode_headers(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Header lines as text that encodes back to the exact bytes received: UTF-8 with
+    surrogateescape, as the store writes them (warc.http_head). Decoded as Latin-1 before,
+    a UTF-8 value (a file name, an IRI in a Link header) was stored double-encoded."""
+    return [(name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+            for name, value in raw_headers]
 
 
 def _request_url(url: str) -> URL | str:

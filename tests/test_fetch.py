@@ -1,5 +1,6 @@
-"""The fetcher asks the server for exactly the URL the frontier holds, and reads no more of
-a body than the cap allows, whether its length is declared or it arrives compressed."""
+"""The fetcher asks the server for exactly the URL the frontier holds, reads no more of a
+body than the cap allows, whether its length is declared or it arrives compressed, and hands
+over response headers that store back as the bytes that came."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import gzip
 
 from aiohttp import web
 
-from crawler_node.fetch import ErrorKind, Fetcher, FetchResult
+from crawler_node.fetch import ErrorKind, Fetcher, FetchResult, decode_headers
+from crawler_node.warc import http_head
 
 
 async def _serve(handler, fetch_paths: list[str], *, max_body_bytes: int = 1000) -> list[FetchResult]:
@@ -60,3 +62,16 @@ def test_the_request_line_is_the_canonical_url_byte_for_byte() -> None:
     results = asyncio.run(_serve(record, ["/a%3Bb/c%29?q=%3D%26", "/plain?x=1"]))
     assert [result.status for result in results] == [200, 200]
     assert seen == ["/a%3Bb/c%29?q=%3D%26", "/plain?x=1"]
+
+
+def test_response_headers_are_stored_as_the_bytes_that_came() -> None:
+    async def named(request: web.Request) -> web.Response:
+        return web.Response(text="x", headers={"Content-Disposition": 'attachment; filename="café.txt"'})
+
+    [result] = asyncio.run(_serve(named, ["/"]))
+    head = http_head("HTTP/1.1 200 OK", result.headers)
+    assert b'filename="caf\xc3\xa9.txt"' in head  # UTF-8 as sent, not encoded twice
+    # Bytes that are not UTF-8 at all come back out unchanged too.
+    raw = ((b"X-Legacy", b"caf\xe9"), (b"Content-Type", b"text/html"))
+    assert http_head("HTTP/1.1 200 OK", decode_headers(raw)) == (
+        b"HTTP/1.1 200 OK\r\nX-Legacy: caf\xe9\r\nContent-Type: text/html\r\n\r\n")
