@@ -95,9 +95,6 @@ class LinkMemo:
     def normalize(self, raw: str, base: str, origin: str, directory: str) -> str | None:
         """`normalize_url(raw, base)`, or None when that raises InvalidURL. ``origin`` and
         ``directory`` are the canonical ``base``'s (see :func:`urls.origin_of`, :func:`urls.directory_of`)."""
-        url = resolve_plain(raw, origin, directory)  # most links: cheaper than a memo lookup
-        if url is not None:
-            return url
         context = _memo_context(raw, origin, directory)
         if context is None:
             return _normalized_or_none(raw, base)
@@ -294,7 +291,8 @@ def _collect_links(targets: list[str], base: str, max_links: int, memo: LinkMemo
             continue
         seen_raw.add(raw)
         budget -= 1
-        url = memo.normalize(raw, base, origin, directory)
+        # Most links are plain (urls.resolve_plain): cheaper to resolve than to look up.
+        url = resolve_plain(raw, origin, directory) or memo.normalize(raw, base, origin, directory)
         if url is not None:
             links[url] = None
     return list(links)

@@ -39,12 +39,18 @@ class ReturnedLinks:
 
     def first_time(self, url: str) -> bool:
         """True, and remembered, if ``url`` was not handed over in this generation yet."""
-        if url in self._young or url in self._old:
-            return False
-        self._young.add(url)
-        if len(self._young) >= self._half:
-            self._old, self._young = self._young, set()
-        return True
+        return bool(self.fresh([url]))
+
+    def fresh(self, urls: list[str]) -> list[str]:
+        """The ``urls`` not handed over in this generation yet, now remembered (in order)."""
+        young, old = self._young, self._old
+        fresh = [url for url in urls if url not in young and url not in old]
+        for url in fresh:
+            young.add(url)
+            if len(young) >= self._half:
+                self._old, self._young = young, set()
+                young = self._young
+        return fresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +64,9 @@ class ParseContext:
 
 
 # What a page yields: the (url, host) of its links in scope, normalised, that this worker has
-# not handed over before (see ReturnedLinks), and how many links the page had in all. A plain tuple: it crosses the process boundary, where a tuple pickles in a
-# fraction of a dataclass's time.
+# not handed over before (see ReturnedLinks), and how many links the page had in all. A
+# plain tuple: it crosses the process boundary, where a tuple pickles in a fraction of a
+# dataclass's time.
 PageLinks = tuple[list[tuple[str, str]], int]
 
 
@@ -73,9 +80,12 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Page
     found = extract_links(
         body, url, max_links=context.max_links, memo=context.memo, with_title=False
     ).links
-    check, first_time = context.scope.check, context.returned.first_time
-    # The scope check first: a link out of scope at this depth may be in scope at another.
-    return [(link, host_of(link)) for link in found if check(link, depth + 1) is None and first_time(link)], len(found)
+    # The scope first: a link out of scope at this depth may be in scope at another.
+    scope = context.scope
+    if scope.too_deep(depth + 1):
+        return [], len(found)
+    in_scope = [link for link in found if scope.check(link, depth + 1) is None] if scope.allow_hosts else found
+    return [(link, host_of(link)) for link in context.returned.fresh(in_scope)], len(found)
 
 
 def parse_pages(context: ParseContext, pages: list[tuple[bytes, str, int]], generation: int = 0) -> list[PageLinks | str]:

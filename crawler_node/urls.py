@@ -161,6 +161,9 @@ class Scope:
             else None
         )
 
+    def too_deep(self, depth: int) -> bool:
+        return self.max_depth is not None and depth > self.max_depth
+
     def check(self, url: str, depth: int) -> str | None:
         """None when ``url`` (canonical) at ``depth`` is in scope, else the reason it is not."""
         if self._allowed is not None:
