@@ -151,7 +151,9 @@ def extract_links(
     links are dropped silently. Raises :class:`InvalidURL` only if ``url`` itself is invalid.
     With ``with_title=False`` the title is not extracted (None): the crawl never reads it.
     """
-    page_url = normalize_url(url)
+    # The crawl hands over canonical URLs, which are plain: the shortcut, when it applies,
+    # gives what normalize_url gives (see urls.resolve_plain).
+    page_url = (resolve_plain(url, "", "") if url.startswith(("http://", "https://")) else None) or normalize_url(url)
     text = _flatten(decode_html(body[:max_parse_bytes], encoding))
     markup = _scan(LexborHTMLParser(text))
     title = _title(markup.title_node) if with_title else None

@@ -18,8 +18,7 @@ import math
 import os
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
-from operator import attrgetter
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from http import HTTPStatus
@@ -69,14 +68,6 @@ class FetchRecord:
     error: str | None = None
     remote_addr: str | None = None
     elapsed_s: float = 0.0
-
-    def __reduce__(self):
-        # Every record is pickled on its way to the store worker; a dataclass's default
-        # (a Python-level walk of its fields) took four times as long as this.
-        return FetchRecord, _record_fields(self)
-
-
-_record_fields = attrgetter(*(f.name for f in fields(FetchRecord)))  # C-level, in field order
 
 
 def iso_utc(epoch: float, *, timespec: str = "milliseconds") -> str:

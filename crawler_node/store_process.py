@@ -19,8 +19,8 @@ def _open(data_dir: str, node_id: str, warc_max_bytes: int) -> Store:
     return Store(Path(data_dir), node_id=node_id, warc_max_bytes=warc_max_bytes)
 
 
-def _write(store: Store, records: Sequence[FetchRecord]) -> None:
-    store.write(records)
+def _write(store: Store, rows: Sequence[tuple]) -> None:
+    store.write([FetchRecord(*row) for row in rows])
 
 
 def _close(store: Store) -> None:
@@ -36,8 +36,9 @@ class StoreWorker:
     async def start(self) -> None:
         await self._worker.start()  # the store is open (or the error surfaces here)
 
-    async def write(self, records: Sequence[FetchRecord]) -> None:
-        await self._worker.call(_write, list(records))
+    async def write(self, rows: Sequence[tuple]) -> None:
+        """Store FetchRecords given as the tuples of their fields, in order."""
+        await self._worker.call(_write, list(rows))
 
     async def close(self) -> None:
         await self._worker.close(_close)

@@ -9,7 +9,6 @@ from collections import Counter
 
 from crawler_node.frontier import FrontierBatch, UrlEntry
 from crawler_node.pipeline import PageResult
-from crawler_node.store import FetchRecord
 
 log = logging.getLogger("crawler_node.node")
 
@@ -77,21 +76,12 @@ class StoreStage:
         self._note_added(result.queued)
         self._work.set()
 
-    def _record(self, page: PageResult) -> FetchRecord:
-        fetch = page.fetch
-        return FetchRecord(
-            url=page.lease.url,
-            host=page.lease.host,
-            node_id=self.node_id,
-            attempt=page.lease.attempts,
-            fetched_at=fetch.started_at,
-            outcome=page.signal.outcome,
-            status=fetch.status,
-            request_headers=fetch.request_headers,
-            response_headers=fetch.headers,
-            body=fetch.body if page.signal.outcome in ("ok", "redirect", "http_error", "throttled", "server_error") else b"",
-            content_type=fetch.content_type,
-            error=fetch.error_detail,
-            remote_addr=fetch.remote_addr,
-            elapsed_s=fetch.elapsed_s,
-        )
+    def _record(self, page: PageResult) -> tuple:
+        """The page's FetchRecord as the tuple of its fields in order: the store process makes
+        the record (store_process.StoreWorker.write), the loop only a tuple, which also
+        pickles without a call back into Python."""
+        fetch, lease, outcome = page.fetch, page.lease, page.signal.outcome
+        body = fetch.body if outcome in ("ok", "redirect", "http_error", "throttled", "server_error") else b""
+        return (lease.url, lease.host, self.node_id, lease.attempts, fetch.started_at, outcome, fetch.status,
+                fetch.request_headers, fetch.headers, body, fetch.content_type, fetch.error_detail,
+                fetch.remote_addr, fetch.elapsed_s)
