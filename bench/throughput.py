@@ -15,7 +15,9 @@ numbers by ~10% from run to run.
 --other-tree runs a second checkout's node (e.g. `git worktree add /tmp/old <rev>`) in every
 round, in alternating order, against the same testweb: a change measured this way is compared
 with its own baseline at the same moment, not with a figure from another day (this shared
-machine's speed drifts by 10% or more between hours). Nodes are started with the checkout's
+machine's speed drifts by 10% or more between hours), and the round-by-round ratio of the two
+nodes is reported too: on this machine one round's pages/s scatter by about +-4%, so a change
+of 1-2% needs 16 or more rounds to show. Nodes are started with the checkout's
 root on PYTHONPATH from a neutral working directory: `python -m` puts the working directory
 first on sys.path, so starting them from inside a checkout would run that checkout's code.
 """
@@ -137,6 +139,14 @@ def main() -> int:
         ratios = sorted(r[name]["ratio"] for r in rounds)
         print(f"{name}: median ratio node/bare {ratios[len(ratios) // 2]:.2f} (target >= 0.6); "
               f"range {ratios[0]:.2f}-{ratios[-1]:.2f}")
+    for name in list(trees)[1:]:
+        # Each round's two nodes met the same machine moments apart: their ratio cancels the
+        # drift that moves both, which is what decides a small difference.
+        paired = sorted(r["crawler-node"]["pages_per_s"] / r[name]["pages_per_s"] for r in rounds)
+        quarter = len(paired) // 4
+        print(f"crawler-node vs {name}, round by round: pages/s x{paired[len(paired) // 2]:.3f} "
+              f"(middle half {paired[quarter]:.3f}-{paired[-quarter - 1]:.3f}), "
+              f"ahead in {sum(ratio > 1 for ratio in paired)} of {len(paired)} rounds")
     median = sorted(rounds, key=lambda r: r["crawler-node"]["ratio"])[len(rounds) // 2]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "throughput.json").write_text(json.dumps(
