@@ -64,6 +64,11 @@ class TestwebProcess:
         self._url: str | None = None
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (benchmarks read its CPU time)."""
+        return self._proc.pid if self._proc is not None else None
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> TestwebProcess:
