@@ -37,19 +37,19 @@ class ReturnedLinks:
             self._young.clear()
             self._old.clear()
 
-    def first_time(self, url: str) -> bool:
-        """True, and remembered, if ``url`` was not handed over in this generation yet."""
-        return bool(self.fresh([url]))
-
     def fresh(self, urls: list[str]) -> list[str]:
-        """The ``urls`` not handed over in this generation yet, now remembered (in order)."""
+        """The ``urls`` not handed over in this generation yet, now remembered (in order; a URL
+        listed twice counts once)."""
         young, old = self._young, self._old
-        fresh = [url for url in urls if url not in young and url not in old]
-        for url in fresh:
+        fresh = []
+        for url in urls:
+            if url in young or url in old:
+                continue
             young.add(url)
+            fresh.append(url)
             if len(young) >= self._half:
                 self._old, self._young = young, set()
-                young = self._young
+                young, old = self._young, self._old
         return fresh
 
 

@@ -49,7 +49,7 @@ def test_a_link_out_of_scope_at_one_depth_is_still_handed_over_at_a_shallower_on
 def test_returned_links_memory_is_bounded_and_forgets_the_oldest_half_first():
     returned = ReturnedLinks(capacity=4)
     returned.new_generation(0)
-    assert [returned.first_time(u) for u in "abab"] == [True, True, False, False]
-    assert [returned.first_time(u) for u in "cd"] == [True, True]  # a, b now the old half
-    assert returned.first_time("a") is True  # forgotten: handed over again, never lost
-    assert returned.first_time("d") is False
+    assert returned.fresh(list("abab")) == ["a", "b"]
+    assert returned.fresh(list("cd")) == ["c", "d"]  # a, b now the old half
+    assert returned.fresh(["a"]) == ["a"]  # forgotten: handed over again, never lost
+    assert returned.fresh(["d"]) == []
