@@ -60,6 +60,10 @@ class NodeCollector:
         ratio.add_metric([], node.counters["retries"] / fetched if fetched else 0.0)
         yield ratio
 
+        if node.last_stored_at is not None:
+            yield _single(GaugeMetricFamily, "crawler_last_stored_timestamp_seconds",
+                          "Unix time of the last fetch attempt written to the store and the frontier",
+                          node.last_stored_at)
         in_flight = GaugeMetricFamily("crawler_in_flight", "Requests in flight on this node")
         in_flight.add_metric([], node.in_flight)
         yield in_flight

@@ -100,6 +100,9 @@ class Node(DispatchStage, FetchStage, ParseStage, StoreStage, PressureControl, S
         self._busy_parsers = 0
         self._store_busy = False
         self.started_at = time.monotonic()
+        # Wall-clock time of the last commit of fetch attempts (store and frontier): when a
+        # crawl ended, or since when a node with work has made no progress.
+        self.last_stored_at: float | None = None
         self.counters: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.fatal_error: BaseException | None = None

@@ -32,6 +32,10 @@ class StatusViews:
             "idle": idle,
             "stopping": self._stopping,
             "uptime_s": round(uptime, 3),
+            # Unix time of the last fetch attempt written to the store and committed to the
+            # frontier (null before the first): an idle node's crawl ended then; a busy node
+            # whose value stops moving is stalled.
+            "last_stored_at": self.last_stored_at,
             "counters": {
                 "fetched": fetched,
                 "pages_done": self.counters["pages_done"],

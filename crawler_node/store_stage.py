@@ -5,6 +5,7 @@ fetched URLs to the successor. Part of the Node (see node.py)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 
 from crawler_node.frontier import FrontierBatch, UrlEntry
@@ -67,6 +68,7 @@ class StoreStage:
         if frontier_batch.forward or frontier_batch.replicate:
             self.cluster.note_outboxed(Counter(peer for peer, _ in frontier_batch.forward + frontier_batch.replicate))
         self.counters["fetched"] += len(pages)
+        self.last_stored_at = time.time()
         self.counters["pages_done"] += len(frontier_batch.done)
         self.counters["failed"] += len(frontier_batch.failed)
         now = self._clock()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import time
 import urllib.request
+from datetime import datetime
 
 import pytest
 from conftest import read_crawl_log, roots
@@ -27,11 +29,13 @@ def finished_crawl(tmp_path_factory):
     from crawler_node.testweb.process import TestwebProcess
 
     tmp = tmp_path_factory.mktemp("crawl")
+    started = time.time()
     with TestwebProcess(hosts=HOSTS, pages=PAGES, seed=7, profile=PROFILE, tmp_dir=tmp) as web:
         node = NodeProcess(node_id="node-1", data_dir=tmp / "node-1", proxy=web.url, seeds=roots(HOSTS),
                            extra_args=["--host-limit-ceiling", str(CEILING), "--host-limit-start", "2"])
         with node:
             status = node.wait_idle(timeout_s=180)
+            idle_seen = time.time()
             metrics = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"{node.url}/metrics").read()
             yield {
                 "web": web,
@@ -41,6 +45,8 @@ def finished_crawl(tmp_path_factory):
                 "expected": set(web.expected()),
                 "stats": web.stats(),
                 "log": read_crawl_log(node.data_dir),
+                "started": started,
+                "idle_seen": idle_seen,
             }
 
 
@@ -116,6 +122,19 @@ def test_status_and_metrics_report_pressure(finished_crawl):
     for name in ("crawler_queue_depth", "crawler_queue_oldest_age_seconds", "crawler_host_in_flight",
                  "crawler_host_limit", "crawler_fetch_outcomes_total", "crawler_blocked_enqueues_total"):
         assert name in metrics
+
+
+def test_status_and_metrics_say_when_the_crawl_ended(finished_crawl):
+    # The last commit came after the last fetch began and before the node was seen idle:
+    # a benchmark times a crawl to it, an operator alerts on it standing still.
+    last_stored = finished_crawl["status"]["last_stored_at"]
+    last_fetch_started = max(datetime.fromisoformat(line["fetched_at"]).timestamp()
+                             for line in finished_crawl["log"])
+    # (crawl.log's times are rounded to the millisecond)
+    assert finished_crawl["started"] < last_fetch_started - 0.001 < last_stored <= finished_crawl["idle_seen"]
+    gauge = next(line for line in finished_crawl["metrics"].splitlines()
+                 if line.startswith("crawler_last_stored_timestamp_seconds "))
+    assert float(gauge.split()[1]) == pytest.approx(last_stored)
 
 
 def test_throttling_host_gets_its_own_limit_cut_and_the_crawl_completes(start_testweb, start_node):
