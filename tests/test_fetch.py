@@ -1,12 +1,15 @@
 """The fetcher asks the server for exactly the URL the frontier holds, reads no more of a
 body than the cap allows, whether its length is declared or it arrives compressed, and hands
-over response headers that store back as the bytes that came."""
+over response headers that store back as the bytes that came. Through a proxy, every request
+reaches its own host and carries the proxy's credentials, if any."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 
+import aiohttp
 from aiohttp import web
 
 from crawler_node.fetch import ErrorKind, Fetcher, FetchResult, decode_headers
@@ -75,3 +78,49 @@ def test_response_headers_are_stored_as_the_bytes_that_came() -> None:
     raw = ((b"X-Legacy", b"caf\xe9"), (b"Content-Type", b"text/html"))
     assert http_head("HTTP/1.1 200 OK", decode_headers(raw)) == (
         b"HTTP/1.1 200 OK\r\nX-Legacy: caf\xe9\r\nContent-Type: text/html\r\n\r\n")
+
+
+async def _through_proxy(proxy_userinfo: str, urls: list[str]) -> list[str]:
+    """Fetch ``urls`` through a stand-in HTTP proxy that answers with the request line's
+    target, the Host header and the Proxy-Authorization it received."""
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(text=f"{request.url}|{request.headers['Host']}|{request.headers.get('Proxy-Authorization')}")
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    fetcher = Fetcher(user_agent="test", proxy=f"http://{proxy_userinfo}127.0.0.1:{port}", allow_private=False,
+                      connect_timeout_s=5, fetch_timeout_s=10, max_body_bytes=1000, max_connections=4)
+    await fetcher.start()
+    try:
+        one_by_one = [await fetcher.fetch(url) for url in urls]  # later ones on pooled connections
+        at_once = await asyncio.gather(*(fetcher.fetch(url) for url in urls))  # new connections too
+        return [result.body.decode() for result in one_by_one + list(at_once)]
+    finally:
+        await fetcher.close()
+        await runner.cleanup()
+
+
+URLS = ["http://a.test/1", "http://b.test:8080/2", "http://a.test/3", "http://b.test:8080/4"]
+
+
+def test_through_a_proxy_each_request_reaches_its_own_host(monkeypatch) -> None:
+    built = []
+    build = aiohttp.TCPConnector._update_proxy_auth_header_and_build_proxy_req
+    monkeypatch.setattr(aiohttp.TCPConnector, "_update_proxy_auth_header_and_build_proxy_req",
+                        lambda connector, request: built.append(request) or build(connector, request))
+    answers = asyncio.run(_through_proxy("", URLS))
+    hosts = [url.split("/")[2] for url in URLS]
+    assert answers == [f"{url}|{host}|None" for url, host in zip(URLS, hosts)] * 2
+    # The request that names the proxy was built once, not once per request (ProxyConnector).
+    assert len(built) == 1
+
+
+def test_proxy_credentials_go_with_every_request() -> None:
+    answers = asyncio.run(_through_proxy("crawler:s3cret@", URLS))
+    credentials = "Basic " + base64.b64encode(b"crawler:s3cret").decode()
+    assert [answer.split("|")[-1] for answer in answers] == [credentials] * 2 * len(URLS)
