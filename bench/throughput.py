@@ -6,7 +6,7 @@ Runs, side by side in one invocation and against the same testweb process:
   2. one `crawler-node run` crawling the same web from its roots.
 Reports pages/s and CPU-seconds per 1,000 pages for both and the ratio node/bare (target >= 0.6),
 and testweb's own CPU per 1,000 pages in each run: it shares the machine's cores with both.
-The pair runs --rounds times, alternately, after an untimed pass that fills testweb's page
+The pair runs --rounds times, in alternating order, after an untimed pass that fills testweb's page
 cache, and the median ratio is the result: one machine shared with other work moves both
 numbers by ~10% from run to run.
 
@@ -125,26 +125,31 @@ def main() -> int:
         # third). Warm it, untimed, so both sides meet the same server.
         asyncio.run(bare_loop(urls, web.url, args.concurrency))
         for index in range(args.rounds):
-            web.reset()
-            web_cpu = process_tree_cpu(web.pid)
-            bare = asyncio.run(bare_loop(urls, web.url, args.concurrency))
-            bare["testweb_cpu_s_per_1000"] = 1000 * (process_tree_cpu(web.pid) - web_cpu) / bare["pages"]
-            line = (f"round {index + 1}: bare aiohttp loop {bare['pages_per_s']:6.0f} pages/s "
-                    f"({bare['cpu_s_per_1000']:.2f} CPU-s/1000, testweb {bare['testweb_cpu_s_per_1000']:.2f})")
-            result = {"bare": bare}
+            # Who goes first alternates too: a run leaves work behind it (testweb's closed
+            # connections, the node's dirty pages being written back) that the next one meets.
+            result: dict = {}
             order = list(trees.items()) if index % 2 == 0 else list(reversed(trees.items()))
-            for name, tree in order:
+            sides = [("bare", None), *order] if index % 2 == 0 else [*order, ("bare", None)]
+            for name, tree in sides:
                 web.reset()
                 web_cpu = process_tree_cpu(web.pid)
-                node = node_run(web, args.hosts, args.concurrency, Path(tmp) / f"node-{index}-{len(result)}",
-                                args.node_arg, tree)
+                if tree is None:
+                    run = asyncio.run(bare_loop(urls, web.url, args.concurrency))
+                else:
+                    run = node_run(web, args.hosts, args.concurrency, Path(tmp) / f"node-{index}-{len(result)}",
+                                   args.node_arg, tree)
                 # testweb runs on the same cores: what it takes per page is CPU the node and the
                 # bare loop compete for, and the node, which needs more CPU, feels it more.
-                node["testweb_cpu_s_per_1000"] = 1000 * (process_tree_cpu(web.pid) - web_cpu) / node["pages"]
-                ratio = node["pages_per_s"] / bare["pages_per_s"]
-                result[name] = {**node, "ratio": ratio}
+                run["testweb_cpu_s_per_1000"] = 1000 * (process_tree_cpu(web.pid) - web_cpu) / run["pages"]
+                result[name] = run
+            bare = result["bare"]
+            line = (f"round {index + 1} (bare {'first' if index % 2 == 0 else 'last'}): bare aiohttp loop {bare['pages_per_s']:6.0f} pages/s "
+                    f"({bare['cpu_s_per_1000']:.2f} CPU-s/1000, testweb {bare['testweb_cpu_s_per_1000']:.2f})")
+            for name in trees:
+                node = result[name]
+                node["ratio"] = node["pages_per_s"] / bare["pages_per_s"]
                 line += (f"  {name} {node['pages_per_s']:6.0f} pages/s ({node['cpu_s_per_1000']:.2f} CPU-s/1000, "
-                         f"testweb {node['testweb_cpu_s_per_1000']:.2f}) ratio {ratio:.2f}")
+                         f"testweb {node['testweb_cpu_s_per_1000']:.2f}) ratio {node['ratio']:.2f}")
             rounds.append(result)
             print(line, flush=True)
     for name in trees:
