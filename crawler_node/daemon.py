@@ -11,6 +11,7 @@ from aiohttp import web
 
 from crawler_node.api import make_app
 from crawler_node.gctune import tune_for_throughput
+from crawler_node.malloctune import keep_heap_for_reuse
 from crawler_node.node import Node
 from crawler_node.settings import Settings, listen_address
 
@@ -54,4 +55,5 @@ def run(settings: Settings, *, log_level: str = "INFO") -> int:
         stream=sys.stderr,
     )
     tune_for_throughput()
+    keep_heap_for_reuse()
     return asyncio.run(serve(settings))
