@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from crawler_node.frontier import Frontier, FrontierBatch, UrlEntry
+from crawler_node.malloctune import keep_heap_for_reuse
 
 RESULTS_PATH = Path(__file__).parent / "results" / "memory.json"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
@@ -108,6 +109,7 @@ def lease_apply_cycles(frontier: Frontier, hosts: int, next_url: int) -> dict[st
 
 
 def run_child(urls: int, directory: Path) -> dict[str, float]:
+    keep_heap_for_reuse()  # as in a node's process (crawler_node.daemon), which holds the frontier
     hosts = host_count(urls)
     baseline = rss_mb()
     path = directory / "frontier.sqlite3"
