@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 
 import aiohttp
@@ -16,22 +17,31 @@ from crawler_node.fetch import ErrorKind, Fetcher, FetchResult, decode_headers
 from crawler_node.warc import http_head
 
 
-async def _serve(handler, fetch_paths: list[str], *, max_body_bytes: int = 1000) -> list[FetchResult]:
+@contextlib.asynccontextmanager
+async def _fetcher_and_server(handler, *, proxy_userinfo: str | None = None, max_body_bytes: int = 1000):
+    """A Fetcher and a local server answering every GET with ``handler``: fetched directly,
+    or used as the fetcher's HTTP proxy when ``proxy_userinfo`` is given ("" for none)."""
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", handler)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = runner.addresses[0][1]
-    fetcher = Fetcher(user_agent="test", proxy=None, allow_private=True, connect_timeout_s=5,
+    server = f"127.0.0.1:{runner.addresses[0][1]}"
+    proxy = None if proxy_userinfo is None else f"http://{proxy_userinfo}{server}"
+    fetcher = Fetcher(user_agent="test", proxy=proxy, allow_private=True, connect_timeout_s=5,
                       fetch_timeout_s=10, max_body_bytes=max_body_bytes, max_connections=4)
     await fetcher.start()
     try:
-        return [await fetcher.fetch(f"http://127.0.0.1:{port}{path}") for path in fetch_paths]
+        yield fetcher, server
     finally:
         await fetcher.close()
         await runner.cleanup()
+
+
+async def _serve(handler, fetch_paths: list[str], *, max_body_bytes: int = 1000) -> list[FetchResult]:
+    async with _fetcher_and_server(handler, max_body_bytes=max_body_bytes) as (fetcher, server):
+        return [await fetcher.fetch(f"http://{server}{path}") for path in fetch_paths]
 
 
 def test_body_cap_holds_for_declared_lengths_and_for_compressed_bodies() -> None:
@@ -86,23 +96,10 @@ async def _through_proxy(proxy_userinfo: str, urls: list[str]) -> list[str]:
     async def answer(request: web.Request) -> web.Response:
         return web.Response(text=f"{request.url}|{request.headers['Host']}|{request.headers.get('Proxy-Authorization')}")
 
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    fetcher = Fetcher(user_agent="test", proxy=f"http://{proxy_userinfo}127.0.0.1:{port}", allow_private=False,
-                      connect_timeout_s=5, fetch_timeout_s=10, max_body_bytes=1000, max_connections=4)
-    await fetcher.start()
-    try:
+    async with _fetcher_and_server(answer, proxy_userinfo=proxy_userinfo) as (fetcher, _):
         one_by_one = [await fetcher.fetch(url) for url in urls]  # later ones on pooled connections
         at_once = await asyncio.gather(*(fetcher.fetch(url) for url in urls))  # new connections too
         return [result.body.decode() for result in one_by_one + list(at_once)]
-    finally:
-        await fetcher.close()
-        await runner.cleanup()
 
 
 URLS = ["http://a.test/1", "http://b.test:8080/2", "http://a.test/3", "http://b.test:8080/4"]
