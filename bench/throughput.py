@@ -128,8 +128,9 @@ def main() -> int:
             # Who goes first alternates too: a run leaves work behind it (testweb's closed
             # connections, the node's dirty pages being written back) that the next one meets.
             result: dict = {}
-            order = list(trees.items()) if index % 2 == 0 else list(reversed(trees.items()))
-            sides = [("bare", None), *order] if index % 2 == 0 else [*order, ("bare", None)]
+            sides = [("bare", None), *trees.items()]
+            if index % 2:
+                sides.reverse()
             for name, tree in sides:
                 web.reset()
                 web_cpu = process_tree_cpu(web.pid)
@@ -143,7 +144,8 @@ def main() -> int:
                 run["testweb_cpu_s_per_1000"] = 1000 * (process_tree_cpu(web.pid) - web_cpu) / run["pages"]
                 result[name] = run
             bare = result["bare"]
-            line = (f"round {index + 1} (bare {'first' if index % 2 == 0 else 'last'}): bare aiohttp loop {bare['pages_per_s']:6.0f} pages/s "
+            line = (f"round {index + 1} (bare {'last' if index % 2 else 'first'}): "
+                    f"bare aiohttp loop {bare['pages_per_s']:6.0f} pages/s "
                     f"({bare['cpu_s_per_1000']:.2f} CPU-s/1000, testweb {bare['testweb_cpu_s_per_1000']:.2f})")
             for name in trees:
                 node = result[name]

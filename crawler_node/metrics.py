@@ -64,6 +64,7 @@ class NodeCollector:
             yield _single(GaugeMetricFamily, "crawler_last_stored_timestamp_seconds",
                           "Unix time of the last fetch attempt written to the store and the frontier",
                           node.last_stored_at)
+
         in_flight = GaugeMetricFamily("crawler_in_flight", "Requests in flight on this node")
         in_flight.add_metric([], node.in_flight)
         yield in_flight
