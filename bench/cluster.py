@@ -31,9 +31,9 @@ from pathlib import Path
 import msgpack
 import psutil
 
-from crawler_node import client
-from crawler_node.node_process import NodeProcess, free_port
-from crawler_node.ring import Ring
+from crawler_node.tools import client
+from crawler_node.tools.node_process import NodeProcess, free_port
+from crawler_node.cluster.ring import Ring
 from crawler_node.testweb.process import TestwebProcess
 
 RESULTS = Path(__file__).parent / "results"

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from crawler_node.frontier import Frontier, FrontierBatch, UrlEntry
-from crawler_node.malloctune import keep_heap_for_reuse
+from crawler_node.frontier.frontier import Frontier, FrontierBatch, UrlEntry
+from crawler_node.runtime.malloctune import keep_heap_for_reuse
 
 RESULTS_PATH = Path(__file__).parent / "results" / "memory.json"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)

@@ -37,8 +37,8 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from crawler_node import client
-from crawler_node.node_process import NodeProcess
+from crawler_node.tools import client
+from crawler_node.tools.node_process import NodeProcess
 from crawler_node.testweb.process import TestwebProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from crawler_node import client
+    from crawler_node.tools import client
 
     urls = list(args.urls)
     if not urls or urls == ["-"]:
@@ -83,8 +83,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from crawler_node import client
-    from crawler_node.report import format_status
+    from crawler_node.tools import client
+    from crawler_node.tools.report import format_status
 
     try:
         status = client.status(args.node)
@@ -99,7 +99,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from crawler_node.demo import run_demo
+    from crawler_node.tools.demo import run_demo
 
     return run_demo(hosts=args.hosts, pages=args.pages, seed=args.seed, data_dir=args.data_dir,
                     timeout_s=args.timeout, nodes=args.nodes)

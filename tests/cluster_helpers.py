@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import read_crawl_log, wait_until  # noqa: F401 - wait_until re-exported for the cluster tests
 
-from crawler_node.node_process import NodeProcess, free_port
+from crawler_node.tools.node_process import NodeProcess, free_port
 
 FAST_CLUSTER = ["--heartbeat-interval-s", "0.3", "--startup-grace-s", "2.5", "--retry-base-s", "0.1"]
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

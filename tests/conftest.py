@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler_node.node_process import NodeProcess
+from crawler_node.tools.node_process import NodeProcess
 from crawler_node.testweb.process import TestwebProcess
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.admission import API_LIMIT, API_QUOTA, ApiGate, FetchAdmission, IpGate, IpGates
-from crawler_node.limiter import AimdLimiter, Outcome
-from crawler_node.scheduler import HostScheduler, Place, Robots
+from crawler_node.node.admission import API_LIMIT, API_QUOTA, ApiGate, FetchAdmission, IpGate, IpGates
+from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.node.hosts import HostScheduler, Place, Robots
 from crawler_node.settings import Settings, SettingsError
-from crawler_node.signals import ApiSignal, Signal
+from crawler_node.core.signals import ApiSignal, Signal
 
 OK = Signal("ok", Outcome.SUCCESS)
 API_429 = Signal("api_throttled", Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after_s=1.0)

@@ -31,7 +31,7 @@ def post(node, body: bytes, content_type: str = "application/json", headers: dic
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    from crawler_node.node_process import NodeProcess
+    from crawler_node.tools.node_process import NodeProcess
 
     tmp = tmp_path_factory.mktemp("api")
     # allow-host keeps everything submitted here from ever being fetched for real

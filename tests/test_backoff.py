@@ -4,7 +4,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from crawler_node.backoff import HostBackoff, RetryDecision, RetryPolicy, parse_retry_after
+from crawler_node.core.backoff import HostBackoff, RetryDecision, RetryPolicy, parse_retry_after
 
 NOW = 1_700_000_000.0
 

@@ -135,7 +135,7 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
 
 
 def test_a_joining_node_takes_only_its_new_arc(start_testweb, start_node):
-    from crawler_node.ring import Ring
+    from crawler_node.cluster.ring import Ring
 
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=23, profile={"site-*.test": {"latency_ms": 40}})
     expected = set(web.expected())

@@ -15,7 +15,7 @@ HOSTS, PAGES = 24, 30
 
 
 def test_a_peer_answering_429_slows_only_its_own_outbox(start_testweb, start_node, tmp_path):
-    from crawler_node.ring import Ring
+    from crawler_node.cluster.ring import Ring
 
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=31)
     addresses = plan(["a", "fake"])

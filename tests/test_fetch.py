@@ -13,8 +13,8 @@ import gzip
 import aiohttp
 from aiohttp import web
 
-from crawler_node.fetch import ErrorKind, Fetcher, FetchResult, decode_headers
-from crawler_node.warc import http_head
+from crawler_node.fetch.fetcher import ErrorKind, Fetcher, FetchResult, decode_headers
+from crawler_node.store.warc import http_head
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler_node.frontier import (
+from crawler_node.frontier.frontier import (
     FRONTIER_FILENAME,
     Frontier,
     FrontierBatch,
@@ -370,7 +370,7 @@ _CRASH_CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from crawler_node.frontier import Frontier, UrlEntry
+    from crawler_node.frontier.frontier import Frontier, UrlEntry
 
     frontier = Frontier(Path(sys.argv[1]))
     for start in range(0, 1000, 100):

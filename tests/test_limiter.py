@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from crawler_node.limiter import AimdLimiter, Outcome
+from crawler_node.core.limiter import AimdLimiter, Outcome
 
 
 def run_round(limiter: AimdLimiter, outcome: Outcome = Outcome.SUCCESS) -> None:

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from crawler_node.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
-from crawler_node.urls import InvalidURL, normalize_url
+from crawler_node.parse.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
+from crawler_node.core.urls import InvalidURL, normalize_url
 
 PAGE = "http://ex.test/dir/page.html"
 
@@ -194,7 +194,7 @@ def test_hostile_input_returns_quickly_with_bounded_output(name: str) -> None:
 
 
 def test_a_shared_memo_never_changes_what_a_page_links_to() -> None:
-    from crawler_node.links import LinkMemo
+    from crawler_node.parse.links import LinkMemo
 
     hrefs = ["/a", "/a/../b", "//other.test/x", "HTTP://Ex.Test:80/c", "https://ex.test/d",
              "e", "../f", "?q=1", "#frag", "", "javascript:void(0)", "http:g", "/%7Euser", "//[::1", "/h i",
@@ -222,7 +222,7 @@ def test_a_shared_memo_never_changes_what_a_page_links_to() -> None:
 
 
 def test_a_memo_normalises_a_link_once_per_directory(monkeypatch: pytest.MonkeyPatch) -> None:
-    import crawler_node.links as links_module
+    import crawler_node.parse.links as links_module
 
     normalised: list[str] = []
 

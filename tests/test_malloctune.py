@@ -13,7 +13,7 @@ import pytest
 # unpickled on the other side, both dropped; the process's minor page faults per batch.
 WORKLOAD = """
 import pickle, sys
-from crawler_node.malloctune import keep_heap_for_reuse
+from crawler_node.runtime.malloctune import keep_heap_for_reuse
 def minor_faults():
     with open("/proc/self/stat") as stat:
         return int(stat.read().rsplit(")", 1)[1].split()[7])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.cluster import Cluster
-from crawler_node.membership import Membership, PeerState
-from crawler_node.ring import ring_key
+from crawler_node.cluster.cluster import Cluster
+from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.ring import ring_key
 from crawler_node.settings import Settings
 
 T0 = 1000.0
@@ -291,7 +291,7 @@ def test_owner_of_reports_ring_owner_and_live_owner(cluster):
 
 
 def test_ring_weights_from_settings_shift_arcs():
-    from crawler_node.cluster import Cluster
+    from crawler_node.cluster.cluster import Cluster
     from crawler_node.settings import Settings
 
     peers = ["a=http://127.0.0.2:1", "b=http://127.0.0.3:1", "c=http://127.0.0.4:1"]

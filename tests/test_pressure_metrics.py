@@ -19,7 +19,7 @@ PROFILE = {"site-*.test": {"latency_ms": 20}, "site-0.test": {"max_concurrency":
 def pressured_metrics(tmp_path_factory):
     """One crawl through an API with a concurrency limit, a throttling host and a tiny
     high-water mark, so the admission, API, shedding and retry series all have values."""
-    from crawler_node.node_process import NodeProcess
+    from crawler_node.tools.node_process import NodeProcess
     from crawler_node.testweb.process import TestwebProcess
 
     tmp = tmp_path_factory.mktemp("metrics")

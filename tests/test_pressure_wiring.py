@@ -3,13 +3,13 @@ no processes, no sockets, a fixed clock. The staged scenarios live in test_press
 
 from __future__ import annotations
 
-from crawler_node.fetch import FetchResult
-from crawler_node.frontier import Lease
-from crawler_node.limiter import Outcome
-from crawler_node.node import Node
-from crawler_node.pipeline import PageResult
+from crawler_node.fetch.fetcher import FetchResult
+from crawler_node.frontier.frontier import Lease
+from crawler_node.core.limiter import Outcome
+from crawler_node.node.node import Node
+from crawler_node.node.pipeline import PageResult
 from crawler_node.settings import Settings
-from crawler_node.signals import ApiSignal, Signal
+from crawler_node.core.signals import ApiSignal, Signal
 
 NOW = 1_000_000.0
 

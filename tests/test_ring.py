@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 from uhashring import HashRing
 
-from crawler_node.ring import RING_SIZE, Ring, ring_key
+from crawler_node.cluster.ring import RING_SIZE, Ring, ring_key
 
 NODES = [f"node-{i}" for i in range(5)]
 KEYS = [f"site-{i}.test" for i in range(10_000)]

@@ -1,8 +1,8 @@
 """The host scheduler's promises: round-robin across hosts, a host never exceeds its limiter,
 politeness times are respected, and a slow host does not block the others."""
 
-from crawler_node.limiter import AimdLimiter, Outcome
-from crawler_node.scheduler import HostScheduler, Place, Robots
+from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.node.hosts import HostScheduler, Place, Robots
 
 
 def make_scheduler(start=2, ceiling=4):

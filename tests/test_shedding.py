@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.frontier import Frontier, FrontierBatch, UrlEntry
-from crawler_node.shedding import (
+from crawler_node.frontier.frontier import Frontier, FrontierBatch, UrlEntry
+from crawler_node.core.shedding import (
     ARRIVED_WHILE_SHEDDING,
     QUEUE_OVER_HIGH_WATER,
     ShedAction,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler_node.store import CrawlLog, FetchRecord, Store, WarcWriter, iso_utc
+from crawler_node.store.writer import CrawlLog, FetchRecord, Store, WarcWriter, iso_utc
 
 NODE = "node-1"
 HTML = b"<html><body><a href='/next'>next</a></body></html>"
@@ -238,7 +238,7 @@ def test_rejects_bad_options(tmp_path: Path) -> None:
 
 
 def test_a_torn_last_line_is_cut_when_the_log_reopens(tmp_path):
-    from crawler_node.store import CrawlLog
+    from crawler_node.store.writer import CrawlLog
 
     path = tmp_path / "crawl.log"
     path.write_text('{"url": "http://a.test/"}\n{"url": "http://a.te')

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from crawler_node.urls import (
+from crawler_node.core.urls import (
     MAX_URL_LENGTH,
     InvalidURL,
     Scope,

@@ -8,7 +8,7 @@ import hashlib
 import os
 import uuid
 
-from crawler_node import warc
+from crawler_node.store import warc
 
 
 def test_sha1_label_is_base32_of_the_sha1() -> None:

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from crawler_node.workers import ProcessWorker, ThreadWorker, WorkerDied
+from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied
 
 
 def _counter(start: int) -> list[int]:

@@ -1,0 +1,1 @@
+"""The node's HTTP API: endpoints, status, Prometheus metrics and the dashboard."""

@@ -1,0 +1,286 @@
+"""The node's HTTP API (aiohttp). Thin: validate, hand to the node, answer.
+
+Bad input gets a 4xx with a machine-readable reason and the node keeps serving; a batch with a
+malformed URL is refused whole (nothing enqueued) so the sender can fix it and resend.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from crawler_node.api.dashboard import DASHBOARD_HTML
+from crawler_node.api.metrics import NodeMetrics
+from crawler_node.node.node import Node
+from crawler_node.node.pipeline import InboundFull
+from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
+
+log = logging.getLogger("crawler_node.api.app")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_URLS_PER_REQUEST = 10_000
+MSGPACK = "application/msgpack"
+NODE_KEY = web.AppKey("node", Node)
+METRICS_KEY = web.AppKey("metrics", NodeMetrics)
+
+
+def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
+    body = {"error": reason, "message": message, **extra}
+    return web.json_response(body, status=status)
+
+
+class BadRequest(Exception):
+    def __init__(self, reason: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.extra = extra
+
+
+def authorised(request: web.Request, secret: str | None) -> bool:
+    if not secret:
+        return True
+    header = request.headers.get("Authorization", "")
+    token = header[7:] if header.startswith("Bearer ") else request.headers.get("X-Cluster-Token", "")
+    return hmac.compare_digest(token.encode(), secret.encode())
+
+
+def decode_body(body: bytes, content_type: str) -> Any:
+    if content_type == MSGPACK:
+        try:
+            return msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise BadRequest("bad_msgpack", f"body is not valid msgpack: {type(exc).__name__}") from exc
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
+
+
+def validate_urls(document: Any) -> list[dict]:
+    """Check the shape of ``{"urls": [...]}`` and every URL in it; raise BadRequest on any fault."""
+    if not isinstance(document, dict) or "urls" not in document:
+        raise BadRequest("bad_shape", 'body must be an object {"urls": [...]}')
+    urls = document["urls"]
+    if not isinstance(urls, list):
+        raise BadRequest("bad_shape", '"urls" must be a list')
+    if not urls:
+        raise BadRequest("empty", '"urls" must not be empty')
+    if len(urls) > MAX_URLS_PER_REQUEST:
+        raise BadRequest("too_many", f"at most {MAX_URLS_PER_REQUEST} URLs per request")
+    items: list[dict] = []
+    invalid: list[dict] = []
+    for index, item in enumerate(urls):
+        if isinstance(item, str):
+            item = {"url": item}
+        if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+            invalid.append({"index": index, "reason": "bad_shape"})
+            continue
+        fields_ok = all(
+            isinstance(item.get(key, 0), int) and not isinstance(item.get(key, 0), bool) and 0 <= item.get(key, 0) < 10**6
+            for key in ("depth", "hops")
+        ) and isinstance(item.get("priority", 0), int) and abs(item.get("priority", 0)) < 10**6 \
+            and isinstance(item.get("seen", False), bool)
+        if not fields_ok:
+            invalid.append({"index": index, "reason": "bad_field"})
+            continue
+        raw = item["url"]
+        if len(raw) > MAX_URL_LENGTH:
+            invalid.append({"index": index, "reason": "too_long", "length": len(raw)})
+            continue
+        try:
+            normalize_url(raw)
+        except InvalidURL as exc:
+            invalid.append({"index": index, "reason": exc.reason, "url": raw[:200]})
+            continue
+        items.append(item)
+    if invalid:
+        raise BadRequest("invalid_urls", f"{len(invalid)} of {len(urls)} URLs are invalid; nothing was enqueued",
+                         invalid=invalid[:100])
+    return items
+
+
+async def post_urls(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    if node.cluster.leaving_done:
+        # Drained and about to exit: anything taken now would be stranded on this disk.
+        return web.json_response({"error": "leaving", "message": "this node is leaving the cluster"},
+                                 status=503, headers={"Retry-After": "1"})
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        return error(413, "too_large", f"body of {request.content_length} bytes exceeds {MAX_BODY_BYTES}")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return error(413, "too_large", f"body exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        items = validate_urls(decode_body(body, request.content_type))
+    except BadRequest as exc:
+        return error(400, exc.reason, exc.message, **exc.extra)
+    seen_items = [item for item in items if item.get("seen")]
+    entries, rejected = node.make_entries([item for item in items if not item.get("seen")])
+    try:
+        result = await node.add_entries(entries)
+        if seen_items:
+            # URLs another member already fetched (handback, join): recorded, never fetched.
+            seen_entries, seen_rejected = node.make_entries(seen_items)
+            seen_result = await node.add_entries(seen_entries, seen=True)
+            rejected += seen_rejected
+            result.duplicates += seen_result.duplicates
+    except InboundFull as exc:
+        return web.json_response(
+            {"error": "inbound_full", "message": "inbound queue is full; retry later"},
+            status=429, headers={"Retry-After": str(max(1, round(exc.retry_after_s)))},
+        )
+    node.counters["rejected"] += len(rejected)
+    reasons: dict[str, int] = {}
+    for _, reason in rejected:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return web.json_response(
+        {"accepted": len(result.accepted), "duplicate": result.duplicates, "rejected": len(rejected), "reasons": reasons},
+        status=202,
+    )
+
+
+async def get_status(request: web.Request) -> web.Response:
+    """This node's status; unless ``?scope=local``, with the cluster as this node sees it, and
+    ``idle`` true only when every member is reachable and idle."""
+    node = request.app[NODE_KEY]
+    status = await node.status()
+    if request.query.get("scope") == "local" or node.cluster.is_single:
+        return web.json_response(status)
+    status["node_idle"] = status["idle"]
+    peers = await node.cluster.peer_statuses()
+    for member in status["members"]:
+        if member["self"]:
+            member.update(_member_summary(status))
+        else:
+            member.update(_member_summary(peers.get(member["id"])))
+    # A member that left (--handoff-on-exit) handed its queue on; any other silent member may
+    # still hold work, so the cluster is not idle while it is unreachable.
+    status["idle"] = status["node_idle"] and all(
+        (member["left"] and not member["self"]) or (member["state"] == "alive" and member.get("idle") is True)
+        for member in status["members"])
+    return web.json_response(status)
+
+
+def _member_summary(status: dict | None) -> dict:
+    if status is None:
+        return {"reachable": False, "idle": None}
+    return {
+        "reachable": True,
+        "idle": status["idle"],
+        "fetched": status["counters"]["fetched"],
+        "fetched_per_s": status["rates"]["fetched_per_s"],
+        "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
+        "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
+    }
+
+
+async def get_ring(request: web.Request) -> web.Response:
+    cluster = request.app[NODE_KEY].cluster
+    host = request.query.get("host")
+    if host is None:
+        return web.json_response(cluster.ring_status())
+    try:
+        url = normalize_url(f"http://{host}/")
+    except InvalidURL as exc:
+        return error(400, "bad_host", f"host {host[:200]!r} is not a valid host name ({exc.reason})")
+    answer = cluster.owner_of(host_of(url))
+    return web.json_response({"host": answer["host"], "owner": answer["owner"],
+                              "successors": answer["successors"], "live_owner": answer["live_owner"]})
+
+
+async def get_members(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
+                              "leaving": node.cluster.leaving})
+
+
+async def _member_body(request: web.Request) -> tuple[str, str]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
+    node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
+    if not isinstance(node_id, str) or not node_id or any(c in node_id for c in " /=,") \
+            or not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 500:
+        raise BadRequest("bad_member", 'body must be {"id": NODE_ID, "url": "http://HOST:PORT"}')
+    return node_id, url
+
+
+async def post_join(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    try:
+        node_id, url = await _member_body(request)
+    except BadRequest as exc:
+        return error(400, exc.reason, exc.message)
+    if node_id == node.node_id:
+        return error(409, "same_id", f"{node_id} is this node's own id")
+    return web.json_response({"node_id": node.node_id, "members": node.cluster.accept_join(node_id, url)})
+
+
+async def post_leave(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    try:
+        node_id, _ = await _member_body(request)
+    except BadRequest as exc:
+        return error(400, exc.reason, exc.message)
+    node.cluster.accept_leave(node_id)
+    return web.json_response({"ok": True})
+
+
+async def post_resume(request: web.Request) -> web.Response:
+    """Resume fetching through the API after a quota pause, before its reset time."""
+    node = request.app[NODE_KEY]
+    resumed = node.resume_api()
+    return web.json_response({"resumed": resumed, "api": (await node.status())["api"]})
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body = await request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, "node_id": request.app[NODE_KEY].node_id})
+
+
+async def get_dashboard(request: web.Request) -> web.Response:
+    return web.Response(text=DASHBOARD_HTML, content_type="text/html")
+
+
+# Endpoints that change what the cluster crawls or who is in it: they need the cluster token
+# when one is set. Reads (status, ring, metrics, health, dashboard) stay open.
+PROTECTED = frozenset({("POST", "/v1/urls"), ("POST", "/v1/resume"), ("GET", "/v1/members"),
+                       ("POST", "/v1/join"), ("POST", "/v1/leave")})
+
+
+@web.middleware
+async def require_token(request: web.Request, handler):
+    if (request.method, request.path) in PROTECTED and not authorised(request, request.app[NODE_KEY].settings.secret):
+        # refused before the handler reads the body, so nothing is enqueued
+        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+    return await handler(request)
+
+
+def make_app(node: Node) -> web.Application:
+    # client_max_size one byte over our limit, so our own check gives the 413 with a reason.
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[require_token])
+    app[NODE_KEY] = node
+    app[METRICS_KEY] = NodeMetrics(node)
+    app.router.add_post("/v1/urls", post_urls)
+    app.router.add_post("/v1/resume", post_resume)
+    app.router.add_get("/v1/status", get_status)
+    app.router.add_get("/v1/ring", get_ring)
+    app.router.add_get("/v1/members", get_members)
+    app.router.add_post("/v1/join", post_join)
+    app.router.add_post("/v1/leave", post_leave)
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/", get_dashboard)
+    return app

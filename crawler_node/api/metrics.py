@@ -1,0 +1,184 @@
+"""Prometheus exposition of the node's pressure (rule 8), read from the node at scrape time.
+
+A custom collector rather than metric objects updated on every event: the hot path only bumps
+plain counters, and the registry is per node (no global default registry), so tests can run
+several nodes in one process.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from crawler_node.node.node import Node
+
+TOP_HOSTS = 20  # per-host series are bounded to the busiest hosts, plus aggregates
+
+
+class NodeCollector:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.frontier_totals: dict = {}
+
+    def collect(self):
+        node = self._node
+        status_queues = node.queue_snapshot(self.frontier_totals)
+        depth = GaugeMetricFamily("crawler_queue_depth", "Items waiting in each pipeline stage", labels=["stage"])
+        age = GaugeMetricFamily("crawler_queue_oldest_age_seconds", "Age of the oldest item in each stage", labels=["stage"])
+        capacity = GaugeMetricFamily("crawler_queue_capacity", "Bound of each stage's queue", labels=["stage"])
+        blocked = CounterMetricFamily("crawler_blocked_enqueues", "Enqueues that had to wait (or were refused) because a stage was full", labels=["stage"])
+        for stage, snap in status_queues.items():
+            depth.add_metric([stage], snap.get("depth", 0))
+            age.add_metric([stage], snap.get("oldest_age_s", 0.0))
+            if "capacity" in snap:
+                capacity.add_metric([stage], snap["capacity"])
+            blocked.add_metric([stage], snap.get("blocked_puts", 0))
+        yield from (depth, age, capacity, blocked)
+
+        outcomes = CounterMetricFamily("crawler_fetch_outcomes", "Fetch attempts by outcome", labels=["outcome"])
+        for outcome, count in sorted(node.outcomes.items()):
+            outcomes.add_metric([outcome], count)
+        yield outcomes
+        for name, key, help_text in (
+            ("crawler_fetched", "fetched", "Fetch attempts written to the store"),
+            ("crawler_retries", "retries", "Failed attempts sent back to the frontier for another try"),
+            ("crawler_robots_disallowed", "robots_disallowed", "URLs skipped because robots.txt disallows them"),
+            ("crawler_urls_submitted", "submitted", "URLs accepted through the API or as seeds"),
+            ("crawler_urls_rejected", "rejected", "Submitted URLs rejected (scope, malformed)"),
+            ("crawler_links_discovered", "links_discovered", "Links extracted from pages"),
+            ("crawler_parse_errors", "parse_errors", "HTML pages stored without links: unparsable, or fatal to the parser"),
+            ("crawler_parser_restarts", "parser_restarts", "Parser processes replaced after they died"),
+        ):
+            family = CounterMetricFamily(name, help_text)
+            family.add_metric([], node.counters[key])
+            yield family
+        fetched = node.counters["fetched"]
+        ratio = GaugeMetricFamily("crawler_retry_ratio", "Retries per fetch attempt")
+        ratio.add_metric([], node.counters["retries"] / fetched if fetched else 0.0)
+        yield ratio
+
+        if node.last_stored_at is not None:
+            yield _single(GaugeMetricFamily, "crawler_last_stored_timestamp_seconds",
+                          "Unix time of the last fetch attempt written to the store and the frontier",
+                          node.last_stored_at)
+
+        in_flight = GaugeMetricFamily("crawler_in_flight", "Requests in flight on this node")
+        in_flight.add_metric([], node.in_flight)
+        yield in_flight
+        frontier = GaugeMetricFamily("crawler_frontier_urls", "URLs in the durable frontier by state", labels=["state"])
+        for state in ("queued", "leased", "done", "failed", "deferred"):
+            frontier.add_metric([state], self.frontier_totals.get(state, 0))
+        yield frontier
+
+        host_in_flight = GaugeMetricFamily("crawler_host_in_flight", "In-flight requests of the busiest hosts", labels=["host"])
+        host_limit = GaugeMetricFamily("crawler_host_limit", "Current AIMD concurrency limit of the busiest hosts", labels=["host"])
+        host_retries = CounterMetricFamily("crawler_host_retries", "Retries of the busiest hosts", labels=["host"])
+        host_attempts = CounterMetricFamily("crawler_host_attempts", "Requests that reached each of the busiest hosts",
+                                            labels=["host"])
+        host_throttled = CounterMetricFamily("crawler_host_throttled", "429/503 answers of the busiest hosts",
+                                             labels=["host"])
+        host_ratio = GaugeMetricFamily("crawler_host_retry_ratio", "Retries per request of the busiest hosts",
+                                       labels=["host"])
+        for state in node.scheduler.busiest(TOP_HOSTS):
+            host_in_flight.add_metric([state.host], state.limiter.in_flight)
+            host_limit.add_metric([state.host], state.limiter.limit)
+            host_retries.add_metric([state.host], state.retries)
+            host_attempts.add_metric([state.host], state.fetched)
+            host_throttled.add_metric([state.host], state.throttled)
+            host_ratio.add_metric([state.host], state.retries / state.fetched if state.fetched else 0.0)
+        yield from (host_in_flight, host_limit, host_retries, host_attempts, host_throttled, host_ratio)
+        hosts = GaugeMetricFamily("crawler_hosts", "Known hosts by scheduling state", labels=["place"])
+        places: dict[str, int] = {}
+        for state in node.scheduler:
+            places[state.place.value] = places.get(state.place.value, 0) + 1
+        for place, count in sorted(places.items()):
+            hosts.add_metric([place], count)
+        yield hosts
+        yield from pressure_metrics(node.pressure_status(self.frontier_totals))
+
+
+def _single(kind, name: str, help_text: str, value: float):
+    family = kind(name, help_text)
+    family.add_metric([], value)
+    return family
+
+
+def pressure_metrics(status: dict):
+    """Flow control (rules 5-8): admission, the fetch-through API, shedding, retries, IP gates."""
+    admission = status["admission"]
+    yield _single(GaugeMetricFamily, "crawler_admission_open", "1 while new fetches may start", int(admission["open"]))
+    rejections = CounterMetricFamily("crawler_admission_rejections",
+                                     "Times a fetch was ready but admission refused it, by reason (stage)", labels=["reason"])
+    blocked = CounterMetricFamily("crawler_admission_blocked_seconds",
+                                  "Time new fetches were held back, by reason (stage)", labels=["reason"])
+    for reason in sorted(admission["rejections"]):
+        rejections.add_metric([reason], admission["rejections"][reason])
+        blocked.add_metric([reason], admission["blocked_s"].get(reason, 0.0))
+    yield from (rejections, blocked)
+    yield _single(GaugeMetricFamily, "crawler_pipeline_held_bytes", "Response bodies between fetch and store",
+                  admission["held_bytes"])
+    yield _single(GaugeMetricFamily, "crawler_pipeline_held_bytes_limit", "Held bytes above which no fetch starts",
+                  admission["held_bytes_limit"])
+
+    api = status["api"]
+    yield _single(GaugeMetricFamily, "crawler_api_enabled", "1 when fetching through a proxy/API", int(api["enabled"]))
+    yield _single(GaugeMetricFamily, "crawler_api_paused", "1 while the API's quota is exhausted", int(api["paused"]))
+    if api["enabled"]:
+        yield _single(GaugeMetricFamily, "crawler_api_limit", "The API limiter's current concurrency limit", api["limit"])
+        yield _single(GaugeMetricFamily, "crawler_api_in_flight", "Requests in flight through the API", api["in_flight"])
+        yield _single(CounterMetricFamily, "crawler_api_limit_decreases", "Cuts of the API limiter", api["decreases"])
+        yield _single(CounterMetricFamily, "crawler_api_throttled", "429s from the API itself", api["throttled"])
+        yield _single(CounterMetricFamily, "crawler_api_quota_exhausted", "509s (quota spent) from the API",
+                      api["quota_hits"])
+        yield _single(CounterMetricFamily, "crawler_api_pauses", "Times fetching was paused for the quota", api["pauses"])
+        yield _single(GaugeMetricFamily, "crawler_api_resume_in_seconds", "Time until a paused API resumes by itself",
+                      api["resume_in_s"] or 0.0)
+
+    shedding = status["shedding"]
+    yield _single(GaugeMetricFamily, "crawler_shed_active", "1 while low-priority URLs are being deferred",
+                  int(shedding["active"]))
+    deferred = CounterMetricFamily("crawler_shed_deferred", "URLs deferred by load shedding, by reason", labels=["reason"])
+    for reason in sorted(shedding["deferred_by_reason"]):
+        deferred.add_metric([reason], shedding["deferred_by_reason"][reason])
+    yield deferred
+    yield _single(CounterMetricFamily, "crawler_shed_restored", "Deferred URLs queued again", shedding["restored_total"])
+    yield _single(GaugeMetricFamily, "crawler_shed_high_water", "Queued URLs above which shedding starts",
+                  shedding["high_water"])
+
+    retries = status["retries"]
+    yield _single(CounterMetricFamily, "crawler_host_attempts_all", "Requests that reached any host",
+                  retries["host_attempts"])
+    yield _single(CounterMetricFamily, "crawler_api_postponed", "URLs the API refused, retried without spending budget",
+                  retries["api_postponed"])
+    yield _single(CounterMetricFamily, "crawler_host_backoffs", "Host pauses for 429s without Retry-After",
+                  retries["host_backoffs"])
+    gave_up = CounterMetricFamily("crawler_retries_given_up", "URLs not retried any more, by reason", labels=["reason"])
+    for reason in sorted(retries["gave_up"]):
+        gave_up.add_metric([reason], retries["gave_up"][reason])
+    yield gave_up
+
+    ip = status["ip"]
+    yield _single(GaugeMetricFamily, "crawler_ip_shared_addresses", "Addresses that several hosts resolve to",
+                  ip["shared_addresses"])
+    yield _single(CounterMetricFamily, "crawler_ip_gate_refusals", "Hosts held back because their IP was at its limit",
+                  ip["refusals"])
+    ip_in_flight = GaugeMetricFamily("crawler_ip_in_flight", "In-flight requests of the busiest IP addresses",
+                                     labels=["ip"])
+    for gate in ip["busiest"]:
+        ip_in_flight.add_metric([gate["ip"]], gate["in_flight"])
+    yield ip_in_flight
+
+
+class NodeMetrics:
+    def __init__(self, node: Node) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._collector = NodeCollector(node)
+        self.registry.register(self._collector)
+        self._node = node
+
+    async def render(self) -> bytes:
+        self._collector.frontier_totals = await self._node.frontier_totals()
+        return generate_latest(self.registry)

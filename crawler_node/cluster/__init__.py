@@ -1,0 +1,1 @@
+"""The ring, membership, heartbeats, outbox senders and hand-off sweeps between nodes."""

@@ -1,0 +1,124 @@
+"""What a fetch result means, and to which limiter the news goes (DESIGN.md rule 5).
+
+Pure: a FetchResult in, a Signal out. The node applies it: ``host`` to that host's AIMD
+limiter and next-eligible time, ``api`` to the fetch-through API's limiter, never both.
+:class:`LatencyBaseline` adds the one signal a single response cannot carry: a host whose
+responses have become much slower than its own normal.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from crawler_node.core.backoff import parse_retry_after
+from crawler_node.fetch.fetcher import ErrorKind, FetchResult
+from crawler_node.core.limiter import Outcome
+
+
+class ApiSignal(enum.Enum):
+    NONE = "none"
+    THROTTLED = "throttled"  # the proxy/API says: too many concurrent requests through me
+    QUOTA = "quota"  # the API plan is spent: stop fetching through it until reset
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    outcome: str  # the crawl.log outcome
+    host: Outcome  # what the host's limiter learns
+    api: ApiSignal = ApiSignal.NONE
+    retry_after_s: float | None = None
+    error: str | None = None  # the error kind the retry policy looks at
+
+    @property
+    def success(self) -> bool:
+        return self.outcome in ("ok", "redirect")
+
+
+# The answers to most requests, made once (a Signal is immutable).
+_OK = Signal("ok", Outcome.SUCCESS)
+_REDIRECT = Signal("redirect", Outcome.SUCCESS)
+
+
+def classify(
+    result: FetchResult, *, now: float, api_limit_header: str = "X-Api-Limit", through_api: bool = True
+) -> Signal:
+    """``through_api``: the request went through a proxy/API, so a 509 or a 429 naming the
+    API limit is the API's. Fetching directly there is no API, and those are the site's."""
+    if result.error == ErrorKind.TIMEOUT:
+        return Signal("timeout", Outcome.TIMEOUT, error=result.error)
+    if result.error == ErrorKind.TOO_LARGE:
+        return Signal("too_large", Outcome.SUCCESS, error=result.error)
+    if result.error is not None:
+        return Signal(result.error, Outcome.ERROR, error=result.error)
+    status = result.status or 0
+    if 200 <= status < 400:  # most answers: their Retry-After or API header means nothing
+        return _OK if status < 300 else _REDIRECT
+    retry_after = parse_retry_after(result.header("Retry-After"), now=now) if result.status else None
+    api_header = result.header(api_limit_header)
+    if through_api and api_header is not None and status in (429, 509):
+        # The API's own limit, not the site's: the host limiter must not be cut for it.
+        if status == 509 or api_header.strip().lower() == "quota":
+            return Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
+        return Signal("api_throttled", Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after)
+    if through_api and status == 509:
+        return Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
+    if status in (429, 503, 509):  # 509 here: a site's own "bandwidth limit exceeded"
+        return Signal("throttled", Outcome.THROTTLED, retry_after_s=retry_after)
+    if status >= 500:
+        return Signal("server_error", Outcome.ERROR, retry_after_s=retry_after)
+    if status == 408:
+        return Signal("http_error", Outcome.TIMEOUT)
+    return Signal("http_error", Outcome.NEUTRAL)
+
+
+class LatencyBaseline:
+    """One host's normal response time, and whether recent responses rose far above it.
+
+    Two exponentially weighted averages of the time to the response headers (the body's size
+    says nothing about the server's load): a slow one, the baseline, and a fast one, the
+    recent level. A rise is reported when the recent level is both ``factor`` times the
+    baseline and ``min_rise_s`` above it, so neither a fast host's jitter nor one slow
+    answer from a slow host counts. The baseline keeps learning, also during a rise: a host
+    that got slower for good stops being cut once its new latency has become its normal.
+    """
+
+    __slots__ = ("factor", "min_rise_s", "warmup", "slow_alpha", "fast_alpha", "samples", "baseline_s", "recent_s")
+
+    def __init__(
+        self,
+        *,
+        factor: float = 3.0,
+        min_rise_s: float = 0.5,
+        warmup: int = 8,
+        slow_alpha: float = 0.05,
+        fast_alpha: float = 0.3,
+    ) -> None:
+        if factor <= 1:
+            raise ValueError(f"factor must be > 1, got {factor}")
+        if min_rise_s < 0 or warmup < 1:
+            raise ValueError(f"need min_rise_s >= 0 and warmup >= 1, got {min_rise_s}, {warmup}")
+        if not (0 < slow_alpha < fast_alpha <= 1):
+            raise ValueError(f"need 0 < slow_alpha < fast_alpha <= 1, got {slow_alpha}, {fast_alpha}")
+        self.factor = factor
+        self.min_rise_s = min_rise_s
+        self.warmup = warmup
+        self.slow_alpha = slow_alpha
+        self.fast_alpha = fast_alpha
+        self.samples = 0
+        self.baseline_s = 0.0
+        self.recent_s = 0.0
+
+    def observe(self, latency_s: float) -> bool:
+        """Learn one response's latency; True when the host's latency has risen well above normal."""
+        latency_s = max(0.0, latency_s)
+        self.samples += 1
+        if self.samples <= self.warmup:
+            # A plain mean first, so one odd early response does not set the baseline.
+            self.baseline_s += (latency_s - self.baseline_s) / self.samples
+            self.recent_s = self.baseline_s
+            return False
+        self.recent_s += self.fast_alpha * (latency_s - self.recent_s)
+        rising = self.recent_s > self.factor * self.baseline_s and self.recent_s - self.baseline_s > self.min_rise_s
+        self.baseline_s += self.slow_alpha * (latency_s - self.baseline_s)
+        return rising

@@ -1,0 +1,317 @@
+"""Global fetch admission: may the node start one more request at all? (DESIGN.md rule 5)
+
+Each host's own limit lives with the host (``scheduler.HostState.limiter``). What is shared
+by many hosts lives here, and each signal reaches only the gate it describes:
+
+- own pipeline pressure: named *pressure sources* (the parse queue is full, the store is
+  lagging, response bodies held in memory are over budget; the cluster adds its peer
+  outboxes). While one of them says so no new fetch starts, and the node stops leasing, so
+  the slow-down travels up to the frontier instead of piling up in memory;
+- a fetch-through API (``--proxy`` pointed at a paid scraping API): its 429s cut a global
+  AIMD limiter on requests in flight through it, never a host's limit; its 509 (quota spent)
+  pauses all fetching until the plan resets or an operator resumes it;
+- per-IP gates for direct fetches: hosts that resolve to one address share its limit.
+
+A :class:`Permit` bundles the slots one request holds (host, API, IP), taken together when
+the request is dispatched and released together when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.core.signals import ApiSignal, Signal
+
+if TYPE_CHECKING:
+    from crawler_node.node.hosts import HostState
+
+log = logging.getLogger("crawler_node.node.admission")
+
+PressureSource = Callable[[], bool]
+
+API_QUOTA = "api_quota"  # blocked reason: the API's quota is spent
+API_LIMIT = "api_limit"  # blocked reason: the API limiter has no free slot
+
+
+class IpGate:
+    """The in-flight requests to one IP address, shared by every host that resolves to it.
+
+    A fixed cap rather than AIMD: the hosts' own limiters already adapt; this only stops many
+    small sites on one shared server from adding up to more than it should take from us.
+    """
+
+    __slots__ = ("address", "limit", "in_flight", "hosts", "waiting", "refusals")
+
+    def __init__(self, address: str, limit: int) -> None:
+        self.address = address
+        self.limit = limit
+        self.in_flight = 0
+        self.hosts = 0  # hosts bound to this address
+        self.waiting: set[HostState] = set()  # hosts parked because this gate was full
+        self.refusals = 0
+
+    def admits(self, state: HostState) -> bool:
+        """Room for one more request; when there is none, the host waits for a release."""
+        if self.in_flight < self.limit:
+            return True
+        if state not in self.waiting:
+            self.waiting.add(state)
+            self.refusals += 1
+        return False
+
+    def acquire(self) -> None:
+        self.in_flight += 1
+
+    def release(self) -> set[HostState]:
+        """Return a slot; the hosts that were waiting for one must be re-placed by the caller."""
+        self.in_flight -= 1
+        woken, self.waiting = self.waiting, set()
+        return woken
+
+
+class IpGates:
+    """Resolves hosts (cached) and hands out one shared :class:`IpGate` per address."""
+
+    def __init__(self, *, limit: int, cache_s: float, clock: Callable[[], float], resolve=None) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self.limit = limit
+        self.cache_s = cache_s
+        self._clock = clock
+        self._resolve = resolve or _first_address
+        self._gates: dict[str, IpGate] = {}
+        self._cache: dict[str, tuple[str | None, float]] = {}
+        self.lookups = 0
+        self.failures = 0
+
+    async def gate_for(self, host: str) -> IpGate | None:
+        """The gate of the address ``host`` resolves to; None when it does not resolve (the
+        fetch will then fail by itself, and there is no address to be polite to)."""
+        address = await self.address_of(host)
+        if address is None:
+            return None
+        gate = self._gates.get(address)
+        if gate is None:
+            gate = self._gates[address] = IpGate(address, self.limit)
+        gate.hosts += 1
+        return gate
+
+    async def address_of(self, host: str) -> str | None:
+        bare = host.strip("[]").rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
+        if _is_ip(bare):
+            return bare
+        now = self._clock()
+        cached = self._cache.get(bare)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        self.lookups += 1
+        try:
+            address = await self._resolve(bare)
+        except OSError:
+            self.failures += 1
+            address = None
+        if len(self._cache) > 100_000:  # bounded: a crawl meets many hosts, most of them once
+            self._cache.clear()
+        self._cache[bare] = (address, now + self.cache_s)
+        return address
+
+    def busiest(self, n: int) -> list[IpGate]:
+        return sorted(self._gates.values(), key=lambda g: (g.in_flight, g.hosts), reverse=True)[:n]
+
+    def shared(self) -> int:
+        """Addresses that more than one host resolves to."""
+        return sum(1 for gate in self._gates.values() if gate.hosts > 1)
+
+    @property
+    def refusals(self) -> int:
+        return sum(gate.refusals for gate in self._gates.values())
+
+
+async def _first_address(host: str) -> str | None:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, 80, type=socket.SOCK_STREAM)
+    return infos[0][4][0] if infos else None
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+class ApiGate:
+    """The fetch-through API's own limits: a global AIMD window, and a pause when the quota is
+    spent. Time is passed in (wall clock), so this stays testable without sleeping."""
+
+    def __init__(self, *, limiter: AimdLimiter, quota_reset_s: float) -> None:
+        self.limiter = limiter
+        self.quota_reset_s = quota_reset_s
+        self.paused_reason: str | None = None
+        self.paused_at: float | None = None
+        self.resume_at: float | None = None
+        self.throttled = 0  # 429s from the API itself
+        self.quota_hits = 0  # 509s
+        self.pauses = 0
+        self.resumes = 0
+
+    def paused(self, now: float) -> bool:
+        if self.paused_reason is not None and self.resume_at is not None and now >= self.resume_at:
+            self.resume(now, by="reset time")
+        return self.paused_reason is not None
+
+    def release(self, ticket: int, signal: Signal, now: float) -> bool:
+        """Return the request's API slot and learn from it; True when this answer paused the API."""
+        if signal.api is ApiSignal.THROTTLED:
+            self.throttled += 1
+            outcome = Outcome.THROTTLED
+        elif signal.api is ApiSignal.QUOTA:
+            self.quota_hits += 1
+            outcome = Outcome.NEUTRAL
+        elif signal.error is None or signal.outcome in ("too_large",):
+            outcome = Outcome.SUCCESS  # the API delivered the site's answer, whatever it was
+        else:
+            outcome = Outcome.NEUTRAL  # a timeout or connection error: the site's news, or nobody's
+        self.limiter.release(ticket, outcome)
+        if signal.api is ApiSignal.QUOTA and self.paused_reason is None:
+            self.pause(now, reason="quota", resume_in_s=signal.retry_after_s or self.quota_reset_s)
+            return True
+        return False
+
+    def pause(self, now: float, *, reason: str, resume_in_s: float) -> None:
+        self.paused_reason = reason
+        self.paused_at = now
+        self.resume_at = now + resume_in_s
+        self.pauses += 1
+        log.warning("fetch-through API: %s exhausted; fetching paused for %.0f s "
+                    "(until the reset time, or POST /v1/resume)", reason, resume_in_s)
+
+    def resume(self, now: float, *, by: str) -> bool:
+        if self.paused_reason is None:
+            return False
+        log.warning("fetch-through API: fetching resumed (%s) after %.1f s paused for %s",
+                    by, now - (self.paused_at or now), self.paused_reason)
+        self.paused_reason = self.paused_at = self.resume_at = None
+        self.resumes += 1
+        return True
+
+    def snapshot(self, now: float) -> dict:
+        limiter = self.limiter
+        return {
+            "enabled": True,
+            "paused": self.paused(now),
+            "reason": self.paused_reason,
+            "resume_at": self.resume_at,
+            "resume_in_s": None if self.resume_at is None else round(max(0.0, self.resume_at - now), 3),
+            "limit": limiter.limit,
+            "in_flight": limiter.in_flight,
+            "throttle_point": limiter.throttle_point,
+            "decreases": limiter.decreases,
+            "throttled": self.throttled,
+            "quota_hits": self.quota_hits,
+            "pauses": self.pauses,
+            "resumes": self.resumes,
+        }
+
+
+@dataclass(slots=True)
+class Permit:
+    """The slots one request holds until it ends."""
+
+    host_ticket: int
+    api_ticket: int | None = None
+    ip_gate: IpGate | None = None
+
+
+@dataclass(slots=True)
+class AdmissionStats:
+    rejections: Counter = field(default_factory=Counter)  # dispatches refused, by reason
+    blocked_s: Counter = field(default_factory=Counter)  # seconds spent refusing, by reason
+
+
+class FetchAdmission:
+    def __init__(self, *, api: ApiGate | None, ip_gates: IpGates | None) -> None:
+        self.api = api
+        self.ip_gates = ip_gates
+        self._sources: dict[str, PressureSource] = {}
+        self.stats = AdmissionStats()
+
+    def add_pressure_source(self, name: str, source: PressureSource) -> None:
+        """``source()`` is True while its stage is too full for new fetches (called often:
+        keep it cheap). The name is the reason shown in status and metrics."""
+        if name in self._sources:
+            raise ValueError(f"pressure source {name!r} is already registered")
+        self._sources[name] = source
+
+    def pressure(self) -> str | None:
+        """The first pipeline stage that is too full, if any."""
+        for name, source in self._sources.items():
+            if source():
+                return name
+        return None
+
+    def blocked(self, now: float) -> str | None:
+        """Why no new fetch may start now (None: it may)."""
+        if self.api is not None:
+            if self.api.paused(now):
+                return API_QUOTA
+        reason = self.pressure()
+        if reason is not None:
+            return reason
+        if self.api is not None and not self.api.limiter.has_capacity():
+            return API_LIMIT
+        return None
+
+    def hold_leasing(self, now: float) -> str | None:
+        """Why the frontier should not hand out more leases now: pressure or a paused API,
+        not a momentarily full API window (that frees up within one response time)."""
+        if self.api is not None and self.api.paused(now):
+            return API_QUOTA
+        return self.pressure()
+
+    def acquire(self, state: HostState) -> Permit:
+        """Take every slot for one request of ``state``; call only right after ``blocked()``
+        said None and the scheduler offered the host (no await in between)."""
+        permit = Permit(host_ticket=state.limiter.acquire())
+        if self.api is not None:
+            permit.api_ticket = self.api.limiter.acquire()
+        if state.ip_gate is not None:
+            state.ip_gate.acquire()
+            permit.ip_gate = state.ip_gate
+        return permit
+
+    def release(self, state: HostState, permit: Permit, host_outcome: Outcome, signal: Signal | None,
+                now: float) -> tuple[set[HostState], bool]:
+        """Return a request's slots. Returns (hosts that waited for its IP gate, whether the
+        API has just been paused by this answer)."""
+        state.limiter.release(permit.host_ticket, host_outcome)
+        paused = False
+        if permit.api_ticket is not None and self.api is not None:
+            if signal is None:
+                self.api.limiter.release(permit.api_ticket, Outcome.NEUTRAL)
+            else:
+                paused = self.api.release(permit.api_ticket, signal, now)
+            permit.api_ticket = None
+        woken: set[HostState] = set()
+        if permit.ip_gate is not None:
+            woken = permit.ip_gate.release()
+            permit.ip_gate = None
+        return woken, paused
+
+    def snapshot(self, now: float) -> dict:
+        reason = self.blocked(now)
+        return {
+            "open": reason is None,
+            "blocked_by": reason,
+            "pressure_sources": sorted(self._sources),
+            "rejections": dict(self.stats.rejections),
+            "blocked_s": {name: round(seconds, 3) for name, seconds in self.stats.blocked_s.items()},
+        }

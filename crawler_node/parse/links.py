@@ -1,0 +1,338 @@
+"""Link extraction from an HTML page (pure; runs in a parse worker process).
+
+:func:`extract_links` takes and returns plain picklable values so it can be shipped to a
+process pool. Its cost is bounded on hostile input: the body is truncated, and before the
+HTML parser sees it every tag that cannot carry a link is stripped (see :func:`_flatten`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+from crawler_node.core.urls import InvalidURL, directory_of, normalize_url, origin_of, resolve_plain
+
+MAX_PARSE_BYTES = 5_000_000
+MAX_TITLE_CHARS = 1_000
+# A link-bearing tag with more characters than this is dropped whole (see _flatten).
+MAX_TAG_CHARS = 2_048
+# Which part of the base a link's canonical form depends on, told by how the link starts
+# (see _memo_context). Group 1: "/" or an absolute URL's "scheme://". Otherwise a relative
+# path (RFC 3986 "path-noscheme"): a first segment that is not empty and has no colon, so
+# no scheme and no authority; it starts with a character URL cleaning does not strip.
+_MEMO_CONTEXT = re.compile(r"(/|[A-Za-z][A-Za-z0-9+.\-]*://)|[^:/?#\x00-\x20][^:/?#]*+(?!:)")
+_UNKNOWN = object()  # a memo miss (None is a remembered answer: an invalid link)
+_FOLLOWED_LINK_RELS = frozenset({"alternate", "next", "prev", "canonical"})
+# Elements that can carry a followed link (see _link_target).
+_LINK_TAGS = frozenset({"a", "area", "link", "iframe", "frame", "meta"})
+
+# Lexbor's tree builder is quadratic in some inputs a hostile page can cheaply produce:
+# 40k nested <div>s take 1.5 s (each block start tag scans the open-element stack), a
+# <span> stack followed by many <div></div> pairs, <a><b> repeated (adoption agency), one
+# tag with 20k attributes (0.5 s). None of those tags carry links, so before parsing we
+# drop every tag except the link-bearing ones, and comments and raw-text elements with
+# their content (links in scripts or comments are not links), in linear regex passes.
+# Lexbor then parses a flat document, whose cost is linear. Quoted attribute values are
+# matched as units so a ">" inside quotes does not end a tag early. The quantifiers are
+# possessive (no backtracking state is saved): what follows a tag body always matches, so
+# the engine would never backtrack into it anyway.
+_KEPT_TAGS = ("a", "area", "link", "iframe", "frame", "frameset", "base", "meta", "title")
+_RAW_TEXT_TAGS = ("script", "style", "textarea", "xmp", "noembed", "noframes", "template")
+_TAG_BODY = r"""(?:[^<>"']++|"[^"]*+"|'[^']*+')*+>?"""
+
+
+def _any_case(name: str) -> str:
+    # Explicit [aA] classes instead of re.IGNORECASE, which makes these passes ~2x slower.
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in name)
+
+
+_KEPT_NAMES = "|".join(_any_case(name) for name in _KEPT_TAGS)
+_UNNEEDED_MARKUP = re.compile(
+    r"<!--.*?(?:-->|\Z)|"
+    + "|".join(rf"<{_any_case(n)}(?=[\s/>]).*?(?:</{_any_case(n)}\s*>|\Z)" for n in _RAW_TEXT_TAGS)
+    + rf"|<(?!/?(?:{_KEPT_NAMES})[\s/>])[/!?]?[A-Za-z]{_TAG_BODY}",
+    re.DOTALL,
+)
+# Matches a whole link tag and never fails once started, so a scan never restarts inside
+# a long quoted value (a pattern that could fail would rescan it from every "<a").
+_KEPT_TAG = re.compile(rf"</?(?:{_KEPT_NAMES})(?=[\s/>]){_TAG_BODY}", re.DOTALL)
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.I)
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+# WHATWG Encoding Standard labels whose meaning differs from Python's codec of that name.
+_ENCODING_ALIASES = {
+    "iso-8859-1": "cp1252",
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "us-ascii": "cp1252",
+    "ascii": "cp1252",
+    "gb2312": "gbk",
+    "x-sjis": "shift_jis",
+    "utf-16": "utf-8",  # a meta tag cannot truthfully declare UTF-16 (it was read as ASCII)
+}
+_REFRESH = re.compile(r"\s*[\d.]+\s*[;,]?\s*(?:url\s*=\s*)?(.*)", re.IGNORECASE | re.DOTALL)
+
+
+class LinkMemo:
+    """Links already normalised, for the pages still to come.
+
+    The same navigation links appear on every page of a site, and normalising one costs more
+    than finding it. A link is remembered under the part of the base its canonical form
+    depends on (see :func:`_memo_context`): the origin for root-relative and absolute links,
+    the base's directory for relative paths, which recur on the pages of one directory.
+    Links that read more of the base ("?page=2", "#top") are normalised every time.
+    Exact: the memo holds what `normalize_url` returned for the same link against a base
+    that agrees on that part. Bounded: it starts over when full."""
+
+    def __init__(self, capacity: int = 16_384) -> None:
+        self.capacity = capacity
+        self._known: dict[tuple[str, str], str | None] = {}
+
+    def normalize(self, raw: str, base: str, origin: str, directory: str) -> str | None:
+        """`normalize_url(raw, base)`, or None when that raises InvalidURL. ``origin`` and
+        ``directory`` are the canonical ``base``'s (see :func:`urls.origin_of`, :func:`urls.directory_of`)."""
+        context = _memo_context(raw, origin, directory)
+        if context is None:
+            return _normalized_or_none(raw, base)
+        key = (raw, context)
+        url = self._known.get(key, _UNKNOWN)  # most lookups miss: no KeyError to raise
+        if url is _UNKNOWN:
+            url = _normalized_or_none(raw, base)
+            if len(self._known) >= self.capacity:
+                self._known.clear()
+            self._known[key] = url
+        return url
+
+
+def _memo_context(raw: str, origin: str, directory: str) -> str | None:
+    """The part of the base that the canonical form of ``raw`` depends on, if not all of it.
+
+    RFC 3986 section 5.2.2: an absolute link ignores the base, "//host/x" reads its scheme,
+    "/x" its origin, and a relative path ("x", "../x") its path only up to the last "/".
+    Anything else ("", "?q", "#f", "http:" with a colon in the first segment) may read the
+    base's whole path or query, and is not remembered."""
+    match = _MEMO_CONTEXT.match(raw)
+    if match is None:
+        return None
+    return origin if match[1] else directory
+
+
+def _normalized_or_none(raw: str, base: str) -> str | None:
+    try:
+        return normalize_url(raw, base)
+    except InvalidURL:
+        return None
+
+
+@dataclass(slots=True)
+class ParsedPage:
+    links: list[str]
+    title: str | None
+    nofollow: bool
+
+
+def extract_links(
+    body: bytes,
+    url: str,
+    *,
+    max_links: int = 5000,
+    encoding: str | None = None,
+    max_parse_bytes: int = MAX_PARSE_BYTES,
+    memo: LinkMemo | None = None,
+    with_title: bool = True,
+) -> ParsedPage:
+    """Canonical, deduplicated outgoing links of the page at ``url`` (in document order).
+
+    ``encoding`` is the charset from the HTTP Content-Type, if any. Invalid or non-http(s)
+    links are dropped silently. Raises :class:`InvalidURL` only if ``url`` itself is invalid.
+    With ``with_title=False`` the title is not extracted (None): the crawl never reads it.
+    """
+    # The crawl hands over canonical URLs, which are plain: the shortcut, when it applies,
+    # gives what normalize_url gives (see urls.resolve_plain).
+    page_url = (resolve_plain(url, "", "") if url.startswith(("http://", "https://")) else None) or normalize_url(url)
+    text = _flatten(decode_html(body[:max_parse_bytes], encoding))
+    markup = _scan(LexborHTMLParser(text))
+    title = _title(markup.title_node) if with_title else None
+    if markup.nofollow:
+        return ParsedPage(links=[], title=title, nofollow=True)
+    base = _base_url(markup.base_href, page_url)
+    links = _collect_links(markup.targets, base, max_links, memo if memo is not None else LinkMemo())
+    return ParsedPage(links=links, title=title, nofollow=False)
+
+
+def decode_html(body: bytes, encoding: str | None = None) -> str:
+    """Decode a page: BOM, then the HTTP charset, then a ``<meta>`` charset, then UTF-8."""
+    for bom, bom_encoding in _BOMS:
+        if body.startswith(bom):
+            return body[len(bom) :].decode(bom_encoding, errors="replace")
+    for candidate in (encoding, _meta_charset(body)):
+        codec = _codec_name(candidate)
+        if codec is not None:
+            return body.decode(codec, errors="replace")
+    return body.decode("utf-8", errors="replace")
+
+
+def _meta_charset(body: bytes) -> str | None:
+    # The HTML standard's prescan looks at the first 1024 bytes only; so do we.
+    match = _META_CHARSET.search(body, 0, 1024)
+    return match.group(1).decode("ascii") if match else None
+
+
+@lru_cache(maxsize=64)
+def _codec_name(label: str | None) -> str | None:
+    # Cached: codecs.lookup costs a microsecond, and a crawl meets a handful of labels.
+    if not label:
+        return None
+    label = label.strip().lower()
+    label = _ENCODING_ALIASES.get(label, label)
+    try:
+        return codecs.lookup(label).name
+    except LookupError:
+        return None  # an unknown charset label is ignored, as browsers do
+
+
+def _flatten(text: str) -> str:
+    # Removed markup becomes a space, so the text on both sides of it does not fuse.
+    text = _UNNEEDED_MARKUP.sub(" ", text)
+    if _has_oversized_tag(text):
+        text = _KEPT_TAG.sub(_drop_oversized, text)
+    return text
+
+
+def _has_oversized_tag(text: str) -> bool:
+    # Dropping calls back into Python for every link tag; asking first does not. No tag is
+    # longer than the text (most pages are shorter than the cap), and else one findall
+    # measures every tag in C.
+    if len(text) <= MAX_TAG_CHARS:
+        return False
+    return max(map(len, _KEPT_TAG.findall(text)), default=0) > MAX_TAG_CHARS
+
+
+def _drop_oversized(match: re.Match[str]) -> str:
+    # A link tag this long is an attribute flood (or a data: URI we would reject anyway).
+    tag = match.group()
+    return tag if len(tag) <= MAX_TAG_CHARS else " "
+
+
+@dataclass(slots=True)
+class _Markup:
+    """What link extraction reads from a page's tree, gathered in one walk."""
+
+    targets: list[str] = field(default_factory=list)  # raw link targets, in document order
+    title_node: LexborNode | None = None  # the first <title>
+    base_href: str | None = None  # of the first <base href>; "" when it has no value
+    nofollow: bool = False  # a <meta name=robots> forbids following the links
+
+
+def _scan(tree: LexborHTMLParser) -> _Markup:
+    # One walk instead of a CSS query per question (title, robots, base, links): the first
+    # query on a tree builds a CSS engine for it, which costs more than the whole walk of a
+    # flattened tree (the link-bearing elements, <html>, <head> and <body>). Link targets
+    # are kept as strings, not nodes: with a node kept per element, a page of a million
+    # <a> tags makes the garbage collector scan the growing list again and again (4x slower).
+    markup = _Markup()
+    root = tree.root
+    if root is None:
+        return markup
+    for node in root.traverse():
+        tag = node.tag
+        if tag in _LINK_TAGS:
+            attrs = node.attributes
+            if tag == "meta" and not markup.nofollow:
+                markup.nofollow = _is_robots_nofollow(attrs)
+            target = _link_target(tag, attrs)
+            if target:
+                markup.targets.append(target)
+        elif tag == "base" and markup.base_href is None:
+            attrs = node.attributes
+            if "href" in attrs:
+                markup.base_href = attrs["href"] or ""
+        elif tag == "title" and markup.title_node is None:
+            markup.title_node = node
+    return markup
+
+
+def _title(node: LexborNode | None) -> str | None:
+    if node is None:
+        return None
+    title = " ".join(node.text().split())[:MAX_TITLE_CHARS]
+    return title or None
+
+
+def _is_robots_nofollow(attrs: dict[str, str | None]) -> bool:
+    if (attrs.get("name") or "").strip().lower() != "robots":
+        return False
+    directives = {d.strip() for d in (attrs.get("content") or "").lower().split(",")}
+    return "nofollow" in directives or "none" in directives
+
+
+def _base_url(base_href: str | None, page_url: str) -> str:
+    if base_href is None:
+        return page_url
+    try:
+        return normalize_url(base_href, page_url)
+    except InvalidURL:
+        return page_url  # a javascript: or broken <base> is ignored, as browsers do
+
+
+def _collect_links(targets: list[str], base: str, max_links: int, memo: LinkMemo) -> list[str]:
+    links: dict[str, None] = {}  # an ordered set
+    seen_raw: set[str] = set()
+    # Junk (javascript:, mailto:, broken) costs a normalisation each; bound that work too.
+    budget = max(4 * max_links, 1_000)
+    origin = origin_of(base)
+    directory = directory_of(base, origin)
+    for raw in targets:
+        if len(links) >= max_links or budget <= 0:
+            break
+        if raw in seen_raw:
+            continue
+        seen_raw.add(raw)
+        budget -= 1
+        # Most links are plain (urls.resolve_plain): cheaper to resolve than to look up.
+        url = resolve_plain(raw, origin, directory) or memo.normalize(raw, base, origin, directory)
+        if url is not None:
+            links[url] = None
+    return list(links)
+
+
+def _link_target(tag: str, attrs: dict[str, str | None]) -> str | None:
+    """The raw URL a followable element points to, or None."""
+    if tag in ("a", "area"):
+        rel = attrs.get("rel")  # most links have none: no token set to build
+        return None if rel and "nofollow" in rel.lower().split() else _stripped(attrs.get("href"))
+    if tag == "link":
+        rels = _rel_tokens(attrs)
+        if "nofollow" in rels or not rels & _FOLLOWED_LINK_RELS:
+            return None
+        return _stripped(attrs.get("href"))
+    if tag in ("iframe", "frame"):
+        return _stripped(attrs.get("src"))
+    if tag == "meta" and (attrs.get("http-equiv") or "").strip().lower() == "refresh":
+        return refresh_url(attrs.get("content") or "")
+    return None
+
+
+def _rel_tokens(attrs: dict[str, str | None]) -> set[str]:
+    return set((attrs.get("rel") or "").lower().split())
+
+
+def _stripped(value: str | None) -> str | None:
+    return value.strip() if value else None
+
+
+def refresh_url(content: str) -> str | None:
+    """The URL of a ``<meta http-equiv=refresh content=...>``, per the HTML standard's parsing."""
+    match = _REFRESH.match(content)
+    if match is None:
+        return None
+    target = match.group(1).strip()
+    if target[:1] in ("'", '"'):
+        quote = target[0]
+        end = target.find(quote, 1)
+        target = target[1:] if end < 0 else target[1:end]
+    return target or None

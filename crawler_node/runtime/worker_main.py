@@ -1,0 +1,90 @@
+"""The child side of `crawler_node.workers.ProcessWorker`:
+
+    python -m crawler_node.runtime.worker_main NAME
+
+Reads length-prefixed pickle frames from stdin and answers each on stdout, in order. The first
+frame is `(sys.path, pickled (init, init_args))`: the node's import path comes first, as with
+multiprocessing's spawn, so that what the node can import the worker can too. The result of
+`init` is the context handed to every later `(fn, args)` as `fn(context, *args)`. The answer
+is `(True, result)` or `(False, exception)`. End of input (the node closed the pipe, or died)
+ends the worker, so it never outlives its node.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from typing import Any, BinaryIO
+
+from crawler_node.runtime.malloctune import keep_heap_for_reuse
+from crawler_node.runtime.workers import FRAME_HEADER, encode
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return data
+
+
+def _answer(request: bytes, context: Any = None, *, first: bool = False) -> tuple[bool, Any]:
+    try:
+        fn, args = pickle.loads(request)
+        if first:
+            return True, fn(*args) if fn is not None else None
+        return True, fn(context, *args)
+    except Exception as exc:  # noqa: BLE001 - the caller decides what an error means
+        return False, exc
+
+
+def _encoded(answer: tuple[bool, Any]) -> bytes:
+    try:
+        return encode(answer)
+    except Exception as exc:  # noqa: BLE001 - an unpicklable result or exception
+        return encode((False, RuntimeError(f"unpicklable answer: {type(exc).__name__}: {exc}")))
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    context: Any = None
+    first = True
+    while True:
+        header = _read_exactly(requests, FRAME_HEADER.size)
+        if header is None:
+            return
+        (size,) = FRAME_HEADER.unpack(header)
+        body = _read_exactly(requests, size)
+        if body is None:
+            return
+        if first:
+            first = False
+            path, body = pickle.loads(body)
+            sys.path[:] = path
+            ok, value = _answer(body, first=True)
+            context = value if ok else None
+            answer = (ok, None if ok else value)
+        else:
+            answer = _answer(body, context)
+        answers.write(_encoded(answer))
+        answers.flush()
+
+
+def main() -> int:
+    # The node handles Ctrl-C and SIGTERM and then closes our input: a worker that died on
+    # the same signal could not finish the work (the store's last batch) the node waits for.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if len(sys.argv) > 2 and int(sys.argv[2]) > 0:
+        os.nice(int(sys.argv[2]))  # the node asked its CPU workers to yield to its event loop
+    keep_heap_for_reuse()  # batch after batch, the same memory: no page faults to get it back
+    # Answers go out on the original stdout; anything else printed goes to stderr instead
+    # of corrupting the frames.
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, answers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Worker processes driven straight from the event loop (and a thread twin for tests and
+small machines).
+
+`concurrent.futures.ProcessPoolExecutor` moves every call through a wakeup pipe and two
+helper threads, a queue feeder and a result manager. In a process whose event loop is busy
+fetching, each of those hops first waits for the GIL, so a round trip took milliseconds
+while the work itself took a fraction of one, and the parse stage, not the CPU, set the
+crawl's pace. A `ProcessWorker` is one child (`python -m crawler_node.runtime.worker_main`) fed over
+its stdin and stdout with length-prefixed pickle frames: the event loop writes a request and
+reads the answer itself, with no thread in between, and a worker may hold several requests
+(the next batch is already waiting when one finishes).
+
+A worker has a *context*: `init(*init_args)` runs once in the worker and its result is passed
+as the first argument of every call, `fn(context, *args)`. Calls are answered in order.
+Functions are pickled by reference, so they must be module-level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import fcntl
+import pickle
+import struct
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+FRAME_HEADER = struct.Struct("!Q")  # the length of the pickle that follows
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class WorkerDied(RuntimeError):
+    """The worker process is gone; calls waiting on it will never be answered."""
+
+
+PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged process (pipe-max-size)
+
+
+def _widen_pipe(stream: asyncio.StreamWriter) -> None:
+    """A batch of pages is often larger than a pipe's default 64 KiB: widened, the loop hands
+    it over in one write instead of many partial ones."""
+    try:
+        fcntl.fcntl(stream.transport.get_extra_info("pipe").fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (AttributeError, OSError):
+        pass  # not Linux, or over the limit: the default works, only with more writes
+
+
+def encode(message: Any) -> bytes:
+    data = pickle.dumps(message, protocol=PROTOCOL)
+    return FRAME_HEADER.pack(len(data)) + data
+
+
+class ProcessWorker:
+    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = (),
+                 nice: int = 0) -> None:
+        self.name = name
+        self.nice = nice  # added to the child's niceness: a CPU worker yields to the event loop
+        self._init = (init, init_args)
+        self._process: asyncio.subprocess.Process | None = None
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        self._reader: asyncio.Task | None = None
+        self._dead: WorkerDied | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crawler_node.runtime.worker_main", self.name, str(self.nice),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        _widen_pipe(self._process.stdin)
+        self._reader = asyncio.get_running_loop().create_task(self._read_answers(), name=f"worker:{self.name}")
+        # The node's import path first (as multiprocessing's spawn does), then the context is
+        # built, or its error surfaces here.
+        await self._send((sys.path, pickle.dumps(self._init, protocol=PROTOCOL)))
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self._send((fn, args))
+
+    async def _send(self, request: tuple) -> Any:
+        if self._dead is not None:
+            raise self._dead
+        frame = encode(request)  # first: a request that cannot be pickled is never half-sent
+        future = asyncio.get_running_loop().create_future()
+        # Queued before the first await: answers come back in the order requests were written.
+        self._waiting.append(future)
+        self._process.stdin.write(frame)
+        try:
+            await self._process.stdin.drain()  # the pipe's flow control: a slow worker slows us
+        except (ConnectionError, BrokenPipeError):
+            pass  # the reader sees the exit and fails the future
+        ok, value = await future
+        if not ok:
+            raise value
+        return value
+
+    async def _read_answers(self) -> None:
+        stdout = self._process.stdout
+        try:
+            while True:
+                (size,) = FRAME_HEADER.unpack(await stdout.readexactly(FRAME_HEADER.size))
+                answer = pickle.loads(await stdout.readexactly(size))
+                future = self._waiting.popleft()
+                if not future.done():
+                    future.set_result(answer)
+        except asyncio.IncompleteReadError:
+            code = await self._process.wait()
+            self._dead = WorkerDied(f"worker {self.name} (pid {self._process.pid}) exited with {code}")
+        except BaseException as exc:  # noqa: BLE001 - any failure here leaves the callers hanging
+            self._dead = WorkerDied(f"worker {self.name}: lost its answers ({exc!r})")
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            dead = self._dead or WorkerDied(f"worker {self.name} stopped")
+            self._dead = dead
+            while self._waiting:
+                future = self._waiting.popleft()
+                if not future.done():
+                    future.set_exception(dead)
+
+    async def close(self, finalize: Callable[[Any], Any] | None = None, *, timeout_s: float = 30.0) -> None:
+        """Run `finalize(context)` in the worker if given, then let it exit (end of input)."""
+        if self._process is None:
+            return
+        try:
+            if finalize is not None and self._dead is None:
+                await self.call(finalize)
+        finally:
+            if self._process.stdin is not None and not self._process.stdin.is_closing():
+                self._process.stdin.close()
+            try:
+                await asyncio.wait_for(self._process.wait(), timeout_s)
+            except TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+            if self._reader is not None:
+                await asyncio.gather(self._reader, return_exceptions=True)
+
+
+class SyncWorker:
+    """A dedicated thread for one synchronous component (SQLite, files): the event loop never
+    waits on the disk, and the component never sees two threads."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    async def call(self, fn, /, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class ThreadWorker:
+    """The ProcessWorker contract on one thread of this process (no pickling, shares the GIL)."""
+
+    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = (),
+                 nice: int = 0) -> None:
+        self.name = name  # `nice` is ignored: a thread shares the event loop's priority
+        self._init = (init, init_args)
+        self._thread = SyncWorker(name)
+        self._context: Any = None
+        self.pid = None
+
+    async def start(self) -> None:
+        init, init_args = self._init
+        if init is not None:
+            self._context = await self._thread.call(init, *init_args)
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self._thread.call(fn, self._context, *args)
+
+    async def close(self, finalize: Callable[[Any], Any] | None = None, *, timeout_s: float = 30.0) -> None:
+        try:
+            if finalize is not None:
+                await self.call(finalize)
+        finally:
+            self._thread.shutdown()
+
+
+def make_worker(name: str, *, in_process: bool, init: Callable[..., Any] | None = None,
+                init_args: tuple = (), nice: int = 0) -> ProcessWorker | ThreadWorker:
+    cls = ProcessWorker if in_process else ThreadWorker
+    return cls(name, init, init_args, nice)

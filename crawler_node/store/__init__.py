@@ -1,0 +1,1 @@
+"""WARC records, crawl.log, and the store worker process that writes them."""
