@@ -24,9 +24,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools import client
 from crawler_node.tools.node_process import NodeProcess
-from crawler_node.testweb.process import TestwebProcess
 
 RESULTS = Path(__file__).parent / "results"
 HOST = "site-0.test"

@@ -31,10 +31,10 @@ from pathlib import Path
 import msgpack
 import psutil
 
-from crawler_node.tools import client
-from crawler_node.tools.node_process import NodeProcess, free_port
 from crawler_node.cluster.ring import Ring
 from crawler_node.testweb.process import TestwebProcess
+from crawler_node.tools import client
+from crawler_node.tools.node_process import NodeProcess, free_port
 
 RESULTS = Path(__file__).parent / "results"
 FAST_CLUSTER = ["--heartbeat-interval-s", "0.3", "--startup-grace-s", "1.0", "--retry-base-s", "0.1"]
@@ -117,7 +117,8 @@ def start_nodes(ids: list[str], web: TestwebProcess, workdir: Path, stack: conte
     for node_id in ids:
         host, port = addresses[node_id]
         node = NodeProcess(node_id=node_id, data_dir=workdir / node_id, host=host, port=port, proxy=web.url,
-                           peers=peers, extra_args=[*FAST_CLUSTER, "--secret", SECRET, "--log-level", "WARNING", *extra])
+                           peers=peers,
+                           extra_args=[*FAST_CLUSTER, "--secret", SECRET, "--log-level", "WARNING", *extra])
         node.start(wait=False)
         stack.callback(node.stop, 15)
         nodes[node_id] = node
@@ -278,7 +279,9 @@ def failover_run(web: TestwebProcess, workdir: Path, hosts: int, victim_id: str 
         "rerouted_counter_up_s": {k: round(v, 3) for k, v in rerouted.items()},
         "outbox_for_victim_drained_s": {k: round(v, 3) for k, v in outbox_drained.items()},
         "first_takeover_fetch": first_takeover and {**first_takeover, "after_s": round(first_takeover["after_s"], 3)},
-        "first_takeover_fetched_at_s": None if first_takeover_fetched_at is None else round(first_takeover_fetched_at, 3),
+        "first_takeover_fetched_at_s": (
+            None if first_takeover_fetched_at is None else round(first_takeover_fetched_at, 3)
+        ),
         "survivors_idle_after_s": None if finished_after is None else round(finished_after, 2),
         "rerouted_total": sum(s["cluster"]["counters"]["rerouted"] for s in after.values()),
         "coverage": len(covered) / expected,
@@ -370,9 +373,11 @@ def main() -> int:
               f"after {f['victim_fetched_before_kill']} of its pages; "
               f"testweb latency {args.failover_latency_ms} ms")
         print(f"    detected down      : {f['detected_s']} s")
-        print(f"    rerouted counter up: {f['rerouted_counter_up_s']} s  (victim outbox at kill: {f['victim_outbox_at_kill']})")
+        print(f"    rerouted counter up: {f['rerouted_counter_up_s']} s  "
+              f"(victim outbox at kill: {f['victim_outbox_at_kill']})")
         print(f"    outbox drained     : {f['outbox_for_victim_drained_s']} s")
-        print(f"    first takeover     : {f['first_takeover_fetch']} (fetched_at - kill: {f['first_takeover_fetched_at_s']} s)")
+        print(f"    first takeover     : {f['first_takeover_fetch']} "
+              f"(fetched_at - kill: {f['first_takeover_fetched_at_s']} s)")
         print(f"    survivors idle     : {f['survivors_idle_after_s']} s after kill; coverage {f['coverage']:.3f}")
     if "join" in results:
         j = results["join"]

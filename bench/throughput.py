@@ -37,9 +37,9 @@ from pathlib import Path
 import aiohttp
 import psutil
 
+from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools import client
 from crawler_node.tools.node_process import NodeProcess
-from crawler_node.testweb.process import TestwebProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TREE = Path(__file__).resolve().parents[1]  # this checkout

@@ -37,13 +37,16 @@ def _add_settings_options(parser: argparse.ArgumentParser) -> None:
         flag = "--" + _FLAG_NAMES.get(field.name, field.name.replace("_", "-"))
         help_text = argparse.SUPPRESS if field.name in _HIDDEN else _HELP.get(field.name, f"tuning: {field.name}")
         kind = hints[field.name]
-        options = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
+        # SUPPRESS: an option not given leaves no attribute, so the env, the file or the default decides.
         if kind is bool:
-            parser.add_argument(flag, action="store_const", const=True, **options)
+            parser.add_argument(flag, action="store_const", const=True,
+                                dest=field.name, default=argparse.SUPPRESS, help=help_text)
         elif field.name in _FLAG_NAMES:
-            parser.add_argument(flag, action="append", metavar=flag[2:].upper().replace("-", "_"), **options)
+            parser.add_argument(flag, action="append", metavar=flag[2:].upper().replace("-", "_"),
+                                dest=field.name, default=argparse.SUPPRESS, help=help_text)
         else:
-            parser.add_argument(flag, metavar=field.name.upper(), **options)
+            parser.add_argument(flag, metavar=field.name.upper(),
+                                dest=field.name, default=argparse.SUPPRESS, help=help_text)
     parser.add_argument("--config", type=Path, help="TOML file with settings (flag > env CRAWLER_* > file > default)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
 

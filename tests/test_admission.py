@@ -5,17 +5,36 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.node.admission import API_LIMIT, API_QUOTA, ApiGate, FetchAdmission, IpGate, IpGates
+from crawler_node.core.backoff import HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
-from crawler_node.node.hosts import HostScheduler, Place, Robots
-from crawler_node.settings import Settings, SettingsError
+from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
+from crawler_node.node.admission import API_LIMIT, API_QUOTA, ApiGate, FetchAdmission, IpGate, IpGates
+from crawler_node.node.hosts import HostTable, Place, Step
+from crawler_node.runtime.wakeup import Wakeup
+from crawler_node.settings import Settings, SettingsError
 
-OK = Signal("ok", Outcome.SUCCESS)
-API_429 = Signal("api_throttled", Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after_s=1.0)
-API_509 = Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA)
-SITE_429 = Signal("throttled", Outcome.THROTTLED)
-TIMEOUT = Signal("timeout", Outcome.TIMEOUT, error="timeout")
+OK = Signal(FetchOutcome.OK, Outcome.SUCCESS)
+API_429 = Signal(FetchOutcome.API_THROTTLED, Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after_s=1.0)
+API_509 = Signal(FetchOutcome.API_QUOTA, Outcome.NEUTRAL, ApiSignal.QUOTA)
+SITE_429 = Signal(FetchOutcome.THROTTLED, Outcome.THROTTLED)
+TIMEOUT = Signal(FetchOutcome.TIMEOUT, Outcome.TIMEOUT, error=ErrorKind.TIMEOUT)
+
+
+class Source:
+    """A pressure source as a stage is one: it answers needs_backout() about itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.full = False
+
+    def needs_backout(self) -> bool:
+        return self.full
+
+
+def host_table(start: int = 2, ceiling: int = 4) -> HostTable:
+    return HostTable(new_limiter=lambda: AimdLimiter(start=start, floor=1, ceiling=ceiling),
+                     backoff_policy=HostBackoffPolicy(), work=Wakeup(), started_at=0.0)
 
 
 def api_gate(start: int = 8, reset_s: float = 60.0) -> ApiGate:
@@ -52,58 +71,61 @@ def test_a_509_pauses_until_the_reset_time_or_a_resume() -> None:
 
 def test_a_509_with_retry_after_resumes_then() -> None:
     gate = api_gate(reset_s=3600.0)
-    gate.release(gate.limiter.acquire(), Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA, 30.0), now=0.0)
+    gate.release(gate.limiter.acquire(), Signal(FetchOutcome.API_QUOTA, Outcome.NEUTRAL, ApiSignal.QUOTA, 30.0),
+                 now=0.0)
     assert gate.resume_at == 30.0
 
 
 def test_admission_reasons_in_order_and_leasing_held_only_for_lasting_ones() -> None:
-    parse_full = False
-    admission = FetchAdmission(api=api_gate(start=1), ip_gates=None)
-    admission.add_pressure_source("parse", lambda: parse_full)
+    parse, outbox = Source("parse"), Source("outbox")
+    admission = FetchAdmission(api=api_gate(start=1), ip_gates=None, pressure=[parse, outbox])
     with pytest.raises(ValueError):
-        admission.add_pressure_source("parse", lambda: False)
+        FetchAdmission(api=None, ip_gates=None, pressure=[parse, Source("parse")])
     assert admission.blocked(now=0.0) is None
     ticket = admission.api.limiter.acquire()
     assert admission.blocked(now=0.0) == API_LIMIT
     assert admission.hold_leasing(now=0.0) is None  # a full API window frees up by itself
-    parse_full = True
-    assert admission.blocked(now=0.0) == "parse" == admission.hold_leasing(now=0.0)
+    outbox.full = True
+    assert admission.blocked(now=0.0) == "outbox" == admission.hold_leasing(now=0.0)
+    parse.full = True
+    assert admission.blocked(now=0.0) == "parse"  # in the order the sources were given
     admission.api.release(ticket, API_509, now=0.0)
     assert admission.blocked(now=1.0) == API_QUOTA == admission.hold_leasing(now=1.0)
+    assert admission.resume_at() == 60.0
 
 
 def test_a_permit_takes_and_returns_every_slot() -> None:
-    scheduler = HostScheduler(lambda: AimdLimiter(start=2, floor=1, ceiling=4))
+    hosts = host_table()
     admission = FetchAdmission(api=api_gate(start=4), ip_gates=None)
-    state = scheduler.host("a.test")
-    state.ip_gate = IpGate("192.0.2.1", limit=3)
-    permit = admission.acquire(state)
+    hosts.add_work("a.test", 1, now=0.0)
+    state = hosts.get("a.test")
+    hosts.bind_ip_gate(state, IpGate("192.0.2.1", limit=3))
+    permit = admission.acquire(state, hosts.start_request(state, 0.0))
     assert (state.limiter.in_flight, admission.api.limiter.in_flight, state.ip_gate.in_flight) == (1, 1, 1)
-    woken, paused = admission.release(state, permit, Outcome.SUCCESS, OK, now=0.0)
+    woken, paused = admission.release(permit, OK, now=0.0)
+    hosts.cancel_request(state, permit.host_ticket, 0.0)
     assert (state.limiter.in_flight, admission.api.limiter.in_flight, state.ip_gate.in_flight) == (0, 0, 0)
     assert woken == set() and paused is False
 
 
 def test_an_ip_gate_parks_hosts_and_a_release_wakes_them() -> None:
-    scheduler = HostScheduler(lambda: AimdLimiter(start=4, floor=1, ceiling=4))
+    hosts = host_table(start=4, ceiling=4)
     gate = IpGate("192.0.2.1", limit=2)
-    hosts = []
+    states = []
     for name in ("a.test", "b.test", "c.test"):
-        state = scheduler.add_work(name, 5, now=0.0)
-        state.robots_state = Robots.READY
-        state.ip_gate = gate
-        hosts.append(state)
+        hosts.add_work(name, 5, now=0.0)
+        state = hosts.get(name)
+        hosts.bind_ip_gate(state, gate)
+        states.append(state)
     gate.acquire()
     gate.acquire()  # two requests in flight to the address, whichever hosts sent them
-    for state in hosts:
-        scheduler.settle(state, 0.0)
-    assert scheduler.next_host(0.0) is None  # every host has room of its own, the address has none
-    assert {s.place for s in hosts} == {Place.BLOCKED} and gate.waiting == set(hosts)
+    assert hosts.next_host(0.0) is None  # every host has room of its own, the address has none
+    assert {s.place for s in states} == {Place.BLOCKED} and gate.waiting == set(states)
     woken = gate.release()
-    assert woken == set(hosts) and gate.waiting == set()
-    for state in woken:
-        scheduler.on_release(state, 0.0)
-    assert scheduler.next_host(0.0) is not None
+    assert woken == set(states) and gate.waiting == set()
+    hosts.wake(woken, 0.0)
+    state = hosts.next_host(0.0)
+    assert state is not None and hosts.next_step(state)[0] is Step.ROBOTS
 
 
 async def test_ip_gates_resolve_once_and_share_one_gate_per_address() -> None:

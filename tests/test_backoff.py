@@ -4,7 +4,8 @@ from email.utils import format_datetime
 
 import pytest
 
-from crawler_node.core.backoff import HostBackoff, RetryDecision, RetryPolicy, parse_retry_after
+from crawler_node.core.outcomes import ErrorKind
+from crawler_node.core.backoff import NO_BACKOFF, HostBackoffPolicy, RetryDecision, RetryPolicy, parse_retry_after
 
 NOW = 1_700_000_000.0
 
@@ -69,7 +70,7 @@ def test_transient_failures_are_retried(status: int | None, error: str | None, r
     assert decision.reason == reason
 
 
-@pytest.mark.parametrize("error", ["config", "body_too_large", "not_allowed"])
+@pytest.mark.parametrize("error", [ErrorKind.TOO_LARGE, ErrorKind.NOT_ALLOWED])
 def test_fatal_errors_are_never_retried(error: str) -> None:
     decision = policy().decide(attempt=1, status=503, error=error)
     assert not decision.retry
@@ -77,7 +78,7 @@ def test_fatal_errors_are_never_retried(error: str) -> None:
 
 
 def test_a_client_error_with_a_transport_error_is_still_not_retried() -> None:
-    assert not policy().decide(attempt=1, status=404, error="timeout").retry
+    assert not policy().decide(attempt=1, status=404, error=ErrorKind.TIMEOUT).retry
 
 
 def test_budget_counts_retries_after_the_first_attempt() -> None:
@@ -144,29 +145,27 @@ def test_decide_validates_its_arguments() -> None:
 
 
 def test_host_backoff_doubles_with_jitter_up_to_the_cap() -> None:
-    backoff = HostBackoff(initial_s=60.0, cap_s=3600.0, rng=random.Random(5))
-    now = NOW
+    backoff = HostBackoffPolicy(initial_s=60.0, cap_s=3600.0, rng=random.Random(5))
+    state, now = NO_BACKOFF, NOW
     for level in range(1, 12):
-        eligible = backoff.on_throttle(now)
+        state = backoff.on_throttle(state, now)
         nominal = 60.0 * 2 ** (level - 1)
-        delay = eligible - now
-        assert backoff.level == level
+        delay = state.eligible_at - now
+        assert state.level == level and state.last_throttle == now
         assert delay <= 3600.0
         assert min(nominal * 0.8, 3600.0 * 0.8) <= delay <= min(nominal * 1.2, 3600.0)
-        assert backoff.eligible_at == eligible
-        now = eligible
+        now = state.eligible_at
 
 
 def test_host_backoff_forgives_only_after_a_quiet_period() -> None:
-    backoff = HostBackoff(initial_s=60.0, forgive_after_s=600.0, rng=random.Random(5))
-    backoff.on_throttle(NOW)
-    backoff.on_throttle(NOW + 100)
-    backoff.on_success(NOW + 100 + 600)  # exactly forgive_after_s: not yet
-    assert backoff.level == 2
-    backoff.on_success(NOW + 100 + 601)
-    assert backoff.level == 0
-    first_delay = backoff.on_throttle(NOW + 2000) - (NOW + 2000)
-    assert 48.0 <= first_delay <= 72.0  # back to the initial delay
+    backoff = HostBackoffPolicy(initial_s=60.0, forgive_after_s=600.0, rng=random.Random(5))
+    state = backoff.on_throttle(backoff.on_throttle(NO_BACKOFF, NOW), NOW + 100)
+    assert backoff.on_success(state, NOW + 100 + 600).level == 2  # exactly forgive_after_s: not yet
+    assert not backoff.forgiven(state, NOW + 100 + 600)
+    state = backoff.on_success(state, NOW + 100 + 601)
+    assert state == NO_BACKOFF and backoff.forgiven(state, NOW + 100 + 601)
+    first = backoff.on_throttle(state, NOW + 2000)
+    assert 48.0 <= first.eligible_at - (NOW + 2000) <= 72.0  # back to the initial delay
 
 
 @pytest.mark.parametrize(
@@ -174,4 +173,4 @@ def test_host_backoff_forgives_only_after_a_quiet_period() -> None:
 )
 def test_host_backoff_validates(kwargs: dict) -> None:
     with pytest.raises(ValueError):
-        HostBackoff(**kwargs)
+        HostBackoffPolicy(**kwargs)

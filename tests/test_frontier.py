@@ -8,15 +8,16 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from crawler_node.frontier.frontier import (
+from crawler_node.frontier import (
     FRONTIER_FILENAME,
     Frontier,
     FrontierBatch,
-    HostQueue,
+    HostPoliteness,
     UrlEntry,
 )
 
@@ -46,9 +47,16 @@ def frontier(tmp_path: Path, clock: FakeClock):
         yield opened
 
 
-def counts(record: HostQueue | None) -> tuple[int, int, int, int]:
-    assert record is not None
-    return record.queued, record.leased, record.done, record.failed
+def counts(frontier: Frontier, host: str) -> tuple[int, int, int, int]:
+    """(queued, leased, done, failed) of a host. Memory holds only what a host still has to do
+    (no record at all once it has none); finished rows are counted in the database, which
+    must also agree with what memory holds."""
+    record = frontier.host(host)
+    queued, leased = (record.queued, record.leased) if record is not None else (0, 0)
+    with closing(sqlite3.connect(frontier.path)) as db:
+        stored = dict(db.execute("SELECT state, COUNT(*) FROM urls WHERE host = ? GROUP BY state", (host,)))
+    assert (queued, leased) == (stored.get(0, 0), stored.get(1, 0))
+    return queued, leased, stored.get(2, 0), stored.get(3, 0)
 
 
 # -- adding ----------------------------------------------------------------------------------
@@ -61,7 +69,7 @@ def test_same_url_twice_is_accepted_once(frontier: Frontier) -> None:
     assert [e.url for e in first.accepted] == ["http://a.test/page/1"]
     assert first.duplicates == 1
     assert again.accepted == [] and again.duplicates == 1
-    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)
+    assert counts(frontier, "a.test") == (1, 0, 0, 0)
 
 
 def test_ten_thousand_distinct_urls_are_all_accepted(frontier: Frontier) -> None:
@@ -111,7 +119,7 @@ def test_leased_urls_are_not_leased_again(frontier: Frontier) -> None:
 
     assert len(first) == 3 and len(second) == 2 and third == []
     assert {lease.id for lease in first}.isdisjoint(lease.id for lease in second)
-    assert counts(frontier.host("a.test")) == (0, 5, 0, 0)
+    assert counts(frontier, "a.test") == (0, 5, 0, 0)
     assert list(frontier.hosts_with_work()) == []
 
 
@@ -127,7 +135,7 @@ def test_a_host_asked_twice_in_one_call_gets_distinct_urls(frontier: Frontier) -
     (first, _), (second, _) = frontier.lease_many([("a.test", 1), ("a.test", 2)])
 
     assert [lease.url for lease in first + second] == [f"http://a.test/page/{n}" for n in range(3)]
-    assert counts(frontier.host("a.test")) == (1, 3, 0, 0)
+    assert counts(frontier, "a.test") == (1, 3, 0, 0)
 
 
 def test_lease_keeps_the_fields(frontier: Frontier) -> None:
@@ -157,8 +165,8 @@ def test_apply_bookkeeping(frontier: Frontier) -> None:
     assert [e.url for e in result.accepted] == ["http://a.test/page/100", "http://b.test/page/1"]
     assert result.duplicates == 1
     # queued: 1 never leased + 1 retry + 1 returned + 1 new
-    assert counts(frontier.host("a.test")) == (4, 0, 2, 1)
-    assert counts(frontier.host("b.test")) == (1, 0, 0, 0)
+    assert counts(frontier, "a.test") == (4, 0, 2, 1)
+    assert counts(frontier, "b.test") == (1, 0, 0, 0)
     totals = frontier.totals()
     assert (totals["queued"], totals["leased"], totals["done"], totals["failed"]) == (5, 0, 2, 1)
     assert totals["hosts"] == 2
@@ -193,7 +201,7 @@ def test_apply_ignores_unknown_and_repeated_ids(frontier: Frontier) -> None:
     frontier.apply(FrontierBatch(done=[lease.id, lease.id, 999_999], retry=[(lease.id, 0.0)]))
     frontier.apply(FrontierBatch(done=[lease.id], returned=[lease.id]))
 
-    assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
+    assert counts(frontier, "a.test") == (0, 0, 1, 0)
 
 
 def test_retry_waits_for_its_not_before(frontier: Frontier, clock: FakeClock) -> None:
@@ -202,7 +210,7 @@ def test_retry_waits_for_its_not_before(frontier: Frontier, clock: FakeClock) ->
     frontier.apply(FrontierBatch(retry=[(lease.id, clock.now + 30.0)]))
 
     assert frontier.lease("a.test", 1) == ([], clock.now + 30.0)
-    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)
+    assert counts(frontier, "a.test") == (1, 0, 0, 0)
 
     clock.now += 30.0
     (again,), _ = frontier.lease("a.test", 1)
@@ -237,7 +245,7 @@ def test_expired_leases_return_to_the_queue(frontier: Frontier, clock: FakeClock
     clock.now += 30.0  # the first two are now at their expiry, the last one is not
     assert frontier.expire_leases() == 2
     assert frontier.expire_leases() == 0
-    assert counts(frontier.host("a.test")) == (2, 1, 0, 0)
+    assert counts(frontier, "a.test") == (2, 1, 0, 0)
 
     again, _ = frontier.lease("a.test", 5)
     assert sorted(lease.id for lease in again) == sorted(lease.id for lease in early)
@@ -253,7 +261,7 @@ def test_done_after_expiry_still_finishes_the_url(frontier: Frontier, clock: Fak
 
     frontier.apply(FrontierBatch(done=[lease.id]))
 
-    assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
+    assert counts(frontier, "a.test") == (0, 0, 1, 0)
     assert frontier.lease("a.test", 1) == ([], None)
 
 
@@ -273,12 +281,12 @@ def test_next_eligible_is_immediate_and_persisted(tmp_path: Path, clock: FakeClo
     path = tmp_path / FRONTIER_FILENAME
     with Frontier(path, clock=clock) as frontier:
         frontier.add([entry("a.test", 1)])
-        frontier.set_next_eligible("a.test", 1234.5)
-        assert frontier.host("a.test").next_eligible == 1234.5
-        assert [r.next_eligible for r in frontier.hosts_with_work()] == [1234.5]
+        frontier.save_hosts([HostPoliteness("a.test", next_eligible=1234.5)])
+        assert frontier.host("a.test").politeness.next_eligible == 1234.5
+        assert [r.politeness.next_eligible for r in frontier.hosts_with_work()] == [1234.5]
 
     with Frontier(path, clock=clock) as reopened:
-        assert reopened.host("a.test").next_eligible == 1234.5
+        assert reopened.host("a.test").politeness.next_eligible == 1234.5
 
 
 def test_oldest_queued_age(frontier: Frontier, clock: FakeClock) -> None:
@@ -296,56 +304,49 @@ def test_oldest_queued_age(frontier: Frontier, clock: FakeClock) -> None:
 # -- handback --------------------------------------------------------------------------------
 
 
-def test_export_then_forget(frontier: Frontier) -> None:
-    frontier.add([entry("a.test", n, priority=n % 2) for n in range(4)] + [entry("b.test", 1)])
-
-    exported = frontier.export_queued("a.test", 3)
-
-    assert [e.url.rsplit("/", 1)[1] for _, e in exported] == ["1", "3", "0"]
-    assert counts(frontier.host("a.test")) == (4, 0, 0, 0)  # export alone changes nothing
-
-    assert frontier.forget([row_id for row_id, _ in exported]) == 3
-    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)
-    # Forgotten URLs are no longer seen: they can come back.
-    assert len(frontier.add([e for _, e in exported]).accepted) == 3
-
-
 def test_duplicates_stay_exact_past_the_memory_of_recent_urls(tmp_path: Path, clock: FakeClock) -> None:
     with Frontier(tmp_path / FRONTIER_FILENAME, clock=clock, recent_urls=8) as small:
         urls = [entry("a.test", n) for n in range(100)]
         assert len(small.add(urls).accepted) == 100
         again = small.add(list(reversed(urls)))  # most are long forgotten by the memory
         assert again.accepted == [] and again.duplicates == 100
-        assert len(small._recent) <= 8
+        assert small.snapshot()["recent_urls"] <= 8
         mixed = small.add([urls[0], entry("a.test", 100), entry("a.test", 100), entry("a.test", 101)])
         assert [e.url for e in mixed.accepted] == ["http://a.test/page/100", "http://a.test/page/101"]
         assert mixed.duplicates == 2
 
 
 def test_urls_a_neighbour_fetched_are_seen_not_queued(frontier: Frontier) -> None:
-    frontier.replica_add(["http://a.test/page/1"])
+    frontier.handoff.replica_add(["http://a.test/page/1"])
 
     result = frontier.add([entry("a.test", 1), entry("a.test", 2)])
 
     assert [e.url for e in result.accepted] == ["http://a.test/page/2"]
-    assert counts(frontier.host("a.test")) == (1, 0, 1, 0)
+    assert counts(frontier, "a.test") == (1, 0, 1, 0)
 
 
 def test_a_host_handed_off_can_come_back(frontier: Frontier) -> None:
     frontier.add([entry("a.test", n) for n in range(3)])
-    assert frontier.handoff_host("a.test", "peer-2") == 3
+    assert frontier.handoff.handoff_host("a.test", "peer-2") == 3
     # The host returned to this node: its URLs are new here again.
     assert len(frontier.add([entry("a.test", n) for n in range(3)]).accepted) == 3
 
 
-def test_take_host(frontier: Frontier) -> None:
-    frontier.add([entry("a.test", n) for n in range(3)])
+def test_a_host_handed_off_goes_to_the_peers_outbox_whole(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", n) for n in range(4)] + [entry("b.test", 1)])
+    (lease,), _ = frontier.lease("a.test", 1)
+    frontier.apply(FrontierBatch(done=[lease.id]))
 
-    taken = frontier.take_host("a.test", 10)
+    assert frontier.handoff.handoff_host("a.test", "peer-2") == 4
 
-    assert [e.url for e in taken] == [f"http://a.test/page/{n}" for n in range(3)]
-    assert frontier.totals()["queued"] == 0
-    assert list(frontier.hosts_with_work()) == []
+    owed = frontier.outbox.peek("peer-2", 10)
+    assert sorted((e.url, seen) for _, e, seen in owed) == [
+        ("http://a.test/page/0", True), *((f"http://a.test/page/{n}", False) for n in range(1, 4))]
+    assert frontier.outbox.counts() == {"peer-2": 4}
+    assert counts(frontier, "a.test") == (0, 0, 0, 0)
+    assert frontier.totals()["queued"] == 1
+    assert [record.host for record in frontier.hosts_with_work()] == ["b.test"]
+    assert frontier.handoff.hosts_after("", 10) == ["b.test"]  # nothing of a.test is left
 
 
 # -- durability ------------------------------------------------------------------------------
@@ -359,7 +360,7 @@ def test_reopen_returns_leases_and_keeps_the_seen_set(tmp_path: Path, clock: Fak
     del frontier  # dropped without close or apply, as a crash would
 
     with Frontier(tmp_path / FRONTIER_FILENAME, clock=clock) as reopened:
-        assert counts(reopened.host("a.test")) == (3, 0, 1, 0)
+        assert counts(reopened, "a.test") == (3, 0, 1, 0)
         assert reopened.add([entry("a.test", n) for n in range(4)]).duplicates == 4
         again, _ = reopened.lease("a.test", 10)
         attempts = {lease.url: lease.attempts for lease in again}
@@ -370,7 +371,7 @@ _CRASH_CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from crawler_node.frontier.frontier import Frontier, UrlEntry
+    from crawler_node.frontier import Frontier, UrlEntry
 
     frontier = Frontier(Path(sys.argv[1]))
     for start in range(0, 1000, 100):
@@ -442,7 +443,7 @@ def test_opens_a_database_of_the_earlier_layout(tmp_path: Path, clock: FakeClock
     db.close()
 
     with Frontier(path, clock=clock) as frontier:
-        assert counts(frontier.host("a.test")) == (2, 0, 1, 0)  # the lease went back to the queue
+        assert counts(frontier, "a.test") == (2, 0, 1, 0)  # the lease went back to the queue
         leases, _ = frontier.lease("a.test", 5)
         assert [(lease.url, lease.attempts) for lease in leases] == [
             ("http://a.test/page/1", 2), ("http://a.test/page/2", 1)]
@@ -468,15 +469,15 @@ def test_a_failing_batch_changes_nothing(frontier: Frontier, clock: FakeClock) -
     (lease,), _ = frontier.lease("a.test", 1)
     broken = UrlEntry(url=None, host="b.test")  # type: ignore[arg-type]  # violates NOT NULL
 
-    with pytest.raises(Exception):
+    with pytest.raises(sqlite3.IntegrityError):
         frontier.apply(FrontierBatch(done=[lease.id], add=[entry("b.test", 1), broken]))
 
-    assert counts(frontier.host("a.test")) == (0, 1, 0, 0)
+    assert counts(frontier, "a.test") == (0, 1, 0, 0)
     assert frontier.totals()["queued"] == 0
     clock.now += 61.0  # the lease survived the rollback, and so did its expiry
     assert frontier.expire_leases() == 1
     frontier.apply(FrontierBatch(done=[lease.id]))
-    assert counts(frontier.host("a.test")) == (0, 0, 1, 0)
+    assert counts(frontier, "a.test") == (0, 0, 1, 0)
     # The rolled-back row was never one: the URL is new, not a remembered duplicate.
     assert len(frontier.add([entry("b.test", 1)]).accepted) == 1
 
@@ -485,12 +486,12 @@ def test_an_acknowledgement_never_removes_what_was_not_sent(frontier: Frontier) 
     # A peer froze (SIGSTOP) with a batch in hand; meanwhile its rows were rerouted, and new
     # rows took their freed ids (SQLite reuses the highest ones). When the frozen peer finally
     # answers 202 for the old batch, only the rows of that batch may go.
-    frontier.outbox_put([("b", entry("b.test", n)) for n in range(3)])
-    sent = frontier.outbox_peek("b", 10)
-    frontier.outbox_reroute("b", lambda host: None)  # b is down: this node takes them in
-    frontier.outbox_put([("b", entry("b.test", n)) for n in range(10, 13)])  # found later, for b
-    assert frontier.outbox_ack("b", [(row_id, e.url) for row_id, e, _ in sent]) == 0
-    assert [e.url for _, e, _ in frontier.outbox_peek("b", 10)] == [
+    frontier.outbox.put([("b", entry("b.test", n)) for n in range(3)])
+    sent = frontier.outbox.peek("b", 10)
+    frontier.outbox.reroute("b", lambda host: None)  # b is down: this node takes them in
+    frontier.outbox.put([("b", entry("b.test", n)) for n in range(10, 13)])  # found later, for b
+    assert frontier.outbox.ack("b", [(row_id, e.url) for row_id, e, _ in sent]) == 0
+    assert [e.url for _, e, _ in frontier.outbox.peek("b", 10)] == [
         f"http://b.test/page/{n}" for n in range(10, 13)]
 
 
@@ -501,12 +502,12 @@ def test_a_late_outcome_never_lands_on_another_url(frontier: Frontier, clock: Fa
     (lease,), _ = frontier.lease("a.test", 1)
     clock.now += 61.0
     assert frontier.expire_leases() == 1
-    assert frontier.handoff_host("a.test", "peer-2") == 1
+    assert frontier.handoff.handoff_host("a.test", "peer-2") == 1
     frontier.add([entry("a.test", 2)])  # the next row, with the next id
 
     frontier.apply(FrontierBatch(done=[lease.id]))
 
-    assert counts(frontier.host("a.test")) == (1, 0, 0, 0)  # still queued: to be fetched
+    assert counts(frontier, "a.test") == (1, 0, 0, 0)  # still queued: to be fetched
     (fresh,), _ = frontier.lease("a.test", 1)
     assert fresh.url == "http://a.test/page/2" and fresh.id != lease.id
 
@@ -520,4 +521,4 @@ def test_lease_many_hosts_in_one_call(frontier: Frontier, clock: FakeClock) -> N
     assert [[lease.url for lease in leases] for leases, _ in results] == [
         ["http://a.test/page/0", "http://a.test/page/1"], ["http://b.test/page/1"], [], [], []]
     assert [ready for _, ready in results] == [None, None, clock.now + 5, None, None]
-    assert counts(frontier.host("a.test")) == (1, 2, 0, 0)
+    assert counts(frontier, "a.test") == (1, 2, 0, 0)

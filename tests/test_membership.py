@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.cluster.cluster import Cluster
-from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.routing import Router
+from crawler_node.cluster.membership import BadView, Membership, PeerState, parse_view
 from crawler_node.cluster.ring import ring_key
 from crawler_node.settings import Settings
 
@@ -159,14 +159,25 @@ def test_merge_learns_new_members_and_ignores_junk():
         {"url": "http://y"},
         {"id": "f", "url": None},
         {},
+        "g",
+        {"id": "bad\u202eid", "url": "http://z:1"},
+        {"id": "h\ud800", "url": "http://z:1"},
+        {"id": "i", "url": "http://"},
+        {"id": "j", "url": "ftp://z:1"},
     ]
-    assert m.merge(view, T0 + 1) == ["d"]
+    assert m.merge(parse_view(view), T0 + 1) == ["d"]
     assert m.ids() == ["a", "b", "c", "d"]
     assert m.url_of("d") == "http://127.0.0.5:1"  # trailing slash stripped
     assert state(m, "d") is PeerState.ALIVE and m.get("d").last_ok == T0 + 1
     assert m.url_of("b") == PEERS["b"] and m.url_of("a") == PEERS["a"]
     assert m.version == 1
-    assert m.merge(view, T0 + 2) == [] and m.version == 1  # idempotent
+    assert m.merge(parse_view(view), T0 + 2) == [] and m.version == 1  # idempotent
+
+
+@pytest.mark.parametrize("view", [{"id": "d"}, "x", 5, None, {"members": []}])
+def test_a_member_list_of_the_wrong_shape_is_refused(view):
+    with pytest.raises(BadView):
+        parse_view(view)
 
 
 def test_add_new_member_bumps_version_and_known_id_with_new_url_updates_it():
@@ -216,21 +227,23 @@ class Clock:
 HOSTS = [f"site-{i}.test" for i in range(300)]
 
 
-def make_cluster(clock: Clock) -> Cluster:
+def make_cluster(clock: Clock) -> Router:
     settings = Settings(node_id="a", peers=[f"{k}={v}" for k, v in PEERS.items()]).validate()
-    return Cluster(settings, frontier_thread=None, frontier=lambda: None,
-                   on_change=lambda: None, on_taken=lambda urls: None, clock=clock)
+    membership = Membership("a", settings.advertise_url, settings.peer_map(), now=clock(),
+                            suspect_after_s=settings.suspect_after_s, down_after_s=settings.down_after_s)
+    return Router(membership=membership, weights=settings.weight_map(), vnodes=settings.ring_vnodes,
+                  key_by=settings.ring_key_by)
 
 
 @pytest.fixture
-def cluster() -> tuple[Cluster, Clock]:
+def cluster() -> tuple[Router, Clock]:
     clock = Clock(T0)
     return make_cluster(clock), clock
 
 
 def test_route_is_none_for_own_hosts_and_the_owner_otherwise(cluster):
     c, _ = cluster
-    by = c.settings.ring_key_by
+    by = c.key_by
     owners = {host: c.ring.owner(ring_key(host, by=by)) for host in HOSTS}
     assert set(owners.values()) == {"a", "b", "c"}
     for host, owner in owners.items():
@@ -241,7 +254,7 @@ def test_route_is_none_for_own_hosts_and_the_owner_otherwise(cluster):
 
 def test_a_down_peer_s_hosts_move_clockwise_and_nothing_else_moves(cluster):
     c, clock = cluster
-    by = c.settings.ring_key_by
+    by = c.key_by
     before = {host: c.route(host) for host in HOSTS}
     b_hosts = [h for h, r in before.items() if r == "b"]
     assert b_hosts
@@ -268,7 +281,7 @@ def test_a_down_peer_s_hosts_move_clockwise_and_nothing_else_moves(cluster):
 
 def test_successor_is_never_self_and_is_the_next_live_member(cluster):
     c, clock = cluster
-    by = c.settings.ring_key_by
+    by = c.key_by
     for host in HOSTS:
         successor = c.successor_for(host)
         assert successor in {"b", "c"}
@@ -291,14 +304,13 @@ def test_owner_of_reports_ring_owner_and_live_owner(cluster):
 
 
 def test_ring_weights_from_settings_shift_arcs():
-    from crawler_node.cluster.cluster import Cluster
-    from crawler_node.settings import Settings
+    from crawler_node.cluster.cluster import ClusterConfig
 
     peers = ["a=http://127.0.0.2:1", "b=http://127.0.0.3:1", "c=http://127.0.0.4:1"]
-    weighted = Settings(node_id="a", peers=peers, ring_weights=["b=2"]).validate()
-    cluster = Cluster(weighted, frontier_thread=None, frontier=lambda: None, on_change=lambda: None,
-                      on_taken=lambda accepted: None)
-    shares = cluster.ring.arc_shares()
+    config = ClusterConfig.from_settings(Settings(node_id="a", peers=peers, ring_weights=["b=2"]).validate())
+    membership = Membership("a", config.advertise_url, config.peers, now=0.0)
+    router = Router(membership=membership, weights=config.weights, vnodes=config.vnodes, key_by=config.key_by)
+    shares = router.ring.arc_shares()
     assert shares["b"] > 1.6 * shares["a"] and shares["b"] > 1.6 * shares["c"]
 
 

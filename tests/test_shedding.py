@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.frontier.frontier import Frontier, FrontierBatch, UrlEntry
 from crawler_node.core.shedding import (
     ARRIVED_WHILE_SHEDDING,
     QUEUE_OVER_HIGH_WATER,
     ShedAction,
     ShedPolicy,
 )
+from crawler_node.frontier import Frontier, FrontierBatch, UrlEntry
 
 SEED = 100
 
@@ -53,7 +53,7 @@ def entries(host: str, priorities: list[int], start: int = 0) -> list[UrlEntry]:
 def test_frontier_defers_the_lowest_priority_newest_first_and_never_seeds(tmp_path) -> None:
     with Frontier(tmp_path) as frontier:
         frontier.add(entries("a.test", [SEED, -1, -2, -3, -3, -3]) + entries("b.test", [-1, -3], start=10))
-        per_host = frontier.defer_lowest(4, below_priority=SEED)
+        per_host = frontier.shedding.defer_lowest(4, below_priority=SEED)
         assert per_host == {"a.test": 3, "b.test": 1}
         totals = frontier.totals()
         assert (totals["queued"], totals["deferred"]) == (4, 4)
@@ -61,26 +61,26 @@ def test_frontier_defers_the_lowest_priority_newest_first_and_never_seeds(tmp_pa
         # the -3s went (the newest first); b's -3 is the newest -3 of all
         leases, _ = frontier.lease("a.test", 10)
         assert [lease.priority for lease in leases] == [SEED, -1, -2]
-        assert frontier.shed_cut == -3
-        assert frontier.defer_lowest(100, below_priority=SEED) == {"b.test": 1}  # the seed stays
-        assert frontier.shed_cut == -1
-        assert frontier.shed_counts == {QUEUE_OVER_HIGH_WATER: 5}
+        assert frontier.shedding.cut == -3
+        assert frontier.shedding.defer_lowest(100, below_priority=SEED) == {"b.test": 1}  # the seed stays
+        assert frontier.shedding.cut == -1
+        assert frontier.shedding.counts() == {QUEUE_OVER_HIGH_WATER: 5}
 
 
 def test_while_shedding_new_urls_at_or_below_the_cut_are_parked_on_arrival(tmp_path) -> None:
     with Frontier(tmp_path) as frontier:
         frontier.add(entries("a.test", [-1, -4]))
-        frontier.defer_lowest(1, below_priority=SEED)
-        assert frontier.shed_cut == -4
+        frontier.shedding.defer_lowest(1, below_priority=SEED)
+        assert frontier.shedding.cut == -4
         result = frontier.apply(FrontierBatch(add=entries("a.test", [-5, -4, -2, SEED], start=10)))
         assert len(result.accepted) == 4
         assert [e.priority for e in result.deferred] == [-5, -4]
         assert [e.priority for e in result.queued] == [-2, SEED]
         assert frontier.totals()["deferred"] == 3
-        assert frontier.shed_counts[ARRIVED_WHILE_SHEDDING] == 2
+        assert frontier.shedding.counts()[ARRIVED_WHILE_SHEDDING] == 2
         # parked URLs are in the seen-set: no duplicates come in later
         assert frontier.add(entries("a.test", [-5], start=10)).duplicates == 1
-        frontier.stop_shedding()
+        frontier.shedding.stop()
         assert frontier.add(entries("a.test", [-9], start=20)).deferred == []
 
 
@@ -88,18 +88,18 @@ def test_restore_takes_an_equal_share_per_host_best_first_and_survives_a_restart
     with Frontier(tmp_path) as frontier:
         frontier.add(entries("a.test", [-1, -2, -3, -4]) + entries("b.test", [-5, -6], start=10)
                      + entries("c.test", [-7], start=20))
-        frontier.defer_lowest(7, below_priority=SEED)
+        frontier.shedding.defer_lowest(7, below_priority=SEED)
     with Frontier(tmp_path) as frontier:  # deferred rows are on disk, counted at open
         assert frontier.totals()["deferred"] == 7 and frontier.totals()["queued"] == 0
-        assert frontier.shed_cut is None  # shedding state is the node's to decide again
-        assert frontier.restore_deferred(3) == {"a.test": 1, "b.test": 1, "c.test": 1}
+        assert frontier.shedding.cut is None  # shedding state is the node's to decide again
+        assert frontier.shedding.restore(3) == {"a.test": 1, "b.test": 1, "c.test": 1}
         leases, _ = frontier.lease("a.test", 10)
         assert [lease.priority for lease in leases] == [-1]  # each host's best first
-        assert frontier.restore_deferred(100) == {"a.test": 3, "b.test": 1}
+        assert frontier.shedding.restore(100) == {"a.test": 3, "b.test": 1}
         totals = frontier.totals()
         assert (totals["deferred"], totals["queued"]) == (0, 6)
-        assert frontier.shed_counts["restored"] == 7  # counted since this open
-        assert frontier.restore_deferred(5) == {}
+        assert frontier.shedding.counts()["restored"] == 7  # counted since this open
+        assert frontier.shedding.restore(5) == {}
 
 
 def test_postponed_urls_return_to_the_queue_without_spending_an_attempt(tmp_path) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from crawler_node.fetch.fetcher import FetchResult
 from crawler_node.core.limiter import Outcome
-from crawler_node.core.signals import ApiSignal, LatencyBaseline, classify
+from crawler_node.core.signals import ApiSignal, LatencyModel, classify
 
 
 def answer(status: int, **headers: str) -> FetchResult:
@@ -42,19 +42,35 @@ def test_without_an_api_those_answers_are_the_sites() -> None:
                                     {"slow_alpha": 0.5, "fast_alpha": 0.3}])
 def test_latency_baseline_validates(kwargs: dict) -> None:
     with pytest.raises(ValueError):
-        LatencyBaseline(**kwargs)
+        LatencyModel(**kwargs)
+
+
+class Baseline:
+    """One host's level, kept as the host table keeps it."""
+
+    def __init__(self, **kwargs: float) -> None:
+        self.model = LatencyModel(**kwargs)
+        self.level = None
+
+    def observe(self, latency_s: float) -> bool:
+        self.level, rising = self.model.observe(self.level, latency_s)
+        return rising
+
+    @property
+    def baseline_s(self) -> float:
+        return self.level.baseline_s
 
 
 def test_jitter_and_a_single_slow_answer_are_not_a_rise() -> None:
     rng = random.Random(1)
-    baseline = LatencyBaseline(factor=3.0, min_rise_s=0.5)
+    baseline = Baseline(factor=3.0, min_rise_s=0.5)
     assert not any(baseline.observe(0.1 + rng.uniform(0, 0.05)) for _ in range(500))
     assert not baseline.observe(1.0)  # one slow answer moves the recent level by 30% of it
     assert abs(baseline.baseline_s - 0.125) < 0.05
 
 
 def test_a_sustained_rise_is_reported_and_then_becomes_the_new_normal() -> None:
-    baseline = LatencyBaseline(factor=3.0, min_rise_s=0.5)
+    baseline = Baseline(factor=3.0, min_rise_s=0.5)
     for _ in range(50):
         baseline.observe(0.1)
     reports = [baseline.observe(2.0) for _ in range(200)]
@@ -65,7 +81,7 @@ def test_a_sustained_rise_is_reported_and_then_becomes_the_new_normal() -> None:
 
 
 def test_a_fast_host_needs_an_absolute_rise_too() -> None:
-    baseline = LatencyBaseline(factor=3.0, min_rise_s=0.5)
+    baseline = Baseline(factor=3.0, min_rise_s=0.5)
     for _ in range(20):
         baseline.observe(0.01)
     assert not any(baseline.observe(0.2) for _ in range(30))  # 20x slower, but only +0.19 s

@@ -16,11 +16,14 @@ from aiohttp import web
 
 from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.metrics import NodeMetrics
+from crawler_node.api.status import member_summary, node_status
+from crawler_node.cluster.membership import member_problem
+from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
+from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.node import Node
 from crawler_node.node.pipeline import InboundFull
-from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 
-log = logging.getLogger("crawler_node.api.app")
+log = logging.getLogger("crawler_node.api")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_URLS_PER_REQUEST = 10_000
@@ -62,8 +65,9 @@ def decode_body(body: bytes, content_type: str) -> Any:
         raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
 
 
-def validate_urls(document: Any) -> list[dict]:
-    """Check the shape of ``{"urls": [...]}`` and every URL in it; raise BadRequest on any fault."""
+def validate_urls(document: Any) -> tuple[list[tuple[int, dict]], list[dict]]:
+    """Check the shape of ``{"urls": [...]}`` and of every item in it: the well-formed items
+    with their index, and what is wrong with the others. Raises BadRequest for the body."""
     if not isinstance(document, dict) or "urls" not in document:
         raise BadRequest("bad_shape", 'body must be an object {"urls": [...]}')
     urls = document["urls"]
@@ -73,36 +77,36 @@ def validate_urls(document: Any) -> list[dict]:
         raise BadRequest("empty", '"urls" must not be empty')
     if len(urls) > MAX_URLS_PER_REQUEST:
         raise BadRequest("too_many", f"at most {MAX_URLS_PER_REQUEST} URLs per request")
-    items: list[dict] = []
+    items: list[tuple[int, dict]] = []
     invalid: list[dict] = []
     for index, item in enumerate(urls):
         if isinstance(item, str):
             item = {"url": item}
         if not isinstance(item, dict) or not isinstance(item.get("url"), str):
             invalid.append({"index": index, "reason": "bad_shape"})
-            continue
-        fields_ok = all(
-            isinstance(item.get(key, 0), int) and not isinstance(item.get(key, 0), bool) and 0 <= item.get(key, 0) < 10**6
-            for key in ("depth", "hops")
-        ) and isinstance(item.get("priority", 0), int) and abs(item.get("priority", 0)) < 10**6 \
-            and isinstance(item.get("seen", False), bool)
-        if not fields_ok:
+        elif not _fields_ok(item):
             invalid.append({"index": index, "reason": "bad_field"})
-            continue
-        raw = item["url"]
-        if len(raw) > MAX_URL_LENGTH:
-            invalid.append({"index": index, "reason": "too_long", "length": len(raw)})
-            continue
-        try:
-            normalize_url(raw)
-        except InvalidURL as exc:
-            invalid.append({"index": index, "reason": exc.reason, "url": raw[:200]})
-            continue
-        items.append(item)
-    if invalid:
-        raise BadRequest("invalid_urls", f"{len(invalid)} of {len(urls)} URLs are invalid; nothing was enqueued",
-                         invalid=invalid[:100])
-    return items
+        elif len(item["url"]) > MAX_URL_LENGTH:
+            invalid.append({"index": index, "reason": "too_long", "length": len(item["url"])})
+        else:
+            items.append((index, item))
+    return items, invalid
+
+
+def _fields_ok(item: dict) -> bool:
+    def small(key: str, low: int) -> bool:
+        value = item.get(key, 0)
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value < 10**6
+    return small("depth", 0) and small("hops", 0) and small("priority", -(10**6) + 1) \
+        and isinstance(item.get("seen", False), bool)
+
+
+def _prepare(intake: Intake, items: list[tuple[int, dict]]) -> tuple[Prepared, list[dict]]:
+    """Normalise and scope-check the items (once, in the intake); the malformed ones by index."""
+    prepared = intake.prepare([item for _, item in items])
+    invalid = [{"index": items[position][0], "reason": reason, "url": url[:200]}
+               for position, url, reason in prepared.invalid]
+    return prepared, invalid
 
 
 async def post_urls(request: web.Request) -> web.Response:
@@ -118,30 +122,36 @@ async def post_urls(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return error(413, "too_large", f"body exceeds {MAX_BODY_BYTES} bytes")
     try:
-        items = validate_urls(decode_body(body, request.content_type))
+        items, invalid = validate_urls(decode_body(body, request.content_type))
     except BadRequest as exc:
         return error(400, exc.reason, exc.message, **exc.extra)
-    seen_items = [item for item in items if item.get("seen")]
-    entries, rejected = node.make_entries([item for item in items if not item.get("seen")])
+    intake = node.intake
+    fresh, fresh_invalid = _prepare(intake, [(i, item) for i, item in items if not item.get("seen")])
+    seen, seen_invalid = _prepare(intake, [(i, item) for i, item in items if item.get("seen")])
+    invalid = sorted(invalid + fresh_invalid + seen_invalid, key=lambda entry: entry["index"])
+    if invalid:
+        total = len(items) + len(invalid) - len(fresh_invalid) - len(seen_invalid)
+        return error(400, "invalid_urls", f"{len(invalid)} of {total} URLs are invalid; nothing was enqueued",
+                     invalid=invalid[:100])
     try:
-        result = await node.add_entries(entries)
-        if seen_items:
+        result = await intake.take(fresh.entries)
+        if seen.entries:
             # URLs another member already fetched (handback, join): recorded, never fetched.
-            seen_entries, seen_rejected = node.make_entries(seen_items)
-            seen_result = await node.add_entries(seen_entries, seen=True)
-            rejected += seen_rejected
+            seen_result = await intake.take(seen.entries, seen=True)
             result.duplicates += seen_result.duplicates
     except InboundFull as exc:
         return web.json_response(
             {"error": "inbound_full", "message": "inbound queue is full; retry later"},
             status=429, headers={"Retry-After": str(max(1, round(exc.retry_after_s)))},
         )
-    node.counters["rejected"] += len(rejected)
+    rejected = fresh.out_of_scope + seen.out_of_scope
+    intake.rejected(len(rejected))
     reasons: dict[str, int] = {}
     for _, reason in rejected:
         reasons[reason] = reasons.get(reason, 0) + 1
     return web.json_response(
-        {"accepted": len(result.accepted), "duplicate": result.duplicates, "rejected": len(rejected), "reasons": reasons},
+        {"accepted": len(result.accepted), "duplicate": result.duplicates, "rejected": len(rejected),
+         "reasons": reasons},
         status=202,
     )
 
@@ -150,16 +160,16 @@ async def get_status(request: web.Request) -> web.Response:
     """This node's status; unless ``?scope=local``, with the cluster as this node sees it, and
     ``idle`` true only when every member is reachable and idle."""
     node = request.app[NODE_KEY]
-    status = await node.status()
+    status = await node_status(node)
     if request.query.get("scope") == "local" or node.cluster.is_single:
         return web.json_response(status)
     status["node_idle"] = status["idle"]
     peers = await node.cluster.peer_statuses()
     for member in status["members"]:
         if member["self"]:
-            member.update(_member_summary(status))
+            member.update(member_summary(status))
         else:
-            member.update(_member_summary(peers.get(member["id"])))
+            member.update(member_summary(peers.get(member["id"])))
     # A member that left (--handoff-on-exit) handed its queue on; any other silent member may
     # still hold work, so the cluster is not idle while it is unreachable.
     status["idle"] = status["node_idle"] and all(
@@ -168,29 +178,16 @@ async def get_status(request: web.Request) -> web.Response:
     return web.json_response(status)
 
 
-def _member_summary(status: dict | None) -> dict:
-    if status is None:
-        return {"reachable": False, "idle": None}
-    return {
-        "reachable": True,
-        "idle": status["idle"],
-        "fetched": status["counters"]["fetched"],
-        "fetched_per_s": status["rates"]["fetched_per_s"],
-        "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
-        "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
-    }
-
-
 async def get_ring(request: web.Request) -> web.Response:
-    cluster = request.app[NODE_KEY].cluster
+    router = request.app[NODE_KEY].cluster.router
     host = request.query.get("host")
     if host is None:
-        return web.json_response(cluster.ring_status())
+        return web.json_response(router.snapshot())
     try:
         url = normalize_url(f"http://{host}/")
     except InvalidURL as exc:
         return error(400, "bad_host", f"host {host[:200]!r} is not a valid host name ({exc.reason})")
-    answer = cluster.owner_of(host_of(url))
+    answer = router.owner_of(host_of(url))
     return web.json_response({"host": answer["host"], "owner": answer["owner"],
                               "successors": answer["successors"], "live_owner": answer["live_owner"]})
 
@@ -207,10 +204,10 @@ async def _member_body(request: web.Request) -> tuple[str, str]:
     except ValueError as exc:
         raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
     node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
-    if not isinstance(node_id, str) or not node_id or any(c in node_id for c in " /=,") \
-            or not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 500:
-        raise BadRequest("bad_member", 'body must be {"id": NODE_ID, "url": "http://HOST:PORT"}')
-    return node_id, url
+    problem = member_problem(node_id, url)
+    if problem is not None:
+        raise BadRequest("bad_member", f'body must be {{"id": NODE_ID, "url": "http://HOST:PORT"}}: {problem}')
+    return str(node_id), str(url)
 
 
 async def post_join(request: web.Request) -> web.Response:
@@ -238,7 +235,7 @@ async def post_resume(request: web.Request) -> web.Response:
     """Resume fetching through the API after a quota pause, before its reset time."""
     node = request.app[NODE_KEY]
     resumed = node.resume_api()
-    return web.json_response({"resumed": resumed, "api": (await node.status())["api"]})
+    return web.json_response({"resumed": resumed, "api": (await node_status(node))["api"]})
 
 
 async def get_metrics(request: web.Request) -> web.Response:

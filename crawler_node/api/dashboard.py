@@ -21,7 +21,8 @@ async function tick(){
     st.textContent = s.idle ? "idle" : "crawling"; st.className = s.idle ? "idle" : "busy";
     const c = s.counters;
     document.getElementById("counters").textContent =
-      `fetched ${c.fetched} · done ${c.pages_done} · failed ${c.failed} · retries ${c.retries} · ${s.rates.fetched_per_s} fetches/s`;
+      `fetched ${c.fetched} · done ${c.pages_done} · failed ${c.failed} · ` +
+      `retries ${c.retries} · ${s.rates.fetched_per_s} fetches/s`;
     document.getElementById("queues").innerHTML = row(["stage","depth","oldest age (s)","blocked puts"],"th") +
       Object.entries(s.queues).map(([k,q])=>row([k,q.depth,q.oldest_age_s??"",q.blocked_puts??""],"td")).join("");
     document.getElementById("hosts").innerHTML = row(["host","in flight","limit","queued","fetched","throttled"],"th") +

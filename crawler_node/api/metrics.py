@@ -1,36 +1,43 @@
-"""Prometheus exposition of the node's pressure (rule 8), read from the node at scrape time.
+"""Prometheus exposition of the node's pressure (rule 8), rendered at scrape time from the
+same status dictionary that ``GET /v1/status`` answers with (api.status).
 
 A custom collector rather than metric objects updated on every event: the hot path only bumps
 plain counters, and the registry is per node (no global default registry), so tests can run
-several nodes in one process.
+several nodes in one process. Per-host series cover the busiest hosts only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from crawler_node.api.status import node_status
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
 
-TOP_HOSTS = 20  # per-host series are bounded to the busiest hosts, plus aggregates
-
 
 class NodeCollector:
-    def __init__(self, node: Node) -> None:
-        self._node = node
-        self.frontier_totals: dict = {}
+    """Renders the status dictionary of one scrape (api.status.node_status)."""
 
-    def collect(self):
-        node = self._node
-        status_queues = node.queue_snapshot(self.frontier_totals)
+    def __init__(self) -> None:
+        self.status: dict = {}
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.status
+        if not status:
+            return
         depth = GaugeMetricFamily("crawler_queue_depth", "Items waiting in each pipeline stage", labels=["stage"])
-        age = GaugeMetricFamily("crawler_queue_oldest_age_seconds", "Age of the oldest item in each stage", labels=["stage"])
+        age = GaugeMetricFamily("crawler_queue_oldest_age_seconds", "Age of the oldest item in each stage",
+                                labels=["stage"])
         capacity = GaugeMetricFamily("crawler_queue_capacity", "Bound of each stage's queue", labels=["stage"])
-        blocked = CounterMetricFamily("crawler_blocked_enqueues", "Enqueues that had to wait (or were refused) because a stage was full", labels=["stage"])
-        for stage, snap in status_queues.items():
+        blocked = CounterMetricFamily("crawler_blocked_enqueues",
+                                      "Enqueues that had to wait (or were refused) because a stage was full",
+                                      labels=["stage"])
+        for stage, snap in status["queues"].items():
             depth.add_metric([stage], snap.get("depth", 0))
             age.add_metric([stage], snap.get("oldest_age_s", 0.0))
             if "capacity" in snap:
@@ -38,8 +45,9 @@ class NodeCollector:
             blocked.add_metric([stage], snap.get("blocked_puts", 0))
         yield from (depth, age, capacity, blocked)
 
+        counters = status["counters"]
         outcomes = CounterMetricFamily("crawler_fetch_outcomes", "Fetch attempts by outcome", labels=["outcome"])
-        for outcome, count in sorted(node.outcomes.items()):
+        for outcome, count in sorted(counters["outcomes"].items()):
             outcomes.add_metric([outcome], count)
         yield outcomes
         for name, key, help_text in (
@@ -49,64 +57,63 @@ class NodeCollector:
             ("crawler_urls_submitted", "submitted", "URLs accepted through the API or as seeds"),
             ("crawler_urls_rejected", "rejected", "Submitted URLs rejected (scope, malformed)"),
             ("crawler_links_discovered", "links_discovered", "Links extracted from pages"),
-            ("crawler_parse_errors", "parse_errors", "HTML pages stored without links: unparsable, or fatal to the parser"),
+            ("crawler_parse_errors", "parse_errors",
+             "HTML pages stored without links: unparsable, or fatal to the parser"),
             ("crawler_parser_restarts", "parser_restarts", "Parser processes replaced after they died"),
         ):
-            family = CounterMetricFamily(name, help_text)
-            family.add_metric([], node.counters[key])
-            yield family
-        fetched = node.counters["fetched"]
-        ratio = GaugeMetricFamily("crawler_retry_ratio", "Retries per fetch attempt")
-        ratio.add_metric([], node.counters["retries"] / fetched if fetched else 0.0)
-        yield ratio
-
-        if node.last_stored_at is not None:
+            yield _single(CounterMetricFamily, name, help_text, counters[key])
+        yield _single(GaugeMetricFamily, "crawler_retry_ratio", "Retries per request that reached a host",
+                      counters["retry_ratio"])
+        if status["last_stored_at"] is not None:
             yield _single(GaugeMetricFamily, "crawler_last_stored_timestamp_seconds",
                           "Unix time of the last fetch attempt written to the store and the frontier",
-                          node.last_stored_at)
-
-        in_flight = GaugeMetricFamily("crawler_in_flight", "Requests in flight on this node")
-        in_flight.add_metric([], node.in_flight)
-        yield in_flight
-        frontier = GaugeMetricFamily("crawler_frontier_urls", "URLs in the durable frontier by state", labels=["state"])
+                          status["last_stored_at"])
+        yield _single(GaugeMetricFamily, "crawler_in_flight", "Requests in flight on this node",
+                      status["queues"]["fetch"]["depth"])
+        frontier = GaugeMetricFamily("crawler_frontier_urls", "URLs in the durable frontier by state",
+                                     labels=["state"])
         for state in ("queued", "leased", "done", "failed", "deferred"):
-            frontier.add_metric([state], self.frontier_totals.get(state, 0))
+            frontier.add_metric([state], status["frontier"].get(state, 0))
         yield frontier
+        yield from _host_metrics(status)
+        yield from pressure_metrics(status)
 
-        host_in_flight = GaugeMetricFamily("crawler_host_in_flight", "In-flight requests of the busiest hosts", labels=["host"])
-        host_limit = GaugeMetricFamily("crawler_host_limit", "Current AIMD concurrency limit of the busiest hosts", labels=["host"])
-        host_retries = CounterMetricFamily("crawler_host_retries", "Retries of the busiest hosts", labels=["host"])
-        host_attempts = CounterMetricFamily("crawler_host_attempts", "Requests that reached each of the busiest hosts",
-                                            labels=["host"])
-        host_throttled = CounterMetricFamily("crawler_host_throttled", "429/503 answers of the busiest hosts",
-                                             labels=["host"])
-        host_ratio = GaugeMetricFamily("crawler_host_retry_ratio", "Retries per request of the busiest hosts",
+
+def _host_metrics(status: dict) -> Iterator[Metric]:
+    host_in_flight = GaugeMetricFamily("crawler_host_in_flight", "In-flight requests of the busiest hosts",
                                        labels=["host"])
-        for state in node.scheduler.busiest(TOP_HOSTS):
-            host_in_flight.add_metric([state.host], state.limiter.in_flight)
-            host_limit.add_metric([state.host], state.limiter.limit)
-            host_retries.add_metric([state.host], state.retries)
-            host_attempts.add_metric([state.host], state.fetched)
-            host_throttled.add_metric([state.host], state.throttled)
-            host_ratio.add_metric([state.host], state.retries / state.fetched if state.fetched else 0.0)
-        yield from (host_in_flight, host_limit, host_retries, host_attempts, host_throttled, host_ratio)
-        hosts = GaugeMetricFamily("crawler_hosts", "Known hosts by scheduling state", labels=["place"])
-        places: dict[str, int] = {}
-        for state in node.scheduler:
-            places[state.place.value] = places.get(state.place.value, 0) + 1
-        for place, count in sorted(places.items()):
-            hosts.add_metric([place], count)
-        yield hosts
-        yield from pressure_metrics(node.pressure_status(self.frontier_totals))
+    host_limit = GaugeMetricFamily("crawler_host_limit", "Current AIMD concurrency limit of the busiest hosts",
+                                   labels=["host"])
+    host_retries = CounterMetricFamily("crawler_host_retries", "Retries of the busiest hosts", labels=["host"])
+    host_attempts = CounterMetricFamily("crawler_host_attempts", "Requests that reached each of the busiest hosts",
+                                        labels=["host"])
+    host_throttled = CounterMetricFamily("crawler_host_throttled", "429/503 answers of the busiest hosts",
+                                         labels=["host"])
+    host_ratio = GaugeMetricFamily("crawler_host_retry_ratio", "Retries per request of the busiest hosts",
+                                   labels=["host"])
+    for host in status["hosts"]:
+        name = host["host"]
+        host_in_flight.add_metric([name], host["in_flight"])
+        host_limit.add_metric([name], host["limit"])
+        host_retries.add_metric([name], host["retries"])
+        host_attempts.add_metric([name], host["fetched"])
+        host_throttled.add_metric([name], host["throttled"])
+        host_ratio.add_metric([name], host["retry_ratio"])
+    yield from (host_in_flight, host_limit, host_retries, host_attempts, host_throttled, host_ratio)
+    hosts = GaugeMetricFamily("crawler_hosts", "Known hosts by scheduling state", labels=["place"])
+    for place, count in sorted(status["host_table"]["places"].items()):
+        hosts.add_metric([place], count)
+    yield hosts
 
 
-def _single(kind, name: str, help_text: str, value: float):
+def _single(kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str, help_text: str,
+            value: float) -> Metric:
     family = kind(name, help_text)
     family.add_metric([], value)
     return family
 
 
-def pressure_metrics(status: dict):
+def pressure_metrics(status: dict) -> Iterator[Metric]:
     """Flow control (rules 5-8): admission, the fetch-through API, shedding, retries, IP gates."""
     admission = status["admission"]
     yield _single(GaugeMetricFamily, "crawler_admission_open", "1 while new fetches may start", int(admission["open"]))
@@ -175,10 +182,10 @@ def pressure_metrics(status: dict):
 class NodeMetrics:
     def __init__(self, node: Node) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self._collector = NodeCollector(node)
+        self._collector = NodeCollector()
         self.registry.register(self._collector)
         self._node = node
 
     async def render(self) -> bytes:
-        self._collector.frontier_totals = await self._node.frontier_totals()
+        self._collector.status = await node_status(self._node)
         return generate_latest(self.registry)

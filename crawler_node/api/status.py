@@ -1,94 +1,123 @@
-"""Read-only views of a node for /v1/status and /metrics. Part of the Node (see node.py)."""
+"""A node's status, assembled from its components' snapshots.
+
+``GET /v1/status`` answers with it and ``/metrics`` renders the same dictionary (api.metrics),
+so one quantity has one definition: a retry ratio, a queue depth or an idle flag is computed
+once, by the component that owns it.
+"""
 
 from __future__ import annotations
 
-import logging
 import time
+from typing import TYPE_CHECKING, Any
 
-from crawler_node.node.hosts import HostState
+if TYPE_CHECKING:
+    from crawler_node.node.node import Node
 
-log = logging.getLogger("crawler_node.node.node")
+TOP_HOSTS = 20
 
 
-class StatusViews:
-    """Mixin of :class:`crawler_node.node.Node`; uses the node's state directly."""
-
-    async def frontier_totals(self) -> dict:
-        return await self._frontier_thread.call(self.frontier.totals)
-
-    async def status(self) -> dict:
-        totals = await self.frontier_totals()
-        idle = (
-            totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0 and self.in_flight == 0
-            and self._inbound_pending == 0 and self.parse_queue.empty() and self.store_queue.empty()
-            and not self._busy_parsers and not self._store_busy
-            and self.cluster.outbox_total() == 0 and not self._returned_now and not self._disallowed_now
-        )
-        uptime = time.monotonic() - self.started_at
-        fetched = self.counters["fetched"]
-        return {
-            "node_id": self.node_id,
-            "url": self.settings.advertise_url,
-            "idle": idle,
-            "stopping": self._stopping,
-            "uptime_s": round(uptime, 3),
-            # Unix time of the last fetch attempt written to the store and committed to the
-            # frontier (null before the first): an idle node's crawl ended then; a busy node
-            # whose value stops moving is stalled.
-            "last_stored_at": self.last_stored_at,
-            "counters": {
-                "fetched": fetched,
-                "pages_done": self.counters["pages_done"],
-                "failed": self.counters["failed"],
-                "retries": self.counters["retries"],
-                "retry_ratio": round(self.counters["retries"] / fetched, 4) if fetched else 0.0,
-                "submitted": self.counters["submitted"],
-                "rejected": self.counters["rejected"],
-                "robots_disallowed": self.counters["robots_disallowed"],
-                "links_discovered": self.counters["links_discovered"],
-                "parse_errors": self.counters["parse_errors"],
-                "parser_restarts": self.counters["parser_restarts"],
-                "outcomes": dict(self.outcomes),
-            },
-            "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
-            "frontier": totals,
-            "queues": self.queue_snapshot(totals),
-            **self.pressure_status(totals),
-            "hosts": [self.host_snapshot(state) for state in self.scheduler.busiest(20)],
-            "members": self.cluster.members_status(),
-            "cluster": {"counters": dict(self.cluster.counters), "events": self.cluster.events[-10:]},
-        }
-
-    def queue_snapshot(self, totals: dict) -> dict:
-        return {
-            "inbound": {"depth": self._inbound_pending, "capacity": self.settings.inbound_capacity,
-                        "oldest_age_s": 0.0, "blocked_puts": self.counters["inbound_rejected_batches"]},
+async def node_status(node: Node) -> dict[str, Any]:
+    frontier = await node.frontier.snapshot()
+    shed_state = frontier.pop("shedding")
+    totals = frontier
+    fetch = node.fetch.snapshot()
+    parse = node.parse.snapshot()
+    store = node.store.snapshot()
+    leases = node.leases.snapshot()
+    intake = node.intake.counters
+    cluster = node.cluster.snapshot()
+    uptime = time.monotonic() - node.started_at
+    fetched = store["fetched"]
+    idle = (totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0
+            and node.pipeline_idle())
+    cluster["counters"]["received_forwarded_on"] = intake["received_forwarded_on"]
+    cluster["counters"]["hop_limit_kept"] = intake["hop_limit_kept"]
+    return {
+        "node_id": node.node_id,
+        "url": node.settings.advertise_url,
+        "idle": idle,
+        "stopping": node.stopping,
+        "uptime_s": round(uptime, 3),
+        # Unix time of the last fetch attempt written to the store and committed to the
+        # frontier (null before the first): an idle node's crawl ended then; a busy node
+        # whose value stops moving is stalled.
+        "last_stored_at": store["last_stored_at"],
+        "counters": {
+            "fetched": fetched,
+            "pages_done": store["pages_done"],
+            "failed": store["failed"],
+            "retries": fetch["retries"],
+            "retry_ratio": fetch["retry_ratio"],
+            "submitted": intake["submitted"],
+            "rejected": intake["rejected"],
+            "robots_disallowed": leases["robots_disallowed"],
+            "links_discovered": parse["links_discovered"],
+            "parse_errors": parse["parse_errors"],
+            "parser_restarts": parse["parser_restarts"],
+            "outcomes": fetch["outcomes"],
+        },
+        "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
+        "frontier": totals,
+        "queues": {
+            "inbound": node.intake.snapshot(),
             "frontier": {"depth": totals.get("queued", 0),
                          "oldest_age_s": round(totals.get("oldest_queued_age_s") or 0.0, 3)},
-            "fetch": {"depth": self.in_flight, "capacity": self.settings.global_inflight, "oldest_age_s": 0.0},
-            "parse": self.parse_queue.snapshot(),
-            "store": self.store_queue.snapshot(),
-        }
+            "fetch": node.dispatcher.snapshot(),
+            "parse": parse["queue"],
+            "store": store["queue"],
+        },
+        **_flow_control(node, fetch, totals, shed_state),
+        "hosts": node.hosts.snapshot(TOP_HOSTS)["busiest"],
+        "host_table": {key: value for key, value in node.hosts.snapshot(0).items() if key != "busiest"},
+        "members": cluster["members"],
+        "cluster": {"counters": cluster["counters"], "events": cluster["events"],
+                    "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"]},
+        "supervisor": node.supervisor.snapshot(),
+        "leases_expired": node.upkeep.snapshot()["leases_expired"],
+    }
 
-    @staticmethod
-    def host_snapshot(state: HostState) -> dict:
+
+def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict) -> dict[str, Any]:
+    """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
+    admission = node.admission.snapshot(time.time())
+    api, ip = admission.pop("api"), admission.pop("ip")
+    counts = dict(shed_state["counts"])
+    restored = counts.pop("restored", 0)
+    return {
+        "admission": {**admission, **node.held.snapshot()},
+        "api": api,
+        "shedding": {
+            **node.upkeep.snapshot()["shedding"],
+            "deferred_now": totals.get("deferred", 0),
+            "deferred_total": sum(counts.values()),
+            "deferred_by_reason": counts,
+            "restored_total": restored,
+            "cut_priority": shed_state["cut"],
+        },
+        "retries": {
+            "total": fetch["retries"],
+            "host_attempts": fetch["host_attempts"],
+            "ratio": fetch["retry_ratio"],
+            "api_postponed": fetch["api_postponed"],
+            "host_backoffs": fetch["host_backoffs"],
+            "gave_up": fetch["gave_up"],
+        },
+        "ip": ip,
+    }
+
+
+def member_summary(status: dict | None) -> dict[str, Any]:
+    """What the cluster view shows of one member, from that member's own status."""
+    if status is None:
+        return {"reachable": False, "idle": None}
+    try:
         return {
-            "host": state.host,
-            "in_flight": state.limiter.in_flight,
-            "limit": state.limiter.limit,
-            "limit_decreases": state.limiter.decreases,
-            "queued": state.queued + len(state.buffer),
-            "fetched": state.fetched,
-            "throttled": state.throttled,
-            "errors": state.errors,
-            "retries": state.retries,
-            "retry_ratio": round(state.retries / state.fetched, 4) if state.fetched else 0.0,
-            "crawl_delay_s": state.crawl_delay,
-            "throttle_point": state.limiter.throttle_point,
-            "latency_baseline_ms": round(state.latency.baseline_s * 1000, 1) if state.latency else None,
-            "latency_rises": state.latency_rises,
-            "backoffs": state.backoffs,
-            "backoff_level": state.backoff.level if state.backoff else 0,
-            "api_refused": state.api_refused,
-            "ip": state.ip_gate.address if state.ip_gate else None,
+            "reachable": True,
+            "idle": status["idle"],
+            "fetched": status["counters"]["fetched"],
+            "fetched_per_s": status["rates"]["fetched_per_s"],
+            "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
+            "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
         }
+    except (KeyError, TypeError, AttributeError):
+        return {"reachable": True, "idle": None, "malformed": True}

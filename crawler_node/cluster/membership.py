@@ -13,6 +13,57 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+MAX_ID_CHARS = 128
+MAX_URL_CHARS = 500
+
+
+def member_problem(node_id: object, url: object) -> str | None:
+    """Why (node_id, url) cannot be a member, or None. Ids and URLs reach every member's
+    ring and logs: printable text only (no control or bidirectional-override characters, no
+    lone surrogates), and a URL with a host."""
+    if not isinstance(node_id, str) or not node_id or len(node_id) > MAX_ID_CHARS:
+        return f"an id is 1 to {MAX_ID_CHARS} characters of text"
+    if not node_id.isprintable() or any(c in node_id for c in " /=,") or not _encodable(node_id):
+        return "an id has printable characters only, and no spaces, '/', '=' or ','"
+    if not isinstance(url, str) or not url.isascii() or not url.isprintable() or len(url) > MAX_URL_CHARS:
+        return f"a URL is printable ASCII of at most {MAX_URL_CHARS} characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return "the URL does not parse"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "a URL looks like http://HOST:PORT"
+    return None
+
+
+class BadView(ValueError):
+    """A peer's member list is not a list of members."""
+
+
+def parse_view(view: object) -> list[tuple[str, str]]:
+    """A peer's member list (``[{"id": ..., "url": ...}, ...]``) as (id, url) pairs. A value of
+    the wrong shape raises BadView; members that are not valid are skipped (junk from one peer
+    must not reach every ring)."""
+    if not isinstance(view, list):
+        raise BadView(f"members must be a list, got {type(view).__name__}")
+    members = []
+    for item in view:
+        if isinstance(item, dict):
+            node_id, url = item.get("id"), item.get("url")
+            if member_problem(node_id, url) is None:
+                members.append((str(node_id), str(url)))
+    return members
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class PeerState(enum.Enum):
@@ -122,12 +173,12 @@ class Membership:
         self.version += 1
         return True
 
-    def merge(self, view: Iterable[dict], now: float) -> list[str]:
-        """Learn members from a peer's view (anti-entropy); returns the ids that were new."""
+    def merge(self, view: Iterable[tuple[str, str]], now: float) -> list[str]:
+        """Learn members from a peer's view, (id, url) pairs already checked with
+        :func:`member_problem` (anti-entropy); returns the ids that were new."""
         new = []
-        for item in view:
-            node_id, url = item.get("id"), item.get("url")
-            if isinstance(node_id, str) and isinstance(url, str) and node_id not in self._members:
+        for node_id, url in view:
+            if node_id not in self._members:
                 self.add(node_id, url, now)
                 new.append(node_id)
         return new

@@ -13,6 +13,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 
 from uhashring import HashRing
 
+from crawler_node.core.urls import bare_host
+
 RING_SIZE = 2**32
 DEFAULT_VNODES = 160
 # Second-level labels under which registrations happen in many ccTLDs (example.co.uk,
@@ -92,7 +94,7 @@ class Ring:
             return []
         walk = self._clockwise(key)
         next(walk)  # the owner
-        return [node for node, _ in zip(walk, range(limit))]
+        return [node for node, _ in zip(walk, range(limit), strict=False)]  # the first `limit` of the walk
 
     def owner_among(self, key: str, live: Collection[str]) -> str | None:
         """The first node clockwise from the key (owner first) that is in ``live``."""
@@ -103,7 +105,7 @@ class Ring:
 
     def points(self) -> list[tuple[int, str]]:
         """Every (point, node) on the ring, in clockwise order."""
-        return list(zip(self._points, self._owners))
+        return list(zip(self._points, self._owners, strict=True))
 
     def arc_shares(self) -> dict[str, float]:
         """Fraction of the 2**32 ring each node owns. Computed once (a ring never changes):
@@ -119,7 +121,7 @@ class Ring:
         # A key hashing to h belongs to the first point > h (wrapping), so point i owns
         # [point[i-1], point[i]); point 0 also owns the wrap-around from the last point.
         previous = self._points[-1] - RING_SIZE
-        for point, node in zip(self._points, self._owners):
+        for point, node in zip(self._points, self._owners, strict=True):
             shares[node] += (point - previous) / RING_SIZE
             previous = point
         return shares
@@ -156,7 +158,7 @@ class Ring:
 
 
 def ring_key(host: str, *, by: str = "host") -> str:
-    """The ring key of a ``host[:port]`` from :func:`crawler_node.urls.host_of`.
+    """The ring key of a ``host[:port]`` from :func:`crawler_node.core.urls.host_of`.
 
     ``by="host"`` keys on the host as given (lower-cased). ``by="domain"`` keys on the
     registrable domain (port dropped), so all subdomains of a site land on one node.
@@ -166,19 +168,13 @@ def ring_key(host: str, *, by: str = "host") -> str:
         return host
     if by != "domain":
         raise ValueError(f"by must be 'host' or 'domain', got {by!r}")
-    name = _without_port(host).rstrip(".")
+    name = bare_host(host).rstrip(".")
     if name.startswith("[") or name.replace(".", "").isdigit():
         return name  # an IP literal is its own domain
     labels = name.split(".")
     if len(labels) >= 3 and labels[-2] in _COMMON_SLDS and len(labels[-1]) == 2:
         return ".".join(labels[-3:])
     return ".".join(labels[-2:])
-
-
-def _without_port(host: str) -> str:
-    if host.startswith("["):
-        return host[: host.find("]") + 1]
-    return host.partition(":")[0]
 
 
 def _build_hash_ring(weights: Mapping[str, int], vnodes: int) -> HashRing:

@@ -11,10 +11,13 @@ import email.utils
 import math
 import random
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import UTC
+from typing import NamedTuple
+
+from crawler_node.core.outcomes import ErrorKind
 
 # Errors that will fail the same way on every attempt.
-FATAL_ERRORS = frozenset({"config", "body_too_large", "not_allowed"})
+FATAL_ERRORS = frozenset({ErrorKind.TOO_LARGE, ErrorKind.NOT_ALLOWED})
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 # 2 ** 62 seconds is far past any cap; stops the exponent from building huge ints.
 _MAX_EXPONENT = 62
@@ -42,8 +45,13 @@ def _seconds_until_http_date(value: str, now: float) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # "-0000" means UTC with unknown origin; HTTP dates are GMT
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - now)
+
+
+# The reason of a decision not to retry an HTTP answer that is final: the page was fetched,
+# and the answer (a 404, a 410) is its result.
+FINAL_ANSWER = "client_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +90,7 @@ class RetryPolicy:
         *,
         attempt: int,
         status: int | None,
-        error: str | None = None,
+        error: ErrorKind | None = None,
         retry_after_s: float | None = None,
     ) -> RetryDecision:
         """``attempt`` counts attempts already made (1 after the first)."""
@@ -110,14 +118,14 @@ class RetryPolicy:
         return max(min(max(retry_after_s, 0.0), self.retry_after_cap_s), jittered)
 
 
-def _retry_reason(status: int | None, error: str | None) -> str | None:
+def _retry_reason(status: int | None, error: ErrorKind | None) -> str | None:
     """Why a retry may help, or None when it cannot."""
     if error in FATAL_ERRORS:
         return None
     if status is not None and 400 <= status < 500 and status not in RETRYABLE_CLIENT_STATUSES:
         return None  # the request itself is wrong: repeating it is wasted load
     if error is not None:
-        return error  # "timeout", "connection", ... (even after a status line arrived)
+        return str(error)  # "timeout", "connection", ... (even after a status line arrived)
     assert status is not None
     if status == 429:
         return "throttled"
@@ -128,18 +136,30 @@ def _retry_reason(status: int | None, error: str | None) -> str | None:
     return None
 
 
-def _final_reason(status: int | None, error: str | None) -> str:
+def _final_reason(status: int | None, error: ErrorKind | None) -> str:
     if error in FATAL_ERRORS:
         return f"fatal_{error}"
     if status is not None and 400 <= status < 500:
-        return "client_error"
+        return FINAL_ANSWER
     if status is not None and 200 <= status < 400:
         return "ok"
     return "unexpected_status"
 
 
-class HostBackoff:
-    """When a host keeps answering 429 without Retry-After: wait longer each time."""
+class BackoffState(NamedTuple):
+    """A host's backoff for 429s without Retry-After (a value; see HostBackoffPolicy)."""
+
+    level: int = 0  # consecutive throttles not yet forgiven (0 = healthy)
+    last_throttle: float | None = None
+    eligible_at: float = 0.0
+
+
+NO_BACKOFF = BackoffState()
+
+
+class HostBackoffPolicy:
+    """When a host keeps answering 429 without Retry-After: wait longer each time. Pure: the
+    host's :class:`BackoffState` goes in, the next one comes out."""
 
     def __init__(
         self,
@@ -157,31 +177,23 @@ class HostBackoff:
         self.cap_s = cap_s
         self.forgive_after_s = forgive_after_s
         self._rng = rng if rng is not None else random.Random()
-        self._level = 0
-        self._last_throttle: float | None = None
-        self._eligible_at = 0.0
 
-    @property
-    def level(self) -> int:
-        """Consecutive throttles not yet forgiven (0 = healthy)."""
-        return self._level
-
-    @property
-    def eligible_at(self) -> float:
-        return self._eligible_at
-
-    def on_throttle(self, now: float) -> float:
-        """Record a throttle; returns the time the host may be tried again."""
-        self._level += 1
-        self._last_throttle = now
-        exponent = min(self._level - 1, _MAX_EXPONENT)
+    def on_throttle(self, state: BackoffState, now: float) -> BackoffState:
+        """One more throttle: the new state, whose ``eligible_at`` is when to try the host again."""
+        level = state.level + 1
+        exponent = min(level - 1, _MAX_EXPONENT)
         # +-20% jitter so hosts throttled together do not all come back together.
         delay = min(self.cap_s, self.initial_s * 2**exponent * self._rng.uniform(0.8, 1.2))
-        self._eligible_at = now + delay
-        return self._eligible_at
+        return BackoffState(level, now, now + delay)
 
-    def on_success(self, now: float) -> None:
-        """Forgive once the host has gone ``forgive_after_s`` without a throttle."""
-        if self._last_throttle is not None and now - self._last_throttle > self.forgive_after_s:
-            self._level = 0
-            self._last_throttle = None
+    def on_success(self, state: BackoffState, now: float) -> BackoffState:
+        """Forgiven once the host has gone ``forgive_after_s`` without a throttle."""
+        if state.last_throttle is not None and now - state.last_throttle > self.forgive_after_s:
+            return NO_BACKOFF
+        return state
+
+    def forgiven(self, state: BackoffState, now: float) -> bool:
+        """Nothing of the backoff is left to remember: the host may be forgotten."""
+        return state.level == 0 or (
+            state.last_throttle is not None and now - state.last_throttle > self.forgive_after_s
+            and now >= state.eligible_at)

@@ -110,6 +110,11 @@ class AimdLimiter:
             return None
         return min(self.ceiling, max(self.floor, self._throttle_point - 1))
 
+    def is_current(self, ticket: int) -> bool:
+        """The request holding ``ticket`` was sent into the current window: a throttle or a
+        timeout reported for it (release) cuts the limit; an older one is already accounted for."""
+        return ticket >= self._epoch
+
     def has_capacity(self) -> bool:
         return self._in_flight < self.limit
 
@@ -139,7 +144,7 @@ class AimdLimiter:
         if self._in_flight == 0:
             self._window_filled = False
 
-    def snapshot(self) -> dict[str, int | float]:
+    def snapshot(self) -> dict[str, int | float | None]:
         return {
             "limit": self.limit,
             "in_flight": self._in_flight,

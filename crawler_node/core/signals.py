@@ -1,8 +1,8 @@
 """What a fetch result means, and to which limiter the news goes (DESIGN.md rule 5).
 
-Pure: a FetchResult in, a Signal out. The node applies it: ``host`` to that host's AIMD
-limiter and next-eligible time, ``api`` to the fetch-through API's limiter, never both.
-:class:`LatencyBaseline` adds the one signal a single response cannot carry: a host whose
+Pure: a FetchResult in, a Signal out. ``host`` goes to that host's AIMD limiter and
+next-eligible time, ``api`` to the fetch-through API's limiter, never both.
+:class:`LatencyModel` adds the one signal a single response cannot carry: a host whose
 responses have become much slower than its own normal.
 """
 
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crawler_node.core.backoff import parse_retry_after
-from crawler_node.fetch.fetcher import ErrorKind, FetchResult
 from crawler_node.core.limiter import Outcome
+from crawler_node.core.outcomes import ErrorKind, FetchOutcome
+from crawler_node.fetch.result import FetchResult
 
 
 class ApiSignal(enum.Enum):
@@ -24,20 +26,25 @@ class ApiSignal(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    outcome: str  # the crawl.log outcome
+    outcome: FetchOutcome  # the crawl.log outcome
     host: Outcome  # what the host's limiter learns
     api: ApiSignal = ApiSignal.NONE
     retry_after_s: float | None = None
-    error: str | None = None  # the error kind the retry policy looks at
+    error: ErrorKind | None = None  # the error kind the retry policy looks at
 
     @property
     def success(self) -> bool:
-        return self.outcome in ("ok", "redirect")
+        return self.outcome.success
 
 
 # The answers to most requests, made once (a Signal is immutable).
-_OK = Signal("ok", Outcome.SUCCESS)
-_REDIRECT = Signal("redirect", Outcome.SUCCESS)
+_OK = Signal(FetchOutcome.OK, Outcome.SUCCESS)
+_REDIRECT = Signal(FetchOutcome.REDIRECT, Outcome.SUCCESS)
+_OUTCOME_OF_ERROR = {
+    ErrorKind.CONNECTION: FetchOutcome.CONNECTION,
+    ErrorKind.PROXY: FetchOutcome.PROXY,
+    ErrorKind.NOT_ALLOWED: FetchOutcome.NOT_ALLOWED,
+}
 
 
 def classify(
@@ -45,12 +52,14 @@ def classify(
 ) -> Signal:
     """``through_api``: the request went through a proxy/API, so a 509 or a 429 naming the
     API limit is the API's. Fetching directly there is no API, and those are the site's."""
-    if result.error == ErrorKind.TIMEOUT:
-        return Signal("timeout", Outcome.TIMEOUT, error=result.error)
-    if result.error == ErrorKind.TOO_LARGE:
-        return Signal("too_large", Outcome.SUCCESS, error=result.error)
-    if result.error is not None:
-        return Signal(result.error, Outcome.ERROR, error=result.error)
+    error = result.error
+    if error is not None:
+        if error == ErrorKind.TIMEOUT:
+            return Signal(FetchOutcome.TIMEOUT, Outcome.TIMEOUT, error=ErrorKind.TIMEOUT)
+        if error == ErrorKind.TOO_LARGE:
+            return Signal(FetchOutcome.TOO_LARGE, Outcome.SUCCESS, error=ErrorKind.TOO_LARGE)
+        kind = ErrorKind(error)
+        return Signal(_OUTCOME_OF_ERROR[kind], Outcome.ERROR, error=kind)
     status = result.status or 0
     if 200 <= status < 400:  # most answers: their Retry-After or API header means nothing
         return _OK if status < 300 else _REDIRECT
@@ -59,21 +68,30 @@ def classify(
     if through_api and api_header is not None and status in (429, 509):
         # The API's own limit, not the site's: the host limiter must not be cut for it.
         if status == 509 or api_header.strip().lower() == "quota":
-            return Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
-        return Signal("api_throttled", Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after)
+            return Signal(FetchOutcome.API_QUOTA, Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
+        return Signal(FetchOutcome.API_THROTTLED, Outcome.NEUTRAL, ApiSignal.THROTTLED, retry_after)
     if through_api and status == 509:
-        return Signal("api_quota", Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
+        return Signal(FetchOutcome.API_QUOTA, Outcome.NEUTRAL, ApiSignal.QUOTA, retry_after)
     if status in (429, 503, 509):  # 509 here: a site's own "bandwidth limit exceeded"
-        return Signal("throttled", Outcome.THROTTLED, retry_after_s=retry_after)
+        return Signal(FetchOutcome.THROTTLED, Outcome.THROTTLED, retry_after_s=retry_after)
     if status >= 500:
-        return Signal("server_error", Outcome.ERROR, retry_after_s=retry_after)
+        return Signal(FetchOutcome.SERVER_ERROR, Outcome.ERROR, retry_after_s=retry_after)
     if status == 408:
-        return Signal("http_error", Outcome.TIMEOUT)
-    return Signal("http_error", Outcome.NEUTRAL)
+        return Signal(FetchOutcome.HTTP_ERROR, Outcome.TIMEOUT)
+    return Signal(FetchOutcome.HTTP_ERROR, Outcome.NEUTRAL)
 
 
-class LatencyBaseline:
-    """One host's normal response time, and whether recent responses rose far above it.
+class LatencyLevel(NamedTuple):
+    """One host's latency as :class:`LatencyModel` has learnt it (a value: the model
+    returns a new one per response, so the verdict that uses it stays a pure function)."""
+
+    samples: int
+    baseline_s: float
+    recent_s: float
+
+
+class LatencyModel:
+    """Whether a host's recent responses rose far above its own normal response time.
 
     Two exponentially weighted averages of the time to the response headers (the body's size
     says nothing about the server's load): a slow one, the baseline, and a fast one, the
@@ -83,7 +101,7 @@ class LatencyBaseline:
     that got slower for good stops being cut once its new latency has become its normal.
     """
 
-    __slots__ = ("factor", "min_rise_s", "warmup", "slow_alpha", "fast_alpha", "samples", "baseline_s", "recent_s")
+    __slots__ = ("factor", "min_rise_s", "warmup", "slow_alpha", "fast_alpha")
 
     def __init__(
         self,
@@ -105,20 +123,18 @@ class LatencyBaseline:
         self.warmup = warmup
         self.slow_alpha = slow_alpha
         self.fast_alpha = fast_alpha
-        self.samples = 0
-        self.baseline_s = 0.0
-        self.recent_s = 0.0
 
-    def observe(self, latency_s: float) -> bool:
-        """Learn one response's latency; True when the host's latency has risen well above normal."""
+    def observe(self, level: LatencyLevel | None, latency_s: float) -> tuple[LatencyLevel, bool]:
+        """Learn one response's latency: the host's new level, and True when its latency has
+        risen well above normal."""
         latency_s = max(0.0, latency_s)
-        self.samples += 1
-        if self.samples <= self.warmup:
+        samples = 1 if level is None else level.samples + 1
+        baseline = 0.0 if level is None else level.baseline_s
+        if samples <= self.warmup:
             # A plain mean first, so one odd early response does not set the baseline.
-            self.baseline_s += (latency_s - self.baseline_s) / self.samples
-            self.recent_s = self.baseline_s
-            return False
-        self.recent_s += self.fast_alpha * (latency_s - self.recent_s)
-        rising = self.recent_s > self.factor * self.baseline_s and self.recent_s - self.baseline_s > self.min_rise_s
-        self.baseline_s += self.slow_alpha * (latency_s - self.baseline_s)
-        return rising
+            baseline += (latency_s - baseline) / samples
+            return LatencyLevel(samples, baseline, baseline), False
+        assert level is not None
+        recent = level.recent_s + self.fast_alpha * (latency_s - level.recent_s)
+        rising = recent > self.factor * baseline and recent - baseline > self.min_rise_s
+        return LatencyLevel(samples, baseline + self.slow_alpha * (latency_s - baseline), recent), rising

@@ -22,8 +22,10 @@ from urllib.parse import unquote
 
 try:  # IDNA 2008 + UTS 46 mapping, as browsers do; usually present (yarl depends on it).
     import idna as _idna
+
+    _HAVE_IDNA = True
 except ImportError:  # pragma: no cover - exercised only where idna is missing
-    _idna = None
+    _HAVE_IDNA = False
 
 MAX_URL_LENGTH = 2048
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -144,6 +146,30 @@ def host_of(url: str) -> str:
     return url[start:] if end < 0 else url[start:end]
 
 
+def bare_host(host_port: str) -> str:
+    """The host of a ``host[:port]`` (as :func:`host_of` returns it), without the port.
+
+    An IPv6 literal keeps its brackets ("[::1]:8080" gives "[::1]"), as in a URL, a ring key
+    and an ``allow_hosts`` glob; ``bare_host(h).strip("[]")`` is the address itself, which a
+    resolver or :func:`is_public_address` takes."""
+    if host_port.startswith("["):
+        return host_port[: host_port.find("]") + 1]
+    return host_port.partition(":")[0]
+
+
+def is_ip_literal(host: str) -> bool:
+    """True when ``host`` is an IP address rather than a name: IPv4, or IPv6 bare ("::1") or in
+    a URL's brackets ("[::1]"). A port is not part of it: see :func:`bare_host`."""
+    try:
+        if host.startswith("[") and host.endswith("]"):
+            ipaddress.IPv6Address(host[1:-1])  # only IPv6 is bracketed in a URL
+        else:
+            ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 class Scope:
     """Which canonical URLs this crawl is allowed to fetch."""
 
@@ -170,7 +196,7 @@ class Scope:
             host_port = host_of(url)
             # A glob may name the bare host ("*.example.com") or host:port ("localhost:8080").
             if not (
-                self._allowed.match(host_port) or self._allowed.match(_strip_port(host_port))
+                self._allowed.match(host_port) or self._allowed.match(bare_host(host_port))
             ):
                 return "host_not_allowed"
         if self.max_depth is not None and depth > self.max_depth:
@@ -345,7 +371,7 @@ def _percent_decode_host(host: str) -> str:
 
 
 def _idna_encode(host: str) -> str:
-    if _idna is not None:
+    if _HAVE_IDNA:
         try:
             return _idna.encode(host, uts46=True).decode("ascii")
         except _idna.IDNAError as exc:
@@ -384,12 +410,6 @@ def _glob_host(pattern: str) -> str:
         for label in pattern.split(".")
     ]
     return ".".join(labels)
-
-
-def _strip_port(host_port: str) -> str:
-    if host_port.startswith("["):
-        return host_port[: host_port.find("]") + 1]
-    return host_port.partition(":")[0]
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")

@@ -1,41 +1,52 @@
 """Global fetch admission: may the node start one more request at all? (DESIGN.md rule 5)
 
-Each host's own limit lives with the host (``scheduler.HostState.limiter``). What is shared
-by many hosts lives here, and each signal reaches only the gate it describes:
+Each host's own limit lives with the host (node.hosts.HostTable). What is shared by many
+hosts lives here, and each signal reaches only the gate it describes:
 
-- own pipeline pressure: named *pressure sources* (the parse queue is full, the store is
-  lagging, response bodies held in memory are over budget; the cluster adds its peer
-  outboxes). While one of them says so no new fetch starts, and the node stops leasing, so
-  the slow-down travels up to the frontier instead of piling up in memory;
+- own pipeline pressure: *pressure sources*, each a component that answers
+  ``needs_backout()`` about itself (the parse stage's queue is full, the store is lagging,
+  response bodies held in memory are over budget, a peer's outbox is full). While one of them
+  says so no new fetch starts, and the node stops leasing, so the slow-down travels up to the
+  frontier instead of piling up in memory. They notify the shared ``Wakeup`` when their answer
+  may have changed, and the dispatcher waits on it instead of polling;
 - a fetch-through API (``--proxy`` pointed at a paid scraping API): its 429s cut a global
   AIMD limiter on requests in flight through it, never a host's limit; its 509 (quota spent)
   pauses all fetching until the plan resets or an operator resumes it;
 - per-IP gates for direct fetches: hosts that resolve to one address share its limit.
 
 A :class:`Permit` bundles the slots one request holds (host, API, IP), taken together when
-the request is dispatched and released together when it ends.
+the request is dispatched and released together when it ends; the host's slot is taken and
+given back through the host table, the others here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
+from crawler_node.core.urls import bare_host, is_ip_literal
 
 if TYPE_CHECKING:
     from crawler_node.node.hosts import HostState
 
-log = logging.getLogger("crawler_node.node.admission")
+log = logging.getLogger("crawler_node.admission")
 
-PressureSource = Callable[[], bool]
+
+class PressureSource(Protocol):
+    """A stage that can say it is too full for new fetches. ``needs_backout()`` is asked on
+    every dispatch: keep it cheap."""
+
+    name: str
+
+    def needs_backout(self) -> bool: ...
 
 API_QUOTA = "api_quota"  # blocked reason: the API's quota is spent
 API_LIMIT = "api_limit"  # blocked reason: the API limiter has no free slot
@@ -48,7 +59,7 @@ class IpGate:
     small sites on one shared server from adding up to more than it should take from us.
     """
 
-    __slots__ = ("address", "limit", "in_flight", "hosts", "waiting", "refusals")
+    __slots__ = ("address", "limit", "in_flight", "hosts", "waiting", "refusals", "_gone")
 
     def __init__(self, address: str, limit: int) -> None:
         self.address = address
@@ -57,6 +68,7 @@ class IpGate:
         self.hosts = 0  # hosts bound to this address
         self.waiting: set[HostState] = set()  # hosts parked because this gate was full
         self.refusals = 0
+        self._gone: Callable[[IpGate], None] | None = None  # told when no host uses it any more
 
     def admits(self, state: HostState) -> bool:
         """Room for one more request; when there is none, the host waits for a release."""
@@ -74,13 +86,23 @@ class IpGate:
         """Return a slot; the hosts that were waiting for one must be re-placed by the caller."""
         self.in_flight -= 1
         woken, self.waiting = self.waiting, set()
+        if not self.hosts and not self.in_flight and self._gone is not None:
+            self._gone(self)
         return woken
+
+    def unbind(self, state: HostState) -> None:
+        """A host left memory (node.hosts.HostTable.collect): it no longer counts here."""
+        self.hosts -= 1
+        self.waiting.discard(state)
+        if not self.hosts and not self.in_flight and self._gone is not None:
+            self._gone(self)
 
 
 class IpGates:
     """Resolves hosts (cached) and hands out one shared :class:`IpGate` per address."""
 
-    def __init__(self, *, limit: int, cache_s: float, clock: Callable[[], float], resolve=None) -> None:
+    def __init__(self, *, limit: int, cache_s: float, clock: Callable[[], float],
+                 resolve: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         self.limit = limit
@@ -91,6 +113,7 @@ class IpGates:
         self._cache: dict[str, tuple[str | None, float]] = {}
         self.lookups = 0
         self.failures = 0
+        self.refused_before = 0  # refusals of gates no host uses any more
 
     async def gate_for(self, host: str) -> IpGate | None:
         """The gate of the address ``host`` resolves to; None when it does not resolve (the
@@ -101,12 +124,18 @@ class IpGates:
         gate = self._gates.get(address)
         if gate is None:
             gate = self._gates[address] = IpGate(address, self.limit)
+            gate._gone = self._drop
         gate.hosts += 1
         return gate
 
+    def _drop(self, gate: IpGate) -> None:
+        if self._gates.get(gate.address) is gate:
+            self.refused_before += gate.refusals
+            del self._gates[gate.address]
+
     async def address_of(self, host: str) -> str | None:
-        bare = host.strip("[]").rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
-        if _is_ip(bare):
+        bare = bare_host(host).strip("[]")
+        if is_ip_literal(bare):
             return bare
         now = self._clock()
         cached = self._cache.get(bare)
@@ -132,20 +161,16 @@ class IpGates:
 
     @property
     def refusals(self) -> int:
-        return sum(gate.refusals for gate in self._gates.values())
+        return self.refused_before + sum(gate.refusals for gate in self._gates.values())
+
+    def snapshot(self) -> dict:
+        return {"enabled": True, "limit": self.limit, "shared_addresses": self.shared(), "refusals": self.refusals,
+                "busiest": [{"ip": g.address, "in_flight": g.in_flight, "hosts": g.hosts} for g in self.busiest(10)]}
 
 
 async def _first_address(host: str) -> str | None:
     infos = await asyncio.get_running_loop().getaddrinfo(host, 80, type=socket.SOCK_STREAM)
     return infos[0][4][0] if infos else None
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 class ApiGate:
@@ -176,7 +201,7 @@ class ApiGate:
         elif signal.api is ApiSignal.QUOTA:
             self.quota_hits += 1
             outcome = Outcome.NEUTRAL
-        elif signal.error is None or signal.outcome in ("too_large",):
+        elif signal.error is None or signal.outcome is FetchOutcome.TOO_LARGE:
             outcome = Outcome.SUCCESS  # the API delivered the site's answer, whatever it was
         else:
             outcome = Outcome.NEUTRAL  # a timeout or connection error: the site's news, or nobody's
@@ -233,40 +258,37 @@ class Permit:
 
 @dataclass(slots=True)
 class AdmissionStats:
-    rejections: Counter = field(default_factory=Counter)  # dispatches refused, by reason
-    blocked_s: Counter = field(default_factory=Counter)  # seconds spent refusing, by reason
+    rejections: Counter[str] = field(default_factory=Counter)  # waits for admission, by reason
+    blocked_s: Counter[str] = field(default_factory=Counter)  # seconds spent refusing, by reason
 
 
 class FetchAdmission:
-    def __init__(self, *, api: ApiGate | None, ip_gates: IpGates | None) -> None:
+    def __init__(self, *, api: ApiGate | None, ip_gates: IpGates | None,
+                 pressure: Sequence[PressureSource] = ()) -> None:
+        names = [source.name for source in pressure]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pressure sources need distinct names, got {names}")
         self.api = api
         self.ip_gates = ip_gates
-        self._sources: dict[str, PressureSource] = {}
+        self._sources = tuple(pressure)
         self.stats = AdmissionStats()
-
-    def add_pressure_source(self, name: str, source: PressureSource) -> None:
-        """``source()`` is True while its stage is too full for new fetches (called often:
-        keep it cheap). The name is the reason shown in status and metrics."""
-        if name in self._sources:
-            raise ValueError(f"pressure source {name!r} is already registered")
-        self._sources[name] = source
 
     def pressure(self) -> str | None:
         """The first pipeline stage that is too full, if any."""
-        for name, source in self._sources.items():
-            if source():
-                return name
+        for source in self._sources:
+            if source.needs_backout():
+                return source.name
         return None
 
     def blocked(self, now: float) -> str | None:
         """Why no new fetch may start now (None: it may)."""
-        if self.api is not None:
-            if self.api.paused(now):
-                return API_QUOTA
-        reason = self.pressure()
-        if reason is not None:
-            return reason
-        if self.api is not None and not self.api.limiter.has_capacity():
+        api = self.api
+        if api is not None and api.paused(now):
+            return API_QUOTA
+        for source in self._sources:
+            if source.needs_backout():
+                return source.name
+        if api is not None and not api.limiter.has_capacity():
             return API_LIMIT
         return None
 
@@ -277,22 +299,25 @@ class FetchAdmission:
             return API_QUOTA
         return self.pressure()
 
-    def acquire(self, state: HostState) -> Permit:
-        """Take every slot for one request of ``state``; call only right after ``blocked()``
-        said None and the scheduler offered the host (no await in between)."""
-        permit = Permit(host_ticket=state.limiter.acquire())
+    def resume_at(self) -> float | None:
+        """When a quota pause ends by itself (None: no pause, or none with a time)."""
+        return self.api.resume_at if self.api is not None else None
+
+    def acquire(self, state: HostState, host_ticket: int) -> Permit:
+        """Take the global slots for one request of ``state`` whose host slot is ``host_ticket``;
+        call only right after ``blocked()`` said None (no await in between)."""
+        permit = Permit(host_ticket=host_ticket)
         if self.api is not None:
             permit.api_ticket = self.api.limiter.acquire()
-        if state.ip_gate is not None:
-            state.ip_gate.acquire()
-            permit.ip_gate = state.ip_gate
+        gate = state.ip_gate
+        if gate is not None:
+            gate.acquire()
+            permit.ip_gate = gate
         return permit
 
-    def release(self, state: HostState, permit: Permit, host_outcome: Outcome, signal: Signal | None,
-                now: float) -> tuple[set[HostState], bool]:
-        """Return a request's slots. Returns (hosts that waited for its IP gate, whether the
-        API has just been paused by this answer)."""
-        state.limiter.release(permit.host_ticket, host_outcome)
+    def release(self, permit: Permit, signal: Signal | None, now: float) -> tuple[set[HostState], bool]:
+        """Return a request's global slots. Returns (hosts that waited for its IP gate, whether
+        the API has just been paused by this answer)."""
         paused = False
         if permit.api_ticket is not None and self.api is not None:
             if signal is None:
@@ -311,7 +336,10 @@ class FetchAdmission:
         return {
             "open": reason is None,
             "blocked_by": reason,
-            "pressure_sources": sorted(self._sources),
+            "pressure_sources": sorted(source.name for source in self._sources),
             "rejections": dict(self.stats.rejections),
             "blocked_s": {name: round(seconds, 3) for name, seconds in self.stats.blocked_s.items()},
+            "api": self.api.snapshot(now) if self.api is not None else {"enabled": False, "paused": False},
+            "ip": self.ip_gates.snapshot() if self.ip_gates is not None else
+            {"enabled": False, "limit": None, "shared_addresses": 0, "refusals": 0, "busiest": []},
         }

@@ -1,33 +1,93 @@
-"""Dispatch: which host sends its next request, and the leases that feed it.
+"""The dispatcher: which host sends its next request, and the fetch tasks it starts.
 
-The dispatcher takes a global slot, asks the scheduler for a host that may send now, and
-starts one fetch task; it never waits on the disk, because a refill task keeps per-host lease
-buffers topped up in batched frontier calls. Part of the Node (see node.py), split out so the
-pipeline reads stage by stage.
+It takes a global slot, waits until admission allows a new fetch, asks the host table for a
+host that may send now, and starts one fetch task for it. Every wait is on a notification
+(new work, a released slot, a drained stage), never a poll. Full stages block fetch tasks,
+blocked tasks hold their global slots, and with no free slot nothing is dispatched (rule 1).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from crawler_node.frontier.frontier import FrontierBatch
-from crawler_node.node.pipeline import REFILL_HOSTS
-from crawler_node.node.hosts import HostState, Robots
+from crawler_node.node.admission import FetchAdmission
+from crawler_node.node.fetch_stage import FetchStage
+from crawler_node.node.hosts import HostState, HostTable, Step
+from crawler_node.node.leases import LeaseKeeper
+from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.wakeup import Wakeup
 
-log = logging.getLogger("crawler_node.node.node")
+log = logging.getLogger("crawler_node.dispatch")
 
-LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (limit) of URLs
+IDLE_WAIT_S = 1.0  # with no host ready and none waiting on a time: look again this often anyway
 
 
-class DispatchStage:
-    """Mixin of :class:`crawler_node.node.Node`; uses the node's state directly."""
+class Dispatcher:
+    def __init__(self, *, hosts: HostTable, admission: FetchAdmission, leases: LeaseKeeper, fetch: FetchStage,
+                 serves: Callable[[str], bool], global_inflight: int, work: Wakeup, pressure: Wakeup,
+                 on_fatal: Callable[[BaseException], None], clock: Callable[[], float]) -> None:
+        """``work`` is notified when a host may have become ready, ``pressure`` when a stage
+        may have drained; ``serves(host)``: this node crawls the host (the cluster's ring)."""
+        if global_inflight < 1:
+            raise ValueError(f"global_inflight must be >= 1, got {global_inflight}")
+        self._hosts = hosts
+        self._admission = admission
+        self._leases = leases
+        self._fetch = fetch
+        self._serves = serves
+        self._capacity = global_inflight
+        self._slots = asyncio.Semaphore(global_inflight)
+        self._work = work
+        self._pressure = pressure
+        self._on_fatal = on_fatal
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._hold_until = 0.0
+        self._stopping = False
 
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def idle(self) -> bool:
+        return not self._tasks
+
+    def hold(self, until: float) -> None:
+        """Start nothing before ``until`` (a restarted member first hears its peers)."""
+        self._hold_until = until
+
+    def snapshot(self) -> dict:
+        return {"depth": len(self._tasks), "capacity": self._capacity, "oldest_age_s": 0.0,
+                "held_until": self._hold_until if self._hold_until > self._clock() else None}
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self, supervisor: Supervisor) -> None:
+        supervisor.stage("dispatcher", self._dispatch_loop())
+
+    def stop(self) -> None:
+        """Lease and start nothing more; fetches under way go on (see :meth:`drain`)."""
+        self._stopping = True
+        self._work.notify()
+        self._pressure.notify()
+
+    async def drain(self, grace_s: float) -> None:
+        """Let the fetches under way end, and cancel those still running after ``grace_s``."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    # ----------------------------------------------------------------- the loop
     async def _dispatch_loop(self) -> None:
-        # The dispatcher never waits on the disk: leases come from per-host buffers that the
-        # refill task keeps topped up in batched frontier calls.
         while not self._stopping:
-            await self._global_slots.acquire()
+            await self._slots.acquire()
             handed_off = False
             try:
                 state = await self._next_host()
@@ -35,169 +95,79 @@ class DispatchStage:
                     handed_off = self._dispatch(state)
             finally:
                 if not handed_off:
-                    self._global_slots.release()
+                    self._slots.release()
 
     async def _next_host(self) -> HostState | None:
         while not self._stopping:
             now = self._clock()
             if now < self._hold_until:
-                await asyncio.sleep(min(0.1, self._hold_until - now))
+                await self._work.wait(self._hold_until - now)
                 continue
-            blocked = self.admission.blocked(now)
+            blocked = self._admission.blocked(now)
             if blocked is not None:
                 await self._wait_admission(blocked)
                 continue
             # No await from here to the dispatch: what admission allowed still holds.
-            state = self.scheduler.next_host(now)
+            state = self._hosts.next_host(now)
             if state is not None:
                 return state
-            wake = self.scheduler.next_wakeup()
-            timeout = 1.0 if wake is None else min(max(wake - now, 0.001), 1.0)
-            self._work.clear()
-            try:
-                await asyncio.wait_for(self._work.wait(), timeout)
-            except TimeoutError:
-                pass
+            wake = self._hosts.next_wakeup()
+            await self._work.wait(IDLE_WAIT_S if wake is None else min(max(wake - now, 0.001), IDLE_WAIT_S))
         return None
+
+    async def _wait_admission(self, reason: str) -> None:
+        """No new fetch may start, because of ``reason``: wait until that changes. One
+        rejection is counted per wait however long it lasts, and its time is added up."""
+        admission = self._admission
+        admission.stats.rejections[reason] += 1
+        started = time.monotonic()
+        try:
+            while not self._stopping and admission.blocked(self._clock()) == reason:
+                resume_at = admission.resume_at()
+                await self._pressure.wait(None if resume_at is None else max(0.001, resume_at - self._clock()))
+        finally:
+            admission.stats.blocked_s[reason] += time.monotonic() - started
 
     def _dispatch(self, state: HostState) -> bool:
         """Start one request for the host; True when a task now owns the global slot."""
+        hosts = self._hosts
         now = self._clock()
         try:
-            if not self.cluster.serves(state.host):
-                self._release_host(state)
+            if not self._serves(state.host):
+                self._leases.give_back(hosts.release_host(state, now))
                 return False
-            if state.robots_state is Robots.UNKNOWN:
-                state.robots_state = Robots.FETCHING
-                permit = self.admission.acquire(state)
-                self._start_task(self._fetch_robots(state, permit), f"robots:{state.host}")
+            step, lease = hosts.next_step(state)
+            if step is Step.REFILL:
+                self._leases.want_refill(state)
+                return False
+            if step is Step.DISALLOWED:
+                assert lease is not None
+                self._leases.disallowed(lease.id)
+                return False
+            permit = self._admission.acquire(state, hosts.start_request(state, now))
+            if step is Step.ROBOTS:
+                self._start(self._fetch.fetch_robots(state, permit), f"robots:{state.host}")
                 return True
-            if not state.buffer:
-                self._request_refill(state)
-                return False
-            lease = state.buffer.popleft()
-            if state.robots is not None and not state.robots.allowed(lease.url):
-                # Never fetched, so no crawl.log line: finished in the frontier with the next
-                # refill round (a list bounded by the leases handed out, never a waiting task).
-                self.counters["robots_disallowed"] += 1
-                self._disallowed_now.append(lease.id)
-                self._refill_event.set()
-                return False
-            permit = self.admission.acquire(state)
-            state.next_eligible = now + state.crawl_delay
-            self._start_task(self._fetch_page(state, lease, permit), f"fetch:{state.host}")
-            if len(state.buffer) < LEASE_AHEAD * state.limiter.limit and state.queued > 0:
-                self._request_refill(state)
+            assert lease is not None
+            self._start(self._fetch.fetch_page(state, lease, permit), f"fetch:{state.host}")
+            if hosts.wants_refill(state):
+                self._leases.want_refill(state)
             return True
         finally:
-            self.scheduler.settle(state, now)
+            hosts.settle(state, now)
 
-    def _release_host(self, state: HostState) -> None:
-        """Stop crawling a host this node no longer owns: buffered leases go back (unattempted)
-        and the cluster's sweep hands the host's queue to its owner."""
-        if state.buffer:
-            self._returned_now.extend(lease.id for lease in state.buffer)
-            state.buffer.clear()
-            self._refill_event.set()
-        state.queued = 0
-
-    def _membership_changed(self) -> None:
-        now = self._clock()
-        for state in self.scheduler:
-            if not self.cluster.serves(state.host):
-                self._release_host(state)
-                self.scheduler.settle(state, now)
-        self._resync_needed.set()
-        self._work.set()
-
-    async def _resync_loop(self) -> None:
-        """Re-read per-host queue counts from the frontier. The scheduler's counts are
-        estimates kept in step with what passes through it; rows can reappear behind its back
-        (a host given back to this node after a member left, expired leases), and a host
-        whose count says zero would never be looked at again."""
-        while True:
-            try:
-                await asyncio.wait_for(self._resync_needed.wait(), timeout=5.0)
-            except TimeoutError:
-                pass
-            self._resync_needed.clear()
-            records = await self._frontier_thread.call(lambda: list(self.frontier.hosts_with_work()))
-            now = self._clock()
-            for record in records:
-                if not self.cluster.serves(record.host):
-                    continue
-                state = self.scheduler.host(record.host)
-                missing = record.queued - state.queued
-                if missing > 0 and not state.refilling:
-                    self.scheduler.add_work(record.host, missing, now)
-                    self._work.set()
-
-    def _request_refill(self, state: HostState) -> None:
-        if not state.refilling and state.queued > 0:
-            state.refilling = True
-            self._refill_wanted[state.host] = state
-            self._refill_event.set()
-        elif not state.refilling:
-            state.queued = 0  # nothing left: settle() will mark the host idle
-
-    async def _refill_loop(self) -> None:
-        """Lease URLs for many hosts in one frontier round trip."""
-        while True:
-            await self._refill_event.wait()
-            self._refill_event.clear()
-            if self._disallowed_now:
-                disallowed, self._disallowed_now = self._disallowed_now, []
-                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(failed=disallowed))
-            if self._returned_now:
-                returned, self._returned_now = self._returned_now, []
-                await self._frontier_thread.call(self.frontier.apply, FrontierBatch(returned=returned))
-                self.cluster.request_sweep()
-                self._resync_needed.set()
-            await self._hold_leasing()
-            wanted = list(self._refill_wanted.values())[:REFILL_HOSTS]
-            for state in wanted:
-                del self._refill_wanted[state.host]
-            if not wanted:
-                continue
-            requests = [(state.host, self._lease_size(state)) for state in wanted]
-            results = await self._frontier_thread.call(self.frontier.lease_many, requests)
-            now = self._clock()
-            for state, (leases, next_ready) in zip(wanted, results):
-                state.refilling = False
-                state.queued = max(0, state.queued - len(leases))
-                state.buffer.extend(leases)
-                if not leases:
-                    if next_ready is not None:
-                        self.scheduler.delay(state, next_ready, now)
-                    elif not state.buffer:
-                        state.queued = 0
-                self.scheduler.refilled(state, now)
-            if self._refill_wanted:
-                self._refill_event.set()
-            self._work.set()
-
-    @staticmethod
-    def _lease_size(state: HostState) -> int:
-        if state.crawl_delay > 0:
-            return 1 if not state.buffer else 0
-        # Enough for the next rounds of the host's window, so its requests never wait for a
-        # frontier round trip (which may queue behind a store commit); never more than a few
-        # windows: a leased URL sitting in memory is a URL another node cannot take over.
-        return max(1, 2 * LEASE_AHEAD * state.limiter.limit - len(state.buffer))
-
-    def _start_task(self, coro, name: str) -> None:
-        self.in_flight += 1
+    def _start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._fetch_tasks.add(task)
-        task.add_done_callback(self._fetch_task_done)
+        self._tasks.add(task)
+        task.add_done_callback(self._fetch_done)
 
-    def _fetch_task_done(self, task: asyncio.Task) -> None:
-        self._fetch_tasks.discard(task)
-        self.in_flight -= 1
-        self._global_slots.release()
-        self._work.set()
+    def _fetch_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+        self._work.notify()
+        self._pressure.notify()  # an API slot may be free again
         if not task.cancelled() and task.exception() is not None:
-            log.error("fetch task %s failed", task.get_name(), exc_info=task.exception())
-            self.fatal_error = task.exception()
-            self.request_stop()
-
+            exc = task.exception()
+            assert exc is not None
+            log.error("fetch task %s failed; stopping the node", task.get_name(), exc_info=exc)
+            self._on_fatal(exc)

@@ -1,9 +1,24 @@
-"""Which host fetches next: the in-memory, O(hosts) half of the frontier.
+"""The per-host table: every host's state, which host sends next, and the only writer of both.
 
-The durable frontier (SQLite) holds the URLs; this module holds one small record per host and
-decides, without I/O, which host may send its next request: it has work, its politeness time
-has come, and its adaptive limiter has a free slot. Hosts rotate round-robin, so a slow host
-waits on its own limiter and never blocks the others (rule 3: no head-of-line blocking).
+The durable frontier (SQLite) holds the URLs; this table holds one small record per host that
+has had work lately, and decides without I/O which host may send its next request: it has
+work, its politeness time has come, and its adaptive limiter has a free slot. Hosts rotate
+round-robin, so a slow host waits on its own limiter and never blocks the others (rule 3).
+
+A host is in exactly one place (:class:`Place`):
+
+- IDLE: no known work (nothing queued in the frontier, nothing leased into its buffer);
+- READY: in the round-robin deque: it has work, its time has come, its limiter has room;
+- WAITING: in the time heap: it has work, but its next-eligible time is still to come;
+- BLOCKED: it has work but cannot send now (limiter full, IP gate full, robots.txt being
+  fetched, a lease on its way); a release or a refill re-places it;
+- BUSY: taken by the dispatcher (``next_host``), which re-places it (``settle``) after its step.
+
+Other components never write a host's fields; they call the methods below. Verdicts
+(core.verdict) are applied by :meth:`HostTable.finish_page`. Hosts that have stayed IDLE for
+``idle_s`` with nothing in flight, their politeness times passed and their backoff forgiven
+leave memory (:meth:`HostTable.collect`); their durable politeness (pauses, Crawl-delay) is in
+the frontier's hosts table, handed back by the frontier when such a host gets work again.
 """
 
 from __future__ import annotations
@@ -11,19 +26,30 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.backoff import NO_BACKOFF, BackoffState, HostBackoffPolicy
+from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.core.signals import LatencyLevel
+from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
+from crawler_node.fetch.robots import RobotsRules
+from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
+from crawler_node.runtime.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from crawler_node.node.admission import IpGate
+
+LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (limit) of URLs
 
 
 class Place(enum.Enum):
-    IDLE = "idle"  # no known work
-    READY = "ready"  # in the round-robin deque
-    WAITING = "waiting"  # has work, politeness or backoff time not yet reached
-    BLOCKED = "blocked"  # has work, limiter full: woken by a release
-    BUSY = "busy"  # taken by the dispatcher (leasing, robots fetch); it settles it after
+    IDLE = "idle"
+    READY = "ready"
+    WAITING = "waiting"
+    BLOCKED = "blocked"
+    BUSY = "busy"
 
 
 class Robots(enum.Enum):
@@ -32,29 +58,41 @@ class Robots(enum.Enum):
     READY = "ready"
 
 
+class Step(enum.Enum):
+    """What the dispatcher does with a host the table offered (:meth:`HostTable.next_step`)."""
+
+    ROBOTS = "robots"  # fetch its robots.txt first
+    FETCH = "fetch"  # fetch this lease
+    DISALLOWED = "disallowed"  # robots.txt forbids this lease: finish it unfetched
+    REFILL = "refill"  # nothing leased for it yet: a lease request is on its way (or none is left)
+
+
 @dataclass(slots=True, eq=False)
 class HostState:
     host: str
     limiter: AimdLimiter
-    queued: int = 0  # URLs the frontier holds for the host (corrected on every lease)
-    buffer: deque = field(default_factory=deque)  # leased, not yet dispatched
+    queued: int = 0  # URLs the frontier holds for the host (an estimate, corrected on every lease)
+    buffer: list[Lease] = field(default_factory=list)  # leased, not yet dispatched, in lease order
     next_eligible: float = 0.0
     crawl_delay: float = 0.0
-    robots: Any = None  # a parsed robots.txt (protego) or None meaning "allow all"
+    robots: RobotsRules | None = None  # None: no restrictions
     robots_state: Robots = Robots.UNKNOWN
     refilling: bool = False  # a lease request for this host is on its way to the frontier
     place: Place = Place.IDLE
-    ip_gate: Any = None  # admission.IpGate shared with hosts on the same address (direct fetches)
-    backoff: Any = None  # backoff.HostBackoff, made at the first 429 without Retry-After
+    idle_since: float = 0.0  # when it last became IDLE (the collector's clock)
+    ip_gate: IpGate | None = None  # shared with the hosts on the same address (direct fetches)
+    backoff: BackoffState = NO_BACKOFF  # for 429s without Retry-After
     throttle_streak: int = 0  # limit cuts from 429s without Retry-After, no success between
-    latency: Any = None  # signals.LatencyBaseline of this host's response times
+    latency: LatencyLevel | None = None
+    paused_until: float = 0.0  # Retry-After or backoff: durable, unlike Crawl-delay spacing
+    dirty: bool = False  # its durable politeness changed and is not saved yet
     # counters for status and metrics
-    fetched: int = 0
+    fetched: int = 0  # requests that reached the host
     throttled: int = 0
     errors: int = 0
     retries: int = 0
-    backoffs: int = 0  # host-level pauses for 429s without Retry-After
-    latency_rises: int = 0  # limit cuts for latency far above the host's baseline
+    backoffs: int = 0
+    latency_rises: int = 0
     api_refused: int = 0  # attempts the fetch-through API refused (never reached the host)
 
     def has_work(self) -> bool:
@@ -69,15 +107,59 @@ class HostState:
         # The IP gate last: a host it turns away is parked on it, and woken by its next release.
         return self.limiter.has_capacity() and (self.ip_gate is None or self.ip_gate.admits(self))
 
+    def politeness(self) -> HostPoliteness:
+        return HostPoliteness(host=self.host, next_eligible=self.paused_until, crawl_delay=self.crawl_delay,
+                              backoff_level=self.backoff.level, last_throttle=self.backoff.last_throttle)
 
-class HostScheduler:
-    def __init__(self, limiter_factory: Callable[[], AimdLimiter]) -> None:
-        self._limiter_factory = limiter_factory
+    def snapshot(self) -> dict:
+        limiter = self.limiter
+        return {
+            "host": self.host,
+            "in_flight": limiter.in_flight,
+            "limit": limiter.limit,
+            "limit_decreases": limiter.decreases,
+            "queued": self.queued + len(self.buffer),
+            "fetched": self.fetched,
+            "throttled": self.throttled,
+            "errors": self.errors,
+            "retries": self.retries,
+            "retry_ratio": round(self.retries / self.fetched, 4) if self.fetched else 0.0,
+            "crawl_delay_s": self.crawl_delay,
+            "throttle_point": limiter.throttle_point,
+            "latency_baseline_ms": round(self.latency.baseline_s * 1000, 1) if self.latency else None,
+            "latency_rises": self.latency_rises,
+            "backoffs": self.backoffs,
+            "backoff_level": self.backoff.level,
+            "api_refused": self.api_refused,
+            "ip": self.ip_gate.address if self.ip_gate else None,
+            "place": self.place.value,
+            "next_eligible": self.next_eligible,
+        }
+
+
+class HostTable:
+    def __init__(self, *, new_limiter: Callable[[], AimdLimiter], backoff_policy: HostBackoffPolicy,
+                 work: Wakeup, started_at: float, idle_s: float = 60.0) -> None:
+        """``work`` is notified when a host may have become ready; ``started_at`` is when this
+        process started (no request of an earlier run can have ended later); hosts idle for
+        ``idle_s`` may leave memory."""
+        if idle_s < 0:
+            raise ValueError(f"idle_s must be >= 0, got {idle_s}")
+        self._new_limiter = new_limiter
+        self._backoff_policy = backoff_policy
+        self._work = work
+        self._started_at = started_at
+        self._idle_s = idle_s
         self._hosts: dict[str, HostState] = {}
         self._ready: deque[HostState] = deque()
         self._waiting: list[tuple[float, int, HostState]] = []  # heap; stale entries skipped
+        self._idle: deque[tuple[float, HostState]] = deque()  # (idle since, host): collector's queue
         self._seq = 0
+        self._dirty: dict[str, HostState] = {}
+        self.persist_wanted = Wakeup()  # notified when durable politeness changed
+        self.collected = 0
 
+    # ----------------------------------------------------------------- reading
     def __len__(self) -> int:
         return len(self._hosts)
 
@@ -87,21 +169,83 @@ class HostScheduler:
     def get(self, host: str) -> HostState | None:
         return self._hosts.get(host)
 
-    def host(self, host: str) -> HostState:
+    def busiest(self, n: int) -> list[HostState]:
+        return heapq.nlargest(n, self._hosts.values(), key=lambda s: (s.limiter.in_flight, s.queued))
+
+    def snapshot(self, top: int = 20) -> dict:
+        places: dict[str, int] = {}
+        for state in self._hosts.values():
+            places[state.place.value] = places.get(state.place.value, 0) + 1
+        return {"in_memory": len(self._hosts), "collected": self.collected, "places": places,
+                "busiest": [state.snapshot() for state in self.busiest(top)]}
+
+    # ----------------------------------------------------------------- work
+    def _state(self, host: str, politeness: HostPoliteness | None = None) -> HostState:
         state = self._hosts.get(host)
         if state is None:
-            state = self._hosts[host] = HostState(host=host, limiter=self._limiter_factory())
+            state = self._hosts[host] = HostState(host=host, limiter=self._new_limiter())
+            if politeness is not None:
+                self._restore(state, politeness)
         return state
 
-    def add_work(self, host: str, count: int, now: float) -> HostState:
-        state = self.host(host)
+    def _restore(self, state: HostState, politeness: HostPoliteness) -> None:
+        """A host's durable politeness, saved by an earlier run or before it left memory."""
+        state.paused_until = politeness.next_eligible
+        state.crawl_delay = politeness.crawl_delay
+        # A request of an earlier run may have ended just before it died: the first one of this
+        # run keeps the Crawl-delay from this run's start.
+        spacing = self._started_at + politeness.crawl_delay if politeness.crawl_delay else 0.0
+        state.next_eligible = max(state.next_eligible, politeness.next_eligible, spacing)
+        if politeness.backoff_level:
+            state.backoff = BackoffState(politeness.backoff_level, politeness.last_throttle, politeness.next_eligible)
+
+    def add_work(self, host: str, count: int, now: float, politeness: HostPoliteness | None = None) -> None:
+        state = self._state(host, politeness)
         state.queued += count
-        if state.place in (Place.IDLE, Place.BLOCKED):
+        if state.place is Place.IDLE or state.place is Place.BLOCKED:
             self.settle(state, now)
-        return state
 
+    def add_queued(self, result: AddResult, now: float) -> None:
+        """URLs the frontier has just queued (an add, a reroute, a restore)."""
+        queued = result.queued
+        if not queued:
+            return
+        counts: dict[str, int] = {}
+        for entry in queued:
+            counts[entry.host] = counts.get(entry.host, 0) + 1
+        politeness = result.politeness
+        for host, count in counts.items():
+            self.add_work(host, count, now, politeness.get(host) if politeness else None)
+
+    def load(self, records: Iterable[HostQueue], now: float) -> None:
+        """At start: the hosts with work in the frontier, and their durable politeness."""
+        for record in records:
+            self.add_work(record.host, record.queued, now, record.politeness)
+
+    def resync(self, records: Iterable[HostQueue], now: float, *, serves: Callable[[str], bool]) -> None:
+        """Correct the queued estimates from the frontier's counts: rows can reappear behind
+        the table's back (expired leases, a host given back after a member left), and a host
+        whose count says zero would never be looked at again."""
+        for record in records:
+            if not serves(record.host):
+                continue
+            state = self._state(record.host, record.politeness)
+            missing = record.queued - state.queued
+            if missing > 0 and not state.refilling:
+                state.queued += missing
+                if state.place is Place.IDLE or state.place is Place.BLOCKED:
+                    self.settle(state, now)
+
+    def deferred(self, per_host: Mapping[str, int]) -> None:
+        """Load shedding parked these URLs in the frontier."""
+        for host, count in per_host.items():
+            state = self._hosts.get(host)
+            if state is not None:
+                state.queued = max(0, state.queued - count)
+
+    # ----------------------------------------------------------------- scheduling
     def next_host(self, now: float) -> HostState | None:
-        """Take the next host that may fetch now; the caller must ``settle`` it afterwards."""
+        """Take the next host that may send now (BUSY); the caller must ``settle`` it afterwards."""
         while self._waiting and self._waiting[0][0] <= now:
             _, _, state = heapq.heappop(self._waiting)
             if state.place is Place.WAITING:
@@ -111,7 +255,7 @@ class HostScheduler:
             if state.place is not Place.READY:
                 continue  # stale entry
             if not state.has_work():
-                state.place = Place.IDLE
+                self._to_idle(state, now)
                 continue
             if state.next_eligible > now or not state.can_send():
                 state.place = Place.IDLE  # it left the deque; settle re-places it
@@ -121,47 +265,239 @@ class HostScheduler:
             return state
         return None
 
-    def settle(self, state: HostState, now: float) -> None:
-        """Put a host where its current state says it belongs."""
-        if not state.has_work():
-            state.place = Place.IDLE
-        elif state.next_eligible > now:
-            state.place = Place.WAITING
-            self._seq += 1
-            heapq.heappush(self._waiting, (state.next_eligible, self._seq, state))
-        elif not state.can_send():
-            # Both end with a request of this host finishing, which calls on_release.
-            state.place = Place.BLOCKED
-        else:
-            if state.place is not Place.READY:
-                self._ready.append(state)
-            state.place = Place.READY
-
-    def on_release(self, state: HostState, now: float) -> None:
-        """A request of this host finished: a blocked host may go again."""
-        if state.place is Place.BLOCKED:
-            self.settle(state, now)
-
-    def refilled(self, state: HostState, now: float) -> None:
-        """A lease request came back: a host parked for it may go again."""
-        if state.place in (Place.BLOCKED, Place.IDLE):
-            self.settle(state, now)
-
-    def delay(self, state: HostState, until: float, now: float) -> None:
-        """Push a host's next-eligible time out (Retry-After, host backoff)."""
-        if until > state.next_eligible:
-            state.next_eligible = until
-            if state.place in (Place.READY, Place.BLOCKED):
-                state.place = Place.IDLE  # drop it from the deque lazily, then re-place
-                self.settle(state, now)
-
     def next_wakeup(self) -> float | None:
         while self._waiting and self._waiting[0][2].place is not Place.WAITING:
             heapq.heappop(self._waiting)
         return self._waiting[0][0] if self._waiting else None
 
-    def queued_total(self) -> int:
-        return sum(s.queued + len(s.buffer) for s in self._hosts.values())
+    def settle(self, state: HostState, now: float) -> None:
+        """Put a host where its current state says it belongs."""
+        if not state.has_work():
+            self._to_idle(state, now)
+        elif state.next_eligible > now:
+            state.place = Place.WAITING
+            self._seq += 1
+            heapq.heappush(self._waiting, (state.next_eligible, self._seq, state))
+            self._work.notify()  # the dispatcher's wait may have to end sooner
+        elif not state.can_send():
+            # Each way out of BLOCKED ends with a release, a refill or a robots answer.
+            state.place = Place.BLOCKED
+        else:
+            if state.place is not Place.READY:
+                self._ready.append(state)
+                self._work.notify()
+            state.place = Place.READY
 
-    def busiest(self, n: int) -> list[HostState]:
-        return heapq.nlargest(n, self._hosts.values(), key=lambda s: (s.limiter.in_flight, s.queued))
+    def _to_idle(self, state: HostState, now: float) -> None:
+        if state.place is not Place.IDLE:
+            state.place = Place.IDLE
+            state.idle_since = now
+            self._idle.append((now, state))
+
+    def _delay(self, state: HostState, until: float, now: float) -> None:
+        if until > state.next_eligible:
+            state.next_eligible = until
+            if state.place is Place.READY or state.place is Place.BLOCKED:
+                state.place = Place.IDLE  # drops out of the deque lazily, then re-placed
+                self.settle(state, now)
+
+    def wake(self, states: Iterable[HostState], now: float) -> None:
+        """Hosts that waited for a slot (an IP gate) may go again."""
+        for state in states:
+            if state.place is Place.BLOCKED:
+                self.settle(state, now)
+
+    # ----------------------------------------------------------------- dispatch steps
+    def next_step(self, state: HostState) -> tuple[Step, Lease | None]:
+        """What to do with a BUSY host: fetch robots.txt, a lease, finish a disallowed lease,
+        or wait for a refill. The caller then settles the host."""
+        if state.robots_state is Robots.UNKNOWN:
+            state.robots_state = Robots.FETCHING
+            return Step.ROBOTS, None
+        if not state.buffer:
+            return Step.REFILL, None
+        lease = state.buffer.pop(0)
+        if state.robots is not None and not state.robots.allowed(lease.url):
+            return Step.DISALLOWED, lease
+        return Step.FETCH, lease
+
+    def start_request(self, state: HostState, now: float) -> int:
+        """Take the host's limiter slot for one request; returns its ticket."""
+        ticket = state.limiter.acquire()
+        if state.crawl_delay:
+            state.next_eligible = now + state.crawl_delay
+        return ticket
+
+    def bind_ip_gate(self, state: HostState, gate: IpGate | None) -> None:
+        state.ip_gate = gate
+
+    def robots_not_sent(self, state: HostState, ticket: int, now: float) -> None:
+        """A robots.txt request that never went out (cancelled, IP gate full): ask again."""
+        state.robots_state = Robots.UNKNOWN
+        state.limiter.release(ticket, Outcome.NEUTRAL)
+        self.settle_after_release(state, now)
+
+    def cancel_request(self, state: HostState, ticket: int, now: float) -> None:
+        state.limiter.release(ticket, Outcome.NEUTRAL)
+        self.settle_after_release(state, now)
+
+    def settle_after_release(self, state: HostState, now: float) -> None:
+        if state.place is Place.BLOCKED or state.place is Place.IDLE:
+            self.settle(state, now)
+
+    # ----------------------------------------------------------------- leases
+    def wants_refill(self, state: HostState) -> bool:
+        return state.queued > 0 and len(state.buffer) < LEASE_AHEAD * state.limiter.limit
+
+    def request_refill(self, state: HostState) -> bool:
+        """True when a lease request for the host should go to the frontier now."""
+        if state.refilling:
+            return False
+        if state.queued > 0:
+            state.refilling = True
+            return True
+        return False
+
+    @staticmethod
+    def lease_size(state: HostState) -> int:
+        if state.crawl_delay > 0:
+            return 1 if not state.buffer else 0
+        # Enough for the next rounds of the host's window, so its requests never wait for a
+        # frontier round trip (which may queue behind a store commit); never more than a few
+        # windows: a leased URL sitting in memory is a URL another node cannot take over.
+        return max(1, 2 * LEASE_AHEAD * state.limiter.limit - len(state.buffer))
+
+    def refilled(self, state: HostState, leases: list[Lease], next_ready: float | None, now: float) -> None:
+        """A lease request came back."""
+        state.refilling = False
+        state.queued = max(0, state.queued - len(leases))
+        state.buffer.extend(leases)
+        if not leases:
+            if next_ready is not None:
+                self._delay(state, next_ready, now)  # its rows wait for a retry time
+            elif not state.buffer:
+                state.queued = 0  # nothing left
+        if state.place is Place.BLOCKED or state.place is Place.IDLE:
+            self.settle(state, now)
+
+    def release_host(self, state: HostState, now: float) -> list[int]:
+        """This node no longer serves the host: its buffered leases go back (unattempted) and
+        the cluster's sweep hands its queue to the owner. Returns the lease ids."""
+        returned = [lease.id for lease in state.buffer]
+        state.buffer.clear()
+        state.queued = 0
+        if state.place is not Place.BUSY:
+            self.settle(state, now)
+        return returned
+
+    def release_unserved(self, serves: Callable[[str], bool], now: float) -> list[int]:
+        """After a membership change: release every host with work this node no longer serves."""
+        returned: list[int] = []
+        for state in list(self._hosts.values()):
+            if state.has_work() and not serves(state.host):
+                returned.extend(self.release_host(state, now))
+        return returned
+
+    def take_back_buffers(self) -> list[int]:
+        """Empty every host's lease buffer (the API is paused, or the node stops); the ids go
+        back to the frontier unattempted and stay counted as queued."""
+        returned: list[int] = []
+        for state in self._hosts.values():
+            if state.buffer:
+                returned.extend(lease.id for lease in state.buffer)
+                state.queued += len(state.buffer)
+                state.buffer.clear()
+        return returned
+
+    # ----------------------------------------------------------------- outcomes
+    def finish_page(self, state: HostState, ticket: int, verdict: Verdict, now: float) -> None:
+        """Apply a page's verdict: the limiter learns, the politeness times move, the counters
+        count. The caller releases the global slots (admission) itself."""
+        state.limiter.release(ticket, verdict.limiter)
+        if not verdict.reached_host:
+            state.api_refused += 1
+        else:
+            state.fetched += 1
+            outcome = verdict.signal.outcome
+            if verdict.signal.host is Outcome.THROTTLED:
+                state.throttled += 1
+            elif not outcome.success:
+                state.errors += 1
+            if verdict.retry is RetryAction.RETRY:
+                state.retries += 1
+            if verdict.latency_rise:
+                state.latency_rises += 1
+            state.latency = verdict.latency
+            state.throttle_streak = verdict.throttle_streak
+            if verdict.backoff is not state.backoff:
+                state.backoff = verdict.backoff
+                self._mark_dirty(state)
+            if verdict.pause is not Pause.NONE:
+                if verdict.pause is Pause.BACKOFF:
+                    state.backoffs += 1
+                state.paused_until = max(state.paused_until, verdict.next_eligible)
+                self._mark_dirty(state)
+            if verdict.next_eligible > state.next_eligible:
+                self._delay(state, verdict.next_eligible, now)
+        self.settle_after_release(state, now)
+
+    def finish_robots(self, state: HostState, ticket: int, answer: RobotsAnswer, now: float) -> None:
+        state.limiter.release(ticket, answer.limiter)
+        if answer.ready:
+            state.robots = answer.rules
+            state.robots_state = Robots.READY
+            if answer.crawl_delay != state.crawl_delay:
+                state.crawl_delay = answer.crawl_delay
+                self._mark_dirty(state)
+        else:
+            state.robots_state = Robots.UNKNOWN
+        self._delay(state, answer.next_eligible, now)
+        self.settle_after_release(state, now)
+
+    # ----------------------------------------------------------------- persistence
+    def _mark_dirty(self, state: HostState) -> None:
+        if not state.dirty:
+            state.dirty = True
+            self._dirty[state.host] = state
+            self.persist_wanted.notify()
+
+    def take_dirty(self) -> list[HostPoliteness]:
+        """The durable politeness that changed since the last call, to save in the frontier."""
+        dirty, self._dirty = self._dirty, {}
+        for state in dirty.values():
+            state.dirty = False
+        return [state.politeness() for state in dirty.values()]
+
+    def has_dirty(self) -> bool:
+        return bool(self._dirty)
+
+    # ----------------------------------------------------------------- memory
+    def collect(self, now: float) -> int:
+        """Drop hosts idle for ``idle_s`` that hold nothing memory must keep (Scrapy's idle
+        slot collector); returns how many left."""
+        cutoff = now - self._idle_s
+        idle = self._idle
+        dropped = 0
+        recheck: list[tuple[float, HostState]] = []
+        while idle and idle[0][0] <= cutoff:
+            since, state = idle.popleft()
+            if state.place is not Place.IDLE or state.idle_since != since or self._hosts.get(state.host) is not state:
+                continue  # it had work again since (a later entry stands for it), or is gone
+            if not self._collectable(state, now):
+                recheck.append((now, state))
+                continue
+            del self._hosts[state.host]
+            if state.ip_gate is not None:
+                state.ip_gate.unbind(state)
+            dropped += 1
+        for entry in recheck:
+            entry[1].idle_since = entry[0]
+            idle.append(entry)
+        self.collected += dropped
+        return dropped
+
+    def _collectable(self, state: HostState, now: float) -> bool:
+        return (not state.has_work() and not state.refilling and state.limiter.in_flight == 0
+                and not state.dirty and state.robots_state is not Robots.FETCHING
+                and now >= state.next_eligible and now >= state.paused_until
+                and self._backoff_policy.forgiven(state.backoff, now))

@@ -7,15 +7,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from crawler_node.runtime.wakeup import Wakeup
 
 T = TypeVar("T")
 
 
 class StageQueue(Generic[T]):
-    """An asyncio FIFO with a hard bound; ``put`` waits when full, it never grows."""
+    """An asyncio FIFO with a hard bound; ``put`` waits when full, it never grows. Every item
+    taken notifies ``taken`` (admission waits on it for a full or lagging stage to drain)."""
 
-    def __init__(self, name: str, maxsize: int, *, clock=time.monotonic) -> None:
+    def __init__(self, name: str, maxsize: int, *, taken: Wakeup | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if maxsize < 1:
             raise ValueError(f"{name}: a stage queue needs maxsize >= 1 (unbounded queues are not allowed)")
         self.name = name
@@ -24,8 +29,8 @@ class StageQueue(Generic[T]):
         # FIFO, so the enqueue times leave in the order the items do.
         self._enqueued_at: deque[float] = deque()
         self._clock = clock
+        self._taken = taken if taken is not None else Wakeup()
         self.blocked_puts = 0
-        self.total_puts = 0
 
     async def put(self, item: T) -> None:
         queue = self._queue
@@ -35,17 +40,21 @@ class StageQueue(Generic[T]):
         else:
             queue.put_nowait(item)  # no coroutine to run when there is room (most puts)
         self._enqueued_at.append(self._clock())
-        self.total_puts += 1
 
     async def get(self) -> T:
         item = await self._queue.get()
         self._enqueued_at.popleft()
+        self._taken.notify()
         return item
 
     def get_nowait(self) -> T:
         item = self._queue.get_nowait()
         self._enqueued_at.popleft()
+        self._taken.notify()
         return item
+
+    def full(self) -> bool:
+        return self._queue.full()
 
     def qsize(self) -> int:
         return self._queue.qsize()
@@ -56,7 +65,7 @@ class StageQueue(Generic[T]):
     def oldest_age_s(self) -> float:
         return self._clock() - self._enqueued_at[0] if self._enqueued_at else 0.0
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, float | int]:
         return {
             "depth": self.qsize(),
             "capacity": self.maxsize,

@@ -1,89 +1,181 @@
 """The store stage: WARC + crawl.log first, then one frontier transaction per batch that marks
 leases done, routes discovered links (this node's frontier or a peer's outbox) and replicates
-fetched URLs to the successor. Part of the Node (see node.py)."""
+fetched URLs to the successor. A crash between the two re-fetches a page rather than losing it.
+
+This is the one place where fetch outcomes reach the frontier. (Leases that were never
+attempted go back through the lease keeper: node.leases.)
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from typing import Protocol
 
-from crawler_node.frontier.frontier import FrontierBatch, UrlEntry
+from crawler_node.core.verdict import RetryAction
+from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
+from crawler_node.node.budget import HeldBytes
+from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import PageResult
+from crawler_node.node.queues import StageQueue
+from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.wakeup import Wakeup
+from crawler_node.store.worker import StoreWorker
 
-log = logging.getLogger("crawler_node.node.node")
+log = logging.getLogger("crawler_node.store")
+
+STORE_BATCH = 256  # pages per store write and frontier transaction, at most
+
+# The outcomes whose body is archived: an answer of the site (not an error of ours).
+_ARCHIVED = frozenset({"ok", "redirect", "http_error", "throttled", "server_error"})
+
+
+class Router(Protocol):
+    @property
+    def is_single(self) -> bool: ...
+    def route(self, host: str) -> str | None: ...
+    def successor_for(self, host: str) -> str | None: ...
+
+
+class Outboxes(Protocol):
+    def full(self, peers: Collection[str]) -> bool: ...
+    async def wait_for_space(self, peers: Collection[str]) -> None: ...
+    def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
 
 
 class StoreStage:
-    """Mixin of :class:`crawler_node.node.Node`; uses the node's state directly."""
+    name = "store"  # the reason admission reports while the store is full or lagging
 
+    def __init__(self, *, worker: StoreWorker, frontier: FrontierService, hosts: HostTable, router: Router,
+                 outboxes: Outboxes, held: HeldBytes, node_id: str, queue_size: int, lag_s: float,
+                 taken: Wakeup, clock: Callable[[], float]) -> None:
+        self._worker = worker
+        self._frontier = frontier
+        self._hosts = hosts
+        self._router = router
+        self._outboxes = outboxes
+        self._held = held
+        self._node_id = node_id
+        self._lag_s = lag_s
+        self._clock = clock
+        self._idle = taken
+        self.queue: StageQueue[PageResult] = StageQueue("store", queue_size, taken=taken)
+        self._busy = False
+        # Wall-clock time of the last commit of fetch attempts (store and frontier): when a
+        # crawl ended, or since when a node with work has made no progress.
+        self.last_stored_at: float | None = None
+        self.counters: Counter[str] = Counter()
+
+    # ----------------------------------------------------------------- questions
+    def needs_backout(self) -> bool:
+        queue = self.queue
+        return queue.full() or queue.oldest_age_s() > self._lag_s
+
+    def idle(self) -> bool:
+        return self.queue.empty() and not self._busy
+
+    async def put(self, page: PageResult) -> None:
+        await self.queue.put(page)
+
+    def snapshot(self) -> dict:
+        return {"queue": self.queue.snapshot(), "busy": self._busy, "last_stored_at": self.last_stored_at,
+                "fetched": self.counters["fetched"], "pages_done": self.counters["pages_done"],
+                "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"]}
+
+    # ----------------------------------------------------------------- lifecycle
+    async def start(self, supervisor: Supervisor) -> None:
+        await self._worker.start()
+        supervisor.stage("store", self._store_loop())
+
+    async def close(self) -> None:
+        await self._worker.close()
+
+    # ----------------------------------------------------------------- the loop
     async def _store_loop(self) -> None:
+        queue = self.queue
         while True:
-            batch = [await self.store_queue.get()]
-            self._store_busy = True
+            batch = [await queue.get()]
+            self._busy = True
             try:
-                while len(batch) < 256 and not self.store_queue.empty():
-                    batch.append(self.store_queue.get_nowait())
+                while len(batch) < STORE_BATCH and not queue.empty():
+                    batch.append(queue.get_nowait())
                 await self._commit(batch)
             finally:
-                self._store_busy = False
-                self.held_bytes -= sum(len(page.fetch.body) for page in batch)
+                self._busy = False
+                self._held.release(sum(len(page.fetch.body) for page in batch))
+                self._idle.notify()
 
     async def _commit(self, pages: list[PageResult]) -> None:
-        await self.store.write([self._record(page) for page in pages])
-        frontier_batch = FrontierBatch()
-        links: list[UrlEntry] = []
-        single = self.cluster.is_single
-        for page in pages:
-            if page.retry_at is not None:
-                (frontier_batch.postponed if page.postponed else frontier_batch.retry).append(
-                    (page.lease.id, page.retry_at))
-            elif page.final_failure:
-                frontier_batch.failed.append(page.lease.id)
-            else:
-                frontier_batch.done.append(page.lease.id)
-            if page.retry_at is None and not single:
-                successor = self.cluster.successor_for(page.lease.host)
-                if successor is not None:
-                    lease = page.lease
-                    frontier_batch.replicate.append(
-                        (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops)))
-            links.extend(page.links)
-        if single:
-            frontier_batch.add = links
-        else:
-            for entry in links:
-                owner = self.cluster.route(entry.host)
-                if owner is None:
-                    frontier_batch.add.append(entry)
-                else:
-                    frontier_batch.forward.append((owner, entry))
-            peers = {peer for peer, _ in frontier_batch.forward}
-            if peers and self.cluster.outbox_full(peers):
-                # A peer is not taking URLs as fast as we find them: wait here, which blocks
-                # the store queue, then parsing, then fetching (rule 1), never grows a buffer.
-                self.counters["outbox_blocked"] += 1
-                await self.cluster.wait_for_outbox_space(peers)
-        result = await self._frontier_thread.call(self.frontier.apply, frontier_batch)
-        if frontier_batch.forward or frontier_batch.replicate:
-            self.cluster.note_outboxed(Counter(peer for peer, _ in frontier_batch.forward + frontier_batch.replicate))
-        self.counters["fetched"] += len(pages)
+        await self._worker.write([self._record(page) for page in pages])
+        batch, retried = self._outcomes(pages)
+        self._route_links(batch, pages)
+        peers = {peer for peer, _ in batch.forward}
+        if peers and self._outboxes.full(peers):
+            # A peer is not taking URLs as fast as we find them: wait here, which blocks the
+            # store queue, then parsing, then fetching (rule 1), and never grows a buffer.
+            self.counters["outbox_blocked"] += 1
+            await self._outboxes.wait_for_space(peers)
+        result = await self._frontier.apply(batch)
+        if batch.forward or batch.replicate:
+            self._outboxes.note_outboxed(Counter(peer for peer, _ in batch.forward + batch.replicate))
+        counters = self.counters
+        counters["fetched"] += len(pages)
+        counters["pages_done"] += len(batch.done)
+        counters["failed"] += len(batch.failed)
         self.last_stored_at = time.time()
-        self.counters["pages_done"] += len(frontier_batch.done)
-        self.counters["failed"] += len(frontier_batch.failed)
         now = self._clock()
-        retried_hosts = Counter(page.lease.host for page in pages if page.retry_at is not None)
-        for host, count in retried_hosts.items():
-            self.scheduler.add_work(host, count, now)
-        self._note_added(result.queued)
-        self._work.set()
+        for host, count in retried.items():
+            self._hosts.add_work(host, count, now)
+        self._hosts.add_queued(result, now)
+
+    def _outcomes(self, pages: list[PageResult]) -> tuple[FrontierBatch, Counter[str]]:
+        batch = FrontierBatch()
+        retried: Counter[str] = Counter()
+        router = self._router
+        single = router.is_single
+        for page in pages:
+            verdict, lease = page.verdict, page.lease
+            action = verdict.retry
+            if action is RetryAction.DONE:
+                batch.done.append(lease.id)
+            elif action is RetryAction.GIVE_UP:
+                batch.failed.append(lease.id)
+            else:
+                assert verdict.retry_at is not None
+                (batch.postponed if action is RetryAction.POSTPONE else batch.retry).append(
+                    (lease.id, verdict.retry_at))
+                retried[lease.host] += 1
+                continue
+            if not single:
+                successor = router.successor_for(lease.host)
+                if successor is not None:
+                    batch.replicate.append(
+                        (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops)))
+        return batch, retried
+
+    def _route_links(self, batch: FrontierBatch, pages: list[PageResult]) -> None:
+        if self._router.is_single:
+            for page in pages:
+                batch.add.extend(page.links)
+            return
+        route = self._router.route
+        for page in pages:
+            for entry in page.links:
+                owner = route(entry.host)
+                if owner is None:
+                    batch.add.append(entry)
+                else:
+                    batch.forward.append((owner, entry))
 
     def _record(self, page: PageResult) -> tuple:
         """The page's FetchRecord as the tuple of its fields in order: the store process makes
-        the record (store_process.StoreWorker.write), the loop only a tuple, which also
-        pickles without a call back into Python."""
-        fetch, lease, outcome = page.fetch, page.lease, page.signal.outcome
-        body = fetch.body if outcome in ("ok", "redirect", "http_error", "throttled", "server_error") else b""
-        return (lease.url, lease.host, self.node_id, lease.attempts, fetch.started_at, outcome, fetch.status,
+        the record (store.worker.StoreWorker.write), the loop only a tuple, which also pickles
+        without a call back into Python (the outcome as its plain string value, too)."""
+        fetch, lease = page.fetch, page.lease
+        outcome = page.verdict.signal.outcome.value
+        body = fetch.body if outcome in _ARCHIVED else b""
+        return (lease.url, lease.host, self._node_id, lease.attempts, fetch.started_at, outcome, fetch.status,
                 fetch.request_headers, fetch.headers, body, fetch.content_type, fetch.error_detail,
                 fetch.remote_addr, fetch.elapsed_s)

@@ -8,9 +8,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from crawler_node.parse.links import LinkMemo, extract_links
 from crawler_node.core.bounded import TwoGenerationSet
 from crawler_node.core.urls import Scope, host_of
+from crawler_node.parse.links import LinkMemo, extract_links
 
 
 class ReturnedLinks:
@@ -76,7 +76,9 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> Page
     return [(link, host_of(link)) for link in context.returned.fresh(in_scope)], len(found)
 
 
-def parse_pages(context: ParseContext, pages: list[tuple[bytes, str, int]], generation: int = 0) -> list[PageLinks | str]:
+def parse_pages(
+    context: ParseContext, pages: list[tuple[bytes, str, int]], generation: int = 0
+) -> list[PageLinks | str]:
     """Parse a batch in one round trip to the worker: crossing a process boundary costs far
     more than parsing one small page, so the parse stage sends pages in batches. A page that
     cannot be parsed yields its error message instead of failing the batch. ``generation``

@@ -1,4 +1,4 @@
-"""The child side of `crawler_node.workers.ProcessWorker`:
+"""The child side of `crawler_node.runtime.workers.ProcessWorker`:
 
     python -m crawler_node.runtime.worker_main NAME
 

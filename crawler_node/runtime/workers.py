@@ -26,7 +26,10 @@ import struct
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 FRAME_HEADER = struct.Struct("!Q")  # the length of the pickle that follows
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -54,14 +57,14 @@ def encode(message: Any) -> bytes:
 
 
 class ProcessWorker:
-    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = (),
+    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple[Any, ...] = (),
                  nice: int = 0) -> None:
         self.name = name
         self.nice = nice  # added to the child's niceness: a CPU worker yields to the event loop
         self._init = (init, init_args)
         self._process: asyncio.subprocess.Process | None = None
-        self._waiting: collections.deque[asyncio.Future] = collections.deque()
-        self._reader: asyncio.Task | None = None
+        self._waiting: collections.deque[asyncio.Future[tuple[bool, Any]]] = collections.deque()
+        self._reader: asyncio.Task[None] | None = None
         self._dead: WorkerDied | None = None
 
     @property
@@ -73,6 +76,7 @@ class ProcessWorker:
             sys.executable, "-m", "crawler_node.runtime.worker_main", self.name, str(self.nice),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )
+        assert self._process.stdin is not None  # a PIPE, as asked
         _widen_pipe(self._process.stdin)
         self._reader = asyncio.get_running_loop().create_task(self._read_answers(), name=f"worker:{self.name}")
         # The node's import path first (as multiprocessing's spawn does), then the context is
@@ -82,16 +86,18 @@ class ProcessWorker:
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self._send((fn, args))
 
-    async def _send(self, request: tuple) -> Any:
+    async def _send(self, request: tuple[Any, ...]) -> Any:
         if self._dead is not None:
             raise self._dead
+        assert self._process is not None and self._process.stdin is not None, "start() the worker first"
+        stdin = self._process.stdin
         frame = encode(request)  # first: a request that cannot be pickled is never half-sent
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         # Queued before the first await: answers come back in the order requests were written.
         self._waiting.append(future)
-        self._process.stdin.write(frame)
+        stdin.write(frame)
         try:
-            await self._process.stdin.drain()  # the pipe's flow control: a slow worker slows us
+            await stdin.drain()  # the pipe's flow control: a slow worker slows us
         except (ConnectionError, BrokenPipeError):
             pass  # the reader sees the exit and fails the future
         ok, value = await future
@@ -100,7 +106,9 @@ class ProcessWorker:
         return value
 
     async def _read_answers(self) -> None:
-        stdout = self._process.stdout
+        process = self._process
+        assert process is not None and process.stdout is not None  # started by start(), stdout a PIPE
+        stdout = process.stdout
         try:
             while True:
                 (size,) = FRAME_HEADER.unpack(await stdout.readexactly(FRAME_HEADER.size))
@@ -109,8 +117,8 @@ class ProcessWorker:
                 if not future.done():
                     future.set_result(answer)
         except asyncio.IncompleteReadError:
-            code = await self._process.wait()
-            self._dead = WorkerDied(f"worker {self.name} (pid {self._process.pid}) exited with {code}")
+            code = await process.wait()
+            self._dead = WorkerDied(f"worker {self.name} (pid {process.pid}) exited with {code}")
         except BaseException as exc:  # noqa: BLE001 - any failure here leaves the callers hanging
             self._dead = WorkerDied(f"worker {self.name}: lost its answers ({exc!r})")
             if not isinstance(exc, Exception):
@@ -149,7 +157,7 @@ class SyncWorker:
     def __init__(self, name: str) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
 
-    async def call(self, fn, /, *args, **kwargs):
+    async def call(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
 
     def shutdown(self) -> None:
@@ -159,13 +167,13 @@ class SyncWorker:
 class ThreadWorker:
     """The ProcessWorker contract on one thread of this process (no pickling, shares the GIL)."""
 
-    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple = (),
+    def __init__(self, name: str, init: Callable[..., Any] | None = None, init_args: tuple[Any, ...] = (),
                  nice: int = 0) -> None:
         self.name = name  # `nice` is ignored: a thread shares the event loop's priority
         self._init = (init, init_args)
         self._thread = SyncWorker(name)
         self._context: Any = None
-        self.pid = None
+        self.pid: int | None = None  # no process of its own
 
     async def start(self) -> None:
         init, init_args = self._init
@@ -184,6 +192,6 @@ class ThreadWorker:
 
 
 def make_worker(name: str, *, in_process: bool, init: Callable[..., Any] | None = None,
-                init_args: tuple = (), nice: int = 0) -> ProcessWorker | ThreadWorker:
+                init_args: tuple[Any, ...] = (), nice: int = 0) -> ProcessWorker | ThreadWorker:
     cls = ProcessWorker if in_process else ThreadWorker
     return cls(name, init, init_args, nice)

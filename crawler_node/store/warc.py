@@ -26,7 +26,8 @@ try:
     GZIP_LEVEL = 2  # ISA-L's default of its 0-3 scale
     SMALL_GZIP_LEVEL = 0  # the one level at which ISA-L takes the fixed Huffman code
 except ImportError:  # pragma: no cover - a platform without an isal wheel
-    _deflate = zlib  # type: ignore[assignment]
+    # The same API as isal_zlib; mypy will not give one name two modules' types.
+    _deflate = zlib  # type: ignore[misc]
     GZIP_LEVEL = SMALL_GZIP_LEVEL = 6  # zlib's default; warcio's 9 costs more CPU for <1% smaller records
 
 WARC_VERSION = "1.1"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from crawler_node.store.writer import FetchRecord, Store
 from crawler_node.runtime.workers import make_worker
+from crawler_node.store.writer import FetchRecord, Store
 
 
 def _open(data_dir: str, node_id: str, warc_max_bytes: int) -> Store:

@@ -19,7 +19,7 @@ import os
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from http import HTTPStatus
 from importlib import metadata
@@ -92,7 +92,7 @@ def iso_utc(epoch: float, *, timespec: str = "milliseconds") -> str:
 
 @lru_cache(maxsize=4096)  # a batch's fetches span a few seconds
 def _utc_second(second: int) -> str:
-    return datetime.fromtimestamp(second, tz=timezone.utc).replace(tzinfo=None).isoformat()
+    return datetime.fromtimestamp(second, tz=UTC).replace(tzinfo=None).isoformat()
 
 
 class CrawlLog:
@@ -202,7 +202,7 @@ class WarcWriter:
         if exchanges and self._closed:
             raise ValueError(f"WARC writer for {self.directory} is closed")
         ids = warc.record_ids(2 * len(exchanges))
-        for record, response_id, request_id in zip(exchanges, ids[0::2], ids[1::2]):
+        for record, response_id, request_id in zip(exchanges, ids[0::2], ids[1::2], strict=True):
             if self._file is None:
                 self._open_file()
             # The response first, then the request with WARC-Concurrent-To pointing at it.
@@ -222,11 +222,12 @@ class WarcWriter:
 
     def _write_pending(self) -> None:
         if self._pending:
+            assert self._file is not None  # members are pending only while their file is open
             self._file.write(b"".join(self._pending))
             self._pending.clear()
 
     def _open_file(self) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         stamp = now.strftime("%Y%m%d%H%M%S%f")[:-3]
         while True:
             path = self.directory / f"{self.node_id}-{stamp}-{self._serial:05d}.warc.gz"
@@ -274,6 +275,8 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None)
     """The response and request records (uncompressed) of one fetch attempt with a status.
     `ids` are the records' ids (`warc.record_ids`), drawn here when not given."""
     status = record.status
+    if status is None:
+        raise ValueError(f"no HTTP exchange to record for {record.url}: it has no status")
     netloc, target = _request_target(record.url)
     request_headers = record.request_headers
     # HTTP/1.1 clients always send Host; add it if the caller left it out of its list.

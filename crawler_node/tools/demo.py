@@ -9,9 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools.node_process import NodeProcess, free_port
 from crawler_node.tools.report import progress_line
-from crawler_node.testweb.process import TestwebProcess
 
 # A little of everything the crawler must handle politely, so the demo shows it working.
 DEMO_PROFILE = {

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from crawler_node.tools import client
 
@@ -49,8 +50,8 @@ class NodeProcess:
         self.extra_args = list(extra_args)
         self.env = env
         self.log_path = log_path or (self.data_dir.parent / f"{node_id}.log")
-        self.proc: subprocess.Popen | None = None
-        self._log_file = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_file: BinaryIO | None = None
 
     @property
     def pid(self) -> int | None:
@@ -142,5 +143,5 @@ class NodeProcess:
     def __enter__(self) -> NodeProcess:
         return self.start() if self.proc is None else self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -1,0 +1,180 @@
+"""Liveness and membership traffic: heartbeats, join, leave.
+
+Every ``interval_s`` each peer is asked ``GET /v1/members``; its answer is evidence that it is
+alive, and its member list spreads joiners (anti-entropy: a joiner told to one member reaches
+all the others through their next heartbeat). An answer that is not what a member says — the
+wrong shape, wrong types, not JSON — counts as a failed heartbeat and is logged; it never
+ends the heartbeats. The round is a recurring job: whatever fails, it runs again, so a dead
+peer is always detected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import aiohttp
+
+from crawler_node.cluster.membership import Membership, PeerState, member_problem, parse_view
+from crawler_node.runtime.supervisor import Supervisor
+
+log = logging.getLogger("crawler_node.cluster")
+
+JOIN_DEADLINE_S = 30.0
+MEMBER_CALL_TIMEOUT_S = 2.0
+
+
+class BadPeerAnswer(ValueError):
+    """A peer's answer to a membership call does not have the shape of one."""
+
+
+def parse_members_answer(answer: object) -> tuple[list[tuple[str, str]], bool]:
+    """``{"members": [...], "leaving": bool?}`` as (members, leaving); BadPeerAnswer otherwise."""
+    if not isinstance(answer, dict):
+        raise BadPeerAnswer(f"expected an object, got {type(answer).__name__}")
+    leaving = answer.get("leaving", False)
+    if not isinstance(leaving, bool):
+        raise BadPeerAnswer(f"leaving must be true or false, got {type(leaving).__name__}")
+    try:
+        return parse_view(answer.get("members")), leaving
+    except ValueError as exc:
+        raise BadPeerAnswer(str(exc)) from exc
+
+
+async def _json(response: aiohttp.ClientResponse) -> object:
+    try:
+        return await response.json(content_type=None)
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past reason
+        raise BadPeerAnswer(f"not JSON: {type(exc).__name__}") from exc
+
+
+class Heartbeats:
+    def __init__(self, *, membership: Membership, advertise_url: str, interval_s: float, timeout_s: float,
+                 supervisor: Supervisor, on_changed: Callable[[str], None], on_member: Callable[[str], None],
+                 clock: Callable[[], float]) -> None:
+        """``on_changed(why)``: the live set or the member list changed; ``on_member(id)``: a
+        member is known now (its outbox sender must exist)."""
+        self._membership = membership
+        self._node_id = membership.self_id
+        self._advertise_url = advertise_url
+        self._interval_s = interval_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._supervisor = supervisor
+        self._on_changed = on_changed
+        self._on_member = on_member
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self.failures: Counter[str] = Counter()  # failed heartbeats, by peer
+        self.bad_answers: Counter[str] = Counter()  # answers that were not member lists, by peer
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+        self._supervisor.recurring("heartbeats", self.round)
+
+    def snapshot(self) -> dict:
+        return {"failures": dict(self.failures), "bad_answers": dict(self.bad_answers)}
+
+    # ----------------------------------------------------------------- heartbeats
+    async def round(self) -> None:
+        started = time.monotonic()
+        peers = self._membership.peers()
+        await asyncio.gather(*(self._heartbeat(m.node_id, m.url) for m in peers))
+        if self._membership.tick(self._clock()):
+            self._on_changed("liveness changed")
+        await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    async def _heartbeat(self, node_id: str, url: str) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.get(f"{url}/v1/members", timeout=self._timeout) as response:
+                if response.status != 200:
+                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                members, leaving = parse_members_answer(await _json(response))
+        except BadPeerAnswer as exc:
+            self.bad_answers[node_id] += 1
+            if self.bad_answers[node_id] in (1, 10, 100) or self.bad_answers[node_id] % 1000 == 0:
+                log.warning("%s answered a heartbeat with something else than a member list (%s); "
+                            "counted as a failure (%d so far)", node_id, exc, self.bad_answers[node_id])
+            self._failed(node_id)
+            return
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            self._failed(node_id)
+            return
+        now = self._clock()
+        if leaving:
+            # Still answering while it drains, but its arc is already its successors'.
+            if self._membership.observe_leave(node_id, now):
+                self._on_changed(f"{node_id} is leaving")
+            return
+        if self._membership.observe_ok(node_id, now, returning=True):
+            self._on_changed(f"{node_id} is alive")
+        new = self._membership.merge(members, now)
+        for peer in new:
+            self._on_member(peer)
+        if new:
+            self._on_changed(f"learnt {', '.join(new)} from {node_id}")
+
+    def _failed(self, node_id: str) -> None:
+        self.failures[node_id] += 1
+        if self._membership.observe_failure(node_id, self._clock()):
+            self._on_changed(f"{node_id} is down")
+
+    # ----------------------------------------------------------------- join and leave
+    async def join(self, session: aiohttp.ClientSession) -> None:
+        """Ask the configured members, in turn, to let this node in; adopt their view."""
+        self._session = session
+        body = {"id": self._node_id, "url": self._advertise_url}
+        deadline = time.monotonic() + JOIN_DEADLINE_S
+        timeout = aiohttp.ClientTimeout(total=MEMBER_CALL_TIMEOUT_S)
+        while time.monotonic() < deadline:
+            for member in self._membership.peers():
+                try:
+                    async with self._session.post(f"{member.url}/v1/join", json=body, timeout=timeout) as response:
+                        if response.status == 200:
+                            members, _ = parse_members_answer(await _json(response))
+                            self._membership.merge(members, self._clock())
+                            self._membership.observe_ok(member.node_id, self._clock())
+                            self._on_changed(f"joined through {member.node_id}")
+                            return
+                        log.warning("join through %s refused: HTTP %s", member.node_id, response.status)
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    log.warning("join through %s failed: %s", member.node_id, exc)
+            await asyncio.sleep(1.0)
+        log.error("could not join through any of %s; running with the configured view", self._membership.ids())
+
+    def accept_join(self, node_id: str, url: str) -> list[dict]:
+        problem = member_problem(node_id, url)
+        if problem is not None:
+            raise ValueError(problem)
+        now = self._clock()
+        if self._membership.add(node_id, url, now):
+            self._membership.observe_ok(node_id, now)
+            self._on_member(node_id)
+            self._on_changed(f"{node_id} joined")
+            for member in self._membership.peers():
+                if member.node_id != node_id:
+                    self._supervisor.once(f"announce:{member.node_id}",
+                                          self._post_quietly(f"{member.url}/v1/join", {"id": node_id, "url": url}))
+        return self._membership.view()
+
+    def accept_leave(self, node_id: str) -> None:
+        if self._membership.observe_leave(node_id, self._clock()):
+            self._on_changed(f"{node_id} left")
+
+    async def announce_leave(self) -> None:
+        if self._session is None:
+            return
+        body = {"id": self._node_id, "url": self._advertise_url}
+        await asyncio.gather(*(self._post_quietly(f"{m.url}/v1/leave", body)
+                               for m in self._membership.peers() if m.state is not PeerState.DOWN))
+
+    async def _post_quietly(self, url: str, body: dict) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=MEMBER_CALL_TIMEOUT_S)):
+                pass
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # the heartbeats' anti-entropy carries it

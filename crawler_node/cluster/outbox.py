@@ -1,0 +1,186 @@
+"""Outboxes: the URLs this node owes its peers, durable in the frontier until acknowledged,
+and one sender per peer that drains them in msgpack batches (``POST /v1/urls``).
+
+A peer's 429 slows only that peer's sender; a peer that is down has its URLs re-routed
+clockwise (or taken in here, when this node is now the owner). An outbox over ``capacity``
+is one of admission's pressure sources: a peer that does not take URLs as fast as they are
+found slows this node's fetching rather than growing a buffer. Each sender is a recurring
+job: a round that raises is logged and the sender runs again; it never ends silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+
+import aiohttp
+import msgpack
+
+from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.routing import Router
+from crawler_node.frontier import AddResult, FrontierService
+from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.wakeup import Wakeup
+
+log = logging.getLogger("crawler_node.cluster")
+
+MSGPACK = "application/msgpack"
+
+
+class Outboxes:
+    name = "outbox"  # the reason admission reports while a peer's outbox is full
+
+    def __init__(self, *, frontier: FrontierService, router: Router, membership: Membership,
+                 supervisor: Supervisor, capacity: int, batch: int, linger_s: float, failure_pause_s: float,
+                 on_taken: Callable[[AddResult], None], on_down: Callable[[str, str], None],
+                 on_alive: Callable[[str], None], space: Wakeup, clock: Callable[[], float]) -> None:
+        """``on_taken``: URLs a reroute brought into this node's own frontier; ``on_down(peer,
+        why)`` / ``on_alive(peer)``: a forward's failure or success is evidence of liveness;
+        ``space`` is notified whenever an outbox shrinks."""
+        self._frontier = frontier
+        self._router = router
+        self._membership = membership
+        self._supervisor = supervisor
+        self._capacity = capacity
+        self._batch = batch
+        self._linger_s = linger_s
+        self._failure_pause_s = failure_pause_s
+        self._on_taken = on_taken
+        self._on_down = on_down
+        self._on_alive = on_alive
+        self._space = space
+        self._clock = clock
+        self._node_id = membership.self_id
+        self._session: aiohttp.ClientSession | None = None
+        self._senders: set[str] = set()
+        self._wake: dict[str, Wakeup] = {}
+        self._pause: dict[str, float] = {}  # seconds the peer's sender waits before its next batch
+        self.counts: dict[str, int] = {}
+        self.counters: Counter[str] = Counter()
+
+    # ----------------------------------------------------------------- questions
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def full(self, peers: Collection[str]) -> bool:
+        if not peers:
+            return False  # one node, or nothing outboxed: the common case
+        return any(self.counts.get(peer, 0) >= self._capacity for peer in peers)
+
+    def needs_backout(self) -> bool:
+        return self.full(self.counts)
+
+    async def wait_for_space(self, peers: Collection[str]) -> None:
+        await self._space.wait_until(lambda: not self.full(peers))
+
+    def snapshot(self) -> dict:
+        return {"counts": {peer: n for peer, n in self.counts.items() if n}, "total": self.total(),
+                "capacity": self._capacity, "senders": sorted(self._senders), "counters": dict(self.counters)}
+
+    # ----------------------------------------------------------------- lifecycle
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+        self.counts = await self._frontier.outbox_counts()
+        for member in self._membership.peers():
+            self.ensure_sender(member.node_id)
+        for peer in self.counts:
+            self.ensure_sender(peer)
+
+    def ensure_sender(self, peer: str) -> None:
+        if peer == self._node_id or peer in self._senders or self._session is None:
+            return
+        self._senders.add(peer)
+        self._wake[peer] = Wakeup()
+        self._supervisor.recurring(f"outbox:{peer}", lambda: self._send_round(peer))
+
+    def note_outboxed(self, counts: Mapping[str, int]) -> None:
+        for peer, count in counts.items():
+            self.counts[peer] = self.counts.get(peer, 0) + count
+            self.ensure_sender(peer)
+            wake = self._wake.get(peer)
+            if wake is not None:
+                wake.notify()
+
+    def wake_all(self) -> None:
+        for wake in self._wake.values():
+            wake.notify()
+
+    # ----------------------------------------------------------------- one sender's round
+    async def _send_round(self, peer: str) -> None:
+        if not self.counts.get(peer):
+            await self._wake[peer].wait()
+            await asyncio.sleep(self._linger_s)  # let a batch fill
+        pause = self._pause.pop(peer, 0.0)
+        if pause:
+            await asyncio.sleep(pause)
+        member = self._membership.get(peer)
+        if member is None or member.state is PeerState.DOWN:
+            await self.reroute(peer)
+            return
+        self._pause[peer] = await self._send_batch(peer, member.url)
+
+    async def _send_batch(self, peer: str, url: str) -> float:
+        """Send one batch; returns how long this peer's sender should wait before the next."""
+        assert self._session is not None
+        rows = await self._frontier.outbox_peek(peer, self._batch)
+        if not rows:
+            self.counts[peer] = 0
+            return 0.0
+        payload = msgpack.packb({"urls": [
+            {"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops, "seen": seen}
+            for _, e, seen in rows]})
+        try:
+            async with self._session.post(f"{url}/v1/urls", data=payload,
+                                          headers={"Content-Type": MSGPACK}) as response:
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+                await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.counters["forward_failed"] += 1
+            self._on_down(peer, f"forward failed: {type(exc).__name__}")
+            return self._failure_pause_s
+        if status == 202:
+            await self._acknowledged(peer, rows)
+            seen_rows = sum(1 for _, _, seen in rows if seen)
+            # "forwarded": URLs for the peer to crawl; "sent_seen": replicas and handed-back
+            # fetched URLs, which it only records.
+            self.counters["forwarded"] += len(rows) - seen_rows
+            self.counters["sent_seen"] += seen_rows
+            self.counters["forward_batches"] += 1
+            self._on_alive(peer)
+            return 0.0
+        if status == 429:
+            # The peer's inbound is full: slow this peer's outbox only.
+            self.counters["forward_throttled"] += 1
+            try:
+                return min(30.0, max(0.1, float(retry_after or 1)))
+            except ValueError:
+                return 1.0
+        if status == 400:
+            log.error("%s refused a batch as malformed; dropping %d URLs", peer, len(rows))
+            await self._acknowledged(peer, rows)
+            return 0.0
+        log.warning("%s answered HTTP %s to a forward; will retry", peer, status)
+        return 2.0
+
+    async def _acknowledged(self, peer: str, rows: list) -> None:
+        await self._frontier.outbox_ack(peer, [(row_id, e.url) for row_id, e, _ in rows])
+        self.counts[peer] = max(0, self.counts.get(peer, 0) - len(rows))
+        self._space.notify()
+
+    async def reroute(self, peer: str) -> None:
+        """Re-decide where a peer's pending URLs go (it is down, or no longer their owner)."""
+        result = await self._frontier.outbox_reroute(peer, self._router.route)
+        counts = await self._frontier.outbox_counts()
+        moved = self.counts.get(peer, 0) - counts.get(peer, 0)
+        self.counters["rerouted"] += max(0, moved)
+        self.counts = counts
+        for target in counts:
+            self.ensure_sender(target)
+            wake = self._wake.get(target)
+            if wake is not None:
+                wake.notify()
+        self._on_taken(result)
+        self._space.notify()

@@ -1,0 +1,102 @@
+"""Sweeps: hosts this node holds but no longer owns (handback after a takeover, a join) are
+handed to their owner through the same acknowledged outbox — their queued URLs to crawl, their
+fetched ones as seen, so the owner never repeats them.
+
+Ownership moves only when the membership does, so a full sweep (every host with rows, a page
+at a time from the frontier's hosts table) runs after each membership change and at start;
+in between, a light sweep looks only at the hosts with queued work (URLs can land here for a
+host owned elsewhere: a hop limit reached, a view that disagreed for a moment), and, for a
+while after a full sweep, at the hosts it found owned elsewhere: rows whose fetch was in
+flight then are handed over once it has ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.routing import Router
+from crawler_node.frontier import FrontierService
+from crawler_node.runtime.wakeup import Wakeup
+
+log = logging.getLogger("crawler_node.cluster")
+
+LIGHT_SWEEP_EVERY_S = 2.0
+HOSTS_PER_PAGE = 2_000
+RECHECK_S = 60.0  # longer than the slowest fetch (fetch_timeout_s) that was in flight at a sweep
+
+
+class Sweeper:
+    def __init__(self, *, frontier: FrontierService, router: Router, membership: Membership, outboxes: Outboxes,
+                 on_swept: Callable[[], None] | None = None) -> None:
+        self._frontier = frontier
+        self._router = router
+        self._membership = membership
+        self._outboxes = outboxes
+        self._on_swept = on_swept
+        self._wanted = Wakeup()
+        self._full_wanted = True  # the first sweep after start looks at every host
+        self._recheck: set[str] = set()  # hosts the last full sweep found owned elsewhere
+        self._recheck_until = 0.0
+        self.counters: Counter[str] = Counter()
+
+    def request(self, *, full: bool = False) -> None:
+        self._full_wanted = self._full_wanted or full
+        self._wanted.notify()
+
+    async def round(self) -> None:
+        """One recurring round: wait for a request (or the light sweep's interval), sweep."""
+        if not self._full_wanted:
+            await self._wanted.wait(LIGHT_SWEEP_EVERY_S)
+        full, self._full_wanted = self._full_wanted, False
+        await self.sweep(full=full)
+
+    async def sweep(self, *, full: bool) -> int:
+        """Hand every host held here but owned elsewhere to its owner; reroute the outboxes of
+        peers that are down. Returns how many URLs moved."""
+        per_peer: Counter[str] = Counter()
+        now = time.monotonic()
+        if full:
+            self._recheck, self._recheck_until = set(), now + RECHECK_S
+            after = ""
+            while True:
+                hosts = await self._frontier.hosts_after(after, HOSTS_PER_PAGE)
+                if not hosts:
+                    break
+                self._recheck.update(await self._hand_off(hosts, per_peer))
+                after = hosts[-1]
+        else:
+            if now > self._recheck_until:
+                self._recheck.clear()
+            hosts = {record.host for record in await self._frontier.hosts_with_work()} | self._recheck
+            await self._hand_off(sorted(hosts), per_peer)
+        moved = sum(per_peer.values())
+        if moved:
+            self.counters["handed_off"] += moved
+            log.info("handed %d URLs of hosts owned elsewhere to %s", moved, dict(per_peer))
+            self._outboxes.note_outboxed(per_peer)
+        for peer in list(self._outboxes.counts):
+            member = self._membership.get(peer)
+            if member is None or member.state is PeerState.DOWN:
+                await self._outboxes.reroute(peer)
+        if self._on_swept is not None:
+            self._on_swept()
+        return moved
+
+    async def _hand_off(self, hosts: list[str], per_peer: Counter[str]) -> list[str]:
+        """Hand the hosts owned elsewhere to their owners; returns those hosts."""
+        route = self._router.route
+        elsewhere = []
+        for host in hosts:
+            target = route(host)
+            if target is None:
+                continue
+            elsewhere.append(host)
+            count = await self._frontier.handoff_host(host, target)
+            if count:
+                per_peer[target] += count
+        return elsewhere

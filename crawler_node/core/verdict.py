@@ -1,0 +1,185 @@
+"""What a response means: a pure function from (a host's state, a fetch result, the time) to
+a verdict (DESIGN.md rules 4-6).
+
+The verdict says everything the node does with one answer, and nothing is done while it is
+made: what the host's AIMD limiter learns; whether the URL is done, retried (when), postponed
+(refused by the fetch-through API before it reached the site) or given up (why); when the
+host may be asked again (Crawl-delay, Retry-After, host backoff); and the host's new
+throttle streak, backoff and latency level. The per-host table applies it
+(node.hosts.HostTable.finish_page), the fetch-through API's gate learns from ``signal.api``.
+Randomness (retry jitter, backoff jitter) comes from the injected policies' generators.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from crawler_node.core.backoff import FINAL_ANSWER, BackoffState, HostBackoffPolicy, RetryPolicy
+from crawler_node.core.limiter import Outcome
+from crawler_node.core.outcomes import ErrorKind, FetchOutcome
+from crawler_node.core.signals import ApiSignal, LatencyLevel, LatencyModel, Signal, classify
+from crawler_node.fetch.result import FetchResult
+from crawler_node.fetch.robots import RobotsRules, RobotsVerdict, verdict_for_status
+
+
+class RetryAction(enum.Enum):
+    DONE = "done"  # this attempt is the URL's result (a page, a redirect, a 404)
+    RETRY = "retry"  # back to its queue until retry_at; the attempt counts against the budget
+    POSTPONE = "postpone"  # refused before the site (API limit): back until retry_at, budget kept
+    GIVE_UP = "give_up"  # failed for good; ``reason`` says why
+
+
+class Pause(enum.Enum):
+    NONE = "none"
+    RETRY_AFTER = "retry_after"  # the site said when to come back
+    BACKOFF = "backoff"  # the site keeps answering 429 without saying when
+
+
+class HostView(Protocol):
+    """What a verdict reads of a host (node.hosts.HostState satisfies it)."""
+
+    @property
+    def crawl_delay(self) -> float: ...
+    @property
+    def throttle_streak(self) -> int: ...
+    @property
+    def backoff(self) -> BackoffState: ...
+    @property
+    def latency(self) -> LatencyLevel | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRules:
+    """The settings a verdict applies, read once from Settings (see node.node.build_rules)."""
+
+    retry: RetryPolicy
+    host_backoff: HostBackoffPolicy
+    host_backoff_after: int  # limit cuts from 429s without Retry-After, in a row, before a pause
+    retry_after_cap_s: float
+    latency: LatencyModel | None  # None: a slow success is not a slow-down signal
+    through_api: bool  # fetching through a proxy/API: its 429/509 are the API's
+    api_limit_header: str = "X-Api-Limit"
+    robots_agent: str = "crawler-node"
+    max_crawl_delay_s: float = 30.0
+    robots_error_retry_s: float = 30.0
+
+    def api_retry_delay(self, signal: Signal) -> float:
+        """When to try again what the API refused: its Retry-After (capped), jittered."""
+        asked = min(signal.retry_after_s or 0.0, self.retry_after_cap_s)
+        return max(asked, self.retry.backoff_s(1))
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One page response, judged. Built by :func:`judge_page`; treat as immutable."""
+
+    signal: Signal
+    limiter: Outcome  # what the host's limiter learns (a slow success can be THROTTLED)
+    retry: RetryAction
+    retry_at: float | None  # RETRY, POSTPONE: eligible again then
+    reason: str | None  # RETRY: why it may help; GIVE_UP: why it cannot
+    next_eligible: float  # the host sends nothing before this (0.0: no new constraint)
+    pause: Pause
+    throttle_streak: int
+    backoff: BackoffState
+    latency: LatencyLevel | None
+    latency_rise: bool = False
+
+    @property
+    def reached_host(self) -> bool:
+        """False when the fetch-through API refused the request: the host saw nothing."""
+        return self.signal.api is ApiSignal.NONE
+
+
+def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_round: bool, now: float,
+               rules: ResponseRules) -> Verdict:
+    """``attempt`` counts this one (1 on the first); ``in_current_round``: the request was sent
+    into the host's current limiter window (core.limiter.AimdLimiter.is_current), so a
+    throttle now is a new cut, not an echo of one already made."""
+    signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
+    if signal.api is not ApiSignal.NONE:
+        # The API's answer, not the host's (rule 5): nothing about the host changes.
+        return Verdict(signal, Outcome.NEUTRAL, RetryAction.POSTPONE, now + rules.api_retry_delay(signal), None,
+                       0.0, Pause.NONE, host.throttle_streak, host.backoff, host.latency)
+    limiter, latency, rise = _limiter_news(host, signal, result, rules)
+    # Crawl-delay counts from the end of this request, so a slow response never lets two
+    # requests overlap or arrive closer together than the site asked for.
+    next_eligible = now + host.crawl_delay if host.crawl_delay else 0.0
+    pause, streak, backoff = Pause.NONE, host.throttle_streak, host.backoff
+    if signal.outcome is FetchOutcome.THROTTLED:
+        if signal.retry_after_s is not None:  # "Retry-After: 0" is an answer too
+            next_eligible = max(next_eligible, now + min(signal.retry_after_s, rules.retry_after_cap_s))
+            pause = Pause.RETRY_AFTER
+        elif result.status == 429:
+            # AIMD cuts the limit; a host that keeps answering so, cut after cut with no
+            # success between, is paused as a whole, longer each time, until forgiven.
+            if in_current_round:
+                streak += 1
+            if streak >= rules.host_backoff_after:
+                backoff = rules.host_backoff.on_throttle(backoff, now)
+                streak = 0
+                next_eligible = max(next_eligible, backoff.eligible_at)
+                pause = Pause.BACKOFF
+    elif signal.success:
+        streak = 0
+        backoff = rules.host_backoff.on_success(backoff, now)
+    action, retry_at, reason = _retry(signal, result, attempt, now, rules)
+    return Verdict(signal, limiter, action, retry_at, reason, next_eligible, pause, streak, backoff, latency, rise)
+
+
+def _limiter_news(host: HostView, signal: Signal, result: FetchResult,
+                  rules: ResponseRules) -> tuple[Outcome, LatencyLevel | None, bool]:
+    """The signal's verdict for the limiter, except that a success far slower than the host's
+    own normal is a slow-down signal too (rule 5)."""
+    if signal.host is not Outcome.SUCCESS or rules.latency is None or result.headers_s is None:
+        return signal.host, host.latency, False
+    latency, rising = rules.latency.observe(host.latency, result.headers_s)
+    return (Outcome.THROTTLED if rising else Outcome.SUCCESS), latency, rising
+
+
+def _retry(signal: Signal, result: FetchResult, attempt: int, now: float,
+           rules: ResponseRules) -> tuple[RetryAction, float | None, str | None]:
+    if signal.success:
+        return RetryAction.DONE, None, None
+    if result.status is None and signal.error is None:
+        return RetryAction.GIVE_UP, None, "unexpected_status"
+    decision = rules.retry.decide(attempt=attempt, status=result.status, error=signal.error,
+                                  retry_after_s=signal.retry_after_s)
+    if decision.retry:
+        return RetryAction.RETRY, now + decision.delay_s, decision.reason
+    if decision.reason == FINAL_ANSWER:
+        return RetryAction.DONE, None, None  # a 404 is what the page is
+    return RetryAction.GIVE_UP, None, decision.reason
+
+
+@dataclass(slots=True)
+class RobotsAnswer:
+    """A robots.txt response, judged (see :func:`judge_robots`)."""
+
+    signal: Signal
+    limiter: Outcome
+    ready: bool  # the host's rules are known now (else: assume disallowed, ask again later)
+    rules: RobotsRules | None  # None with ready: no restrictions
+    crawl_delay: float
+    next_eligible: float
+    api_refused: bool  # the API refused it: robots.txt was never asked for
+
+
+def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules) -> RobotsAnswer:
+    signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
+    if signal.api is not ApiSignal.NONE:
+        return RobotsAnswer(signal, Outcome.NEUTRAL, False, None, 0.0, now + rules.api_retry_delay(signal), True)
+    if result.error == ErrorKind.NOT_ALLOWED:
+        # The host itself may not be fetched; its pages will fail the same way, for good.
+        verdict = RobotsVerdict.ALLOW_ALL
+    else:
+        verdict = verdict_for_status(result.status if result.error is None or result.truncated else None)
+    if verdict is RobotsVerdict.RETRY_LATER:
+        # RFC 9309: an unreachable robots.txt means "assume disallowed"; ask again later.
+        retry_in = signal.retry_after_s or rules.robots_error_retry_s
+        return RobotsAnswer(signal, signal.host, False, None, 0.0, now + retry_in, False)
+    parsed = RobotsRules.parse(result.body, rules.robots_agent) if verdict is RobotsVerdict.PARSE else None
+    crawl_delay = min(parsed.crawl_delay() if parsed else 0.0, rules.max_crawl_delay_s)
+    return RobotsAnswer(signal, signal.host, True, parsed, crawl_delay, now + crawl_delay, False)

@@ -1,0 +1,49 @@
+"""What one request produced, as plain data: read by the verdict (core), the parse and store
+stages. No I/O here; the fetcher (fetch.fetcher) fills it in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from crawler_node.core.outcomes import ErrorKind
+
+
+@dataclass(slots=True)
+class FetchResult:
+    url: str
+    status: int | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    request_headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    error: ErrorKind | None = None  # None when an HTTP answer came back
+    error_detail: str | None = None
+    started_at: float = 0.0  # wall clock
+    elapsed_s: float = 0.0
+    headers_s: float | None = None  # time to the response headers: the server's latency
+    remote_addr: str | None = None
+    truncated: bool = False
+    # Header lookup by name, case-insensitive (a fetch's result is read by several stages:
+    # classification, content type, retry policy, redirects): the fetcher hands over the
+    # multidict aiohttp parsed anyway; otherwise a dict is built on the first lookup.
+    _by_name: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    _content_type: str | None | bool = field(default=False, repr=False, compare=False)  # False: not yet
+
+    def header(self, name: str) -> str | None:
+        """The first header of that name (case-insensitive), or None."""
+        by_name = self._by_name
+        if by_name is None:
+            by_name = self._by_name = {key.lower(): value for key, value in reversed(self.headers)}
+        return by_name.get(name.lower())
+
+    @property
+    def content_type(self) -> str | None:
+        content_type = self._content_type
+        if content_type is False:
+            value = self.header("Content-Type")
+            content_type = self._content_type = value.split(";", 1)[0].strip().lower() if value else None
+        return content_type
+
+    @property
+    def is_html(self) -> bool:
+        return self.content_type in ("text/html", "application/xhtml+xml")

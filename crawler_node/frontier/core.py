@@ -1,0 +1,153 @@
+"""The state that every part of the frontier shares, and the transactions that change it.
+
+`Frontier`, `Shedding`, `Outbox`, `Handoff` and `Intake` each hold the one `FrontierCore`; none
+of them holds another's private state. The core's counters (row totals, the host table, the
+leases) move as rows do, inside a transaction, because later statements of the same
+transaction read them; a rollback rebuilds them from the database, the truth to go back to.
+A part's own counters (deferrals, outbox sizes) change only once a transaction commits, through
+`after_commit`, so a rollback never has to undo them.
+
+Leases: the outstanding ones are kept in memory (id -> host record, expiry as stored). They
+are bounded by what the node holds in flight, and they spare the database an index of leased
+rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from crawler_node.core.bounded import TwoGenerationSet
+from crawler_node.frontier.hosts import HostTable
+from crawler_node.frontier.records import DONE, FAILED, HostQueue
+
+# Rows counted per host and state, except finished ones (only their totals are kept). A full
+# scan, but only at open and after a rollback: counters are then kept incrementally. Counted
+# in Python rather than with GROUP BY, whose sorter held ~60 MB at 1M rows; this holds
+# O(hosts with work).
+_COUNT_SQL = "SELECT CASE WHEN state IN (2, 3) THEN NULL ELSE host END, state FROM urls"
+
+
+class FrontierCore:
+    def __init__(self, conn: sqlite3.Connection, *, clock: Callable[[], float], recent_urls: int) -> None:
+        self.conn = conn
+        self.clock = clock
+        self.hosts = HostTable(conn)
+        self.totals = [0, 0, 0, 0, 0]  # rows per state, indexed by state
+        # Every row in state LEASED: id -> (its host's record, lease_expires as stored).
+        self.leases: dict[int, tuple[HostQueue, float]] = {}
+        # URLs known to be rows of the frontier, the most recent ones only: most discovered
+        # links are duplicates of URLs seen moments ago (the same navigation on every page),
+        # and answering those from memory saves a database statement each. Exact, never
+        # probabilistic: a URL is here only while its row is committed.
+        self.recent = TwoGenerationSet(recent_urls)
+        self._recent_pending: list[str] = []  # known once the transaction that saw them commits
+        self._after_commit: list[Callable[[], None]] = []
+        self._depth = 0  # nesting of transaction(): only the outermost one commits
+        self._closed = False
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One SQLite transaction. Opened inside another, it joins that one: the outermost
+        commits, or rolls everything back (nothing here catches an error half-way)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self.conn.execute("BEGIN")
+        self._depth = 1
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self._roll_back()
+            raise
+        finally:
+            self._depth = 0
+        self._committed()
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run `action` once the open transaction commits; never if it rolls back (at once
+        when no transaction is open)."""
+        if not self._depth:
+            action()
+            return
+        self._after_commit.append(action)
+
+    def remember(self, urls: list[str]) -> None:
+        """`urls` are rows now (new or not): remembered as such once this transaction commits."""
+        self._recent_pending += urls
+
+    def forget_recent(self) -> None:
+        """Rows were deleted: none of the remembered URLs may be trusted to be a row."""
+        self.recent.clear()
+        self._recent_pending.clear()
+
+    def _committed(self) -> None:
+        self.hosts.committed()
+        if self._recent_pending:
+            self.recent.update(self._recent_pending)
+            self._recent_pending.clear()
+        actions, self._after_commit = self._after_commit, []
+        for action in actions:
+            action()
+
+    def _roll_back(self) -> None:
+        self._recent_pending.clear()
+        self._after_commit.clear()
+        # Some errors (disk full, I/O) make SQLite roll back by itself already.
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+        # Counters and leases were moved as rows were: back to what the database says.
+        self.load_counts()
+        self.load_leases()
+
+    # -- counters --------------------------------------------------------------------------
+
+    def count(self, host: str, state: int, delta: int) -> None:
+        """Add `delta` rows of `host` in `state` to the totals and, unless the state is a
+        finished one, to the host's record (which exists: see HostTable)."""
+        self.totals[state] += delta
+        if state != DONE and state != FAILED:
+            self.hosts.count(self.hosts.records[host], state, delta)
+
+    def count_record(self, record: HostQueue, state: int, delta: int) -> None:
+        """`count` for a caller that holds the record (queued, leased or deferred rows)."""
+        self.totals[state] += delta
+        self.hosts.count(record, state, delta)
+
+    def load_counts(self) -> None:
+        """Rebuild the totals and the host records from the database."""
+        counted = Counter(self.conn.execute(_COUNT_SQL))
+        totals = [0, 0, 0, 0, 0]
+        for (_, state), rows in counted.items():
+            totals[state] += rows
+        self.totals = totals
+        self.hosts.reload(counted)
+
+    def load_leases(self) -> None:
+        """Rebuild the in-memory leases from the database (a scan: no index of leased rows)."""
+        records = self.hosts.records
+        self.leases = {
+            row_id: (records[host], lease_expires)
+            for row_id, host, lease_expires in self.conn.execute(
+                "SELECT id, host, lease_expires FROM urls WHERE state = 1")
+        }
+
+    def recover_leases(self) -> None:
+        """At open: leases cannot outlive the process that held them, whoever held them is
+        gone. Their rows return to the queue, their attempts kept (a scan, as load_counts)."""
+        with self.transaction():
+            self.conn.execute("UPDATE urls SET state = 0, lease_expires = NULL WHERE state = 1")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.conn.close()

@@ -1,0 +1,60 @@
+"""Hosts changing owner: handing a host's rows to the node that owns it now, recording what
+other nodes fetched, and paging through this node's hosts for ownership sweeps."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.outbox import Outbox
+from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, UrlEntry
+
+_HOST_ROWS_SQL = "SELECT id, url, depth, priority, hops, state FROM urls WHERE host = ? AND state != ? LIMIT ?"
+
+
+class Handoff:
+    def __init__(self, core: FrontierCore, outbox: Outbox, intake: Intake) -> None:
+        self._core = core
+        self._outbox = outbox
+        self._intake = intake
+
+    def handoff_host(self, host: str, peer: str, limit: int = 5000) -> int:
+        """Move a host this node no longer owns to ``peer``'s outbox in one transaction: its
+        queued and deferred URLs to crawl, and its finished ones as seen, so the owner never
+        repeats them. Leased rows stay until their fetch ends; call again later for those.
+        Returns the rows moved; once none is left, the host's row (its politeness) goes too."""
+        core = self._core
+        with core.transaction():
+            rows = core.conn.execute(_HOST_ROWS_SQL, (host, LEASED, limit)).fetchall()
+            if rows:
+                to_crawl: list[tuple[str, UrlEntry]] = []
+                fetched: list[tuple[str, UrlEntry]] = []
+                for _, url, depth, priority, hops, state in rows:
+                    item = (peer, UrlEntry(url, host, depth, priority, hops))
+                    (to_crawl if state in (QUEUED, DEFERRED) else fetched).append(item)
+                self._outbox.put(to_crawl)
+                self._outbox.put(fetched, seen=True)
+                core.conn.executemany("DELETE FROM urls WHERE id = ?", [(row[0],) for row in rows])
+                for state, count in Counter(row[5] for row in rows).items():
+                    core.count(host, state, -count)
+                core.forget_recent()  # rows are gone: their URLs are new again
+            record = core.hosts.records.get(host)
+            if len(rows) < limit and (record is None or not record.leased):
+                core.hosts.remove_row(host)  # every row of it was selected: none is left
+        return len(rows)
+
+    def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
+        """Record URLs another node already fetched: new ones enter the seen-set as done, and
+        queued copies here are finished without a fetch. Returns how many changed."""
+        return self._intake.mark_seen(entries)
+
+    def replica_add(self, urls: Sequence[str]) -> int:
+        """Remember URLs a neighbour fetched: if its hosts come here, they are not fetched again."""
+        return self._intake.replica_add(urls)
+
+    def hosts_after(self, after: str, limit: int) -> list[str]:
+        """Every host that has rows, in key order, one page at a time: the hosts after
+        `after` (start with ""), at most `limit`. Reads the hosts table, never scans urls."""
+        return self._core.hosts.after(after, limit)

@@ -1,0 +1,146 @@
+"""Every way a URL enters the seen-set: as new work (queued, or parked while shedding), or as
+already fetched (by this node, by another one, or by a neighbour whose replica is kept here).
+
+`insert` is the hot path: `Frontier.add`, `Frontier.apply` and `Outbox.reroute` all come in
+through it, inside their own transaction.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Sequence
+
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.records import DEFERRED, DONE, QUEUED, AddResult, UrlEntry
+from crawler_node.frontier.shedding import Shedding
+from crawler_node.frontier.statements import INSERT_CHUNKS, chunk_sizes, in_lists
+
+_URL = operator.attrgetter("url")
+# ON CONFLICT(url) rather than INSERT OR IGNORE: only a seen URL is skipped; a malformed
+# entry (NULL url) still fails the batch instead of silently counting as a duplicate.
+# Many rows per statement (statements.chunk_sizes): one statement per row cost more than the
+# row itself.
+_INSERT_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?)"  # url, host, depth, priority, hops, state, not_before, now
+_INSERT_ROW_PARAMS = _INSERT_ROW.count("?")
+_INSERT_SEEN_SQL = (
+    "INSERT INTO urls (url, host, depth, priority, hops, state, attempts, not_before, enqueued_at)"
+    " VALUES (?, ?, ?, ?, ?, 2, 0, 0, ?) ON CONFLICT(url) DO NOTHING"
+)
+
+
+def _insert_sql(rows: int) -> str:
+    return (
+        "INSERT INTO urls (url, host, depth, priority, hops, state, attempts, not_before, enqueued_at)"
+        f" VALUES {', '.join([_INSERT_ROW] * rows)} ON CONFLICT(url) DO NOTHING"
+    )
+
+
+_INSERT_SQL = {rows: _insert_sql(rows) for rows in INSERT_CHUNKS}
+
+
+class Intake:
+    def __init__(self, core: FrontierCore, shedding: Shedding) -> None:
+        self._core = core
+        self._shedding = shedding
+        self._has_replica = core.conn.execute("SELECT 1 FROM replica LIMIT 1").fetchone() is not None
+
+    def insert(self, entries: Sequence[UrlEntry], not_before: float) -> AddResult:
+        """Queue the URLs never seen before, in the caller's transaction; the rest are
+        duplicates. URLs a neighbour fetched are recorded as done instead."""
+        core = self._core
+        # A URL in the recent set is a row already: a duplicate without asking the database.
+        fresh = core.recent.unknown(entries, key=_URL)
+        replicated: list[UrlEntry] = []
+        if self._has_replica and fresh:
+            fetched_by_neighbour = self._in_replica([entry.url for entry in fresh])
+            if fetched_by_neighbour:
+                replicated = [entry for entry in fresh if entry.url in fetched_by_neighbour]
+                fresh = [entry for entry in fresh if entry.url not in fetched_by_neighbour]
+        cut = self._shedding.cut
+        accepted = self._insert_rows(fresh, not_before, cut) if fresh else fresh
+        core.remember([entry.url for entry in fresh])  # rows now, new or not
+        per_host = Counter(entry.host for entry in accepted)
+        politeness = core.hosts.ensure(per_host)
+        for host, count in per_host.items():
+            core.count(host, QUEUED, count)
+        deferred = [entry for entry in accepted if entry.priority <= cut] if cut is not None else []
+        if deferred:
+            for host, count in Counter(entry.host for entry in deferred).items():
+                core.count(host, QUEUED, -count)
+                core.count(host, DEFERRED, count)
+            self._shedding.parked_on_arrival(len(deferred))
+        if replicated:
+            self.mark_seen(replicated)
+        return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted), deferred=deferred,
+                         politeness=politeness)
+
+    def _insert_rows(self, fresh: list[UrlEntry], not_before: float, cut: int | None) -> list[UrlEntry]:
+        """Insert `fresh` (URLs not known to be rows); returns those that were new."""
+        conn = self._core.conn
+        now = self._core.clock()
+        params: list[object] = []
+        for entry in fresh:
+            state = DEFERRED if cut is not None and entry.priority <= cut else QUEUED
+            params += (entry.url, entry.host, entry.depth, entry.priority, entry.hops, state, not_before, now)
+        # Ids only grow (AUTOINCREMENT), so the rows this insert makes are those above it.
+        highest_id = conn.execute("SELECT MAX(id) FROM urls").fetchone()[0] or 0
+        inserted = 0
+        start = 0
+        for rows in chunk_sizes(len(fresh)):
+            end = start + rows * _INSERT_ROW_PARAMS
+            inserted += conn.execute(_INSERT_SQL[rows], params[start:end]).rowcount
+            start = end
+        if inserted == len(fresh):
+            return fresh
+        # Some were rows older than the recent set remembers, or listed twice: ask which are
+        # new rather than have every insert return its rows (RETURNING costs a copy per row,
+        # and this case is rare).
+        new_urls = {url for (url,) in conn.execute("SELECT url FROM urls WHERE id > ?", (highest_id,))}
+        accepted = []
+        for entry in fresh:
+            if entry.url in new_urls:
+                new_urls.discard(entry.url)  # a later copy of it in this batch is a duplicate
+                accepted.append(entry)
+        return accepted
+
+    def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
+        """Record URLs already fetched elsewhere: new ones enter the seen-set as done, and
+        queued copies here are finished without a fetch. Returns how many changed."""
+        core = self._core
+        conn = core.conn
+        changed = 0
+        now = core.clock()
+        new_hosts: set[str] = set()
+        with core.transaction():
+            for entry in entries:
+                cursor = conn.execute(_INSERT_SEEN_SQL, (entry.url, entry.host, entry.depth, entry.priority,
+                                                         entry.hops, now))
+                if cursor.rowcount:
+                    core.count(entry.host, DONE, 1)
+                    new_hosts.add(entry.host)
+                    changed += 1
+                    continue
+                row = conn.execute("UPDATE urls SET state = 2 WHERE url = ? AND state = 0 RETURNING host",
+                                   (entry.url,)).fetchone()
+                if row is not None:
+                    core.count(row[0], QUEUED, -1)
+                    core.count(row[0], DONE, 1)
+                    changed += 1
+            core.hosts.ensure_rows(new_hosts)  # once per host, not per URL
+        return changed
+
+    def replica_add(self, urls: Sequence[str]) -> int:
+        """Remember URLs a neighbour fetched (see the replica table)."""
+        with self._core.transaction():
+            cursor = self._core.conn.executemany(
+                "INSERT INTO replica (url) VALUES (?) ON CONFLICT(url) DO NOTHING", [(url,) for url in urls])
+        self._has_replica = self._has_replica or bool(urls)
+        return cursor.rowcount
+
+    def _in_replica(self, urls: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for placeholders, chunk in in_lists(urls):
+            found.update(url for (url,) in self._core.conn.execute(
+                f"SELECT url FROM replica WHERE url IN ({placeholders})", chunk))
+        return found

@@ -1,0 +1,94 @@
+"""The outbox: URLs owed to other nodes, durable until the node they are for acknowledges them.
+
+A row is a URL to crawl, or (seen = 1) one already fetched here that the owner should only
+record in its seen-set. Rows are counted per peer in memory, and the counts change only once
+the transaction that moved the rows has committed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.records import AddResult, UrlEntry
+
+_INSERT_SQL = "INSERT INTO outbox (peer, url, host, depth, priority, hops, seen) VALUES (?, ?, ?, ?, ?, ?, ?)"
+_PEEK_SQL = "SELECT id, url, host, depth, priority, hops, seen FROM outbox WHERE peer = ? ORDER BY id LIMIT ?"
+
+
+class Outbox:
+    def __init__(self, core: FrontierCore, intake: Intake) -> None:
+        self._core = core
+        self._intake = intake  # where a rerouted URL goes when it is this node's own
+        self._counts: dict[str, int] = dict(core.conn.execute("SELECT peer, COUNT(*) FROM outbox GROUP BY peer"))
+
+    def put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False) -> None:
+        """Owe each (peer, URL) to its peer; `seen`: fetched here, for its seen-set only."""
+        if not items:
+            return
+        with self._core.transaction():
+            self._core.conn.executemany(_INSERT_SQL, [
+                (peer, e.url, e.host, e.depth, e.priority, e.hops, int(seen)) for peer, e in items])
+            self._core.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
+
+    def peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
+        """The oldest `n` rows owed to `peer`, as (id, URL, seen), without removing them."""
+        rows = self._core.conn.execute(_PEEK_SQL, (peer, n)).fetchall()
+        return [(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5]), bool(row[6])) for row in rows]
+
+    def ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
+        """Remove what ``peer`` acknowledged: the (id, url) pairs of the batch it answered.
+
+        By id alone is not enough. A row id is reused once the highest rows are deleted, and
+        a peer that froze with a batch in hand may answer long after its rows were rerouted
+        and new rows, never sent, took their ids: matching the URL and the peer too removes
+        only what was delivered (a rerouted row that was delivered anyway is sent again)."""
+        with self._core.transaction():
+            removed = self._core.conn.executemany(
+                "DELETE FROM outbox WHERE id = ? AND peer = ? AND url = ?",
+                [(row_id, peer, url) for row_id, url in sent]).rowcount
+            self._core.after_commit(partial(self._moved, peer, Counter({None: removed})))
+        return removed
+
+    def counts(self) -> dict[str, int]:
+        """Rows owed per peer (peers owed nothing are left out)."""
+        return {peer: n for peer, n in self._counts.items() if n}
+
+    def reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000) -> AddResult:
+        """Re-decide where a peer's pending URLs go (it is down, or no longer the owner):
+        ``route(host)`` names the new peer, or None for this node, which takes them in.
+        Returns what taking them in added to this node's queue."""
+        mine: list[UrlEntry] = []
+        mine_seen: list[UrlEntry] = []
+        moved: list[tuple[str | None, int]] = []
+        for row_id, entry, seen in self.peek(peer, limit):
+            target = route(entry.host)
+            if target is None:
+                (mine_seen if seen else mine).append(entry)
+            if target != peer:
+                moved.append((target, row_id))
+        conn = self._core.conn
+        with self._core.transaction():
+            conn.executemany("UPDATE outbox SET peer = ? WHERE id = ?",
+                             [(target, row_id) for target, row_id in moved if target is not None])
+            conn.executemany("DELETE FROM outbox WHERE id = ?",
+                             [(row_id,) for target, row_id in moved if target is None])
+            if mine_seen:
+                self._intake.mark_seen(mine_seen)
+            result = self._intake.insert(mine, 0.0)
+            self._core.after_commit(partial(self._moved, peer, Counter(target for target, _ in moved)))
+        return result
+
+    def _added(self, per_peer: Counter[str]) -> None:
+        for peer, count in per_peer.items():
+            self._counts[peer] = self._counts.get(peer, 0) + count
+
+    def _moved(self, peer: str, per_target: Counter[str | None]) -> None:
+        """`peer`'s rows went to other peers, or (None) out of the outbox."""
+        for target, count in per_target.items():
+            self._counts[peer] = max(0, self._counts.get(peer, 0) - count)
+            if target is not None:
+                self._counts[target] = self._counts.get(target, 0) + count

@@ -1,0 +1,156 @@
+"""The frontier's async shell: the only holder of the `Frontier` and of its thread.
+
+Every operation is one call on that thread, so the event loop never waits on the disk and the
+frontier never sees two threads. There is no generic `call(fn)`: callers name the operation,
+and so the frontier's state is never read from the event loop's thread (`snapshot()` is the
+way to see it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from crawler_node.frontier.frontier import Frontier
+from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
+from crawler_node.runtime.workers import SyncWorker
+
+
+class FrontierService:
+    def __init__(self, *, path: Path, lease_timeout_s: float, clock: Callable[[], float] = time.time) -> None:
+        if lease_timeout_s <= 0:
+            raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
+        self._path = Path(path)
+        self._lease_timeout_s = lease_timeout_s
+        self._clock = clock
+        self._thread: SyncWorker | None = None
+        self._frontier: Frontier | None = None
+
+    async def open(self) -> None:
+        """Open the frontier on its own thread (recovering leases, counting rows: a scan)."""
+        if self._thread is not None:
+            raise RuntimeError("the frontier service is already open")
+        self._thread = SyncWorker("frontier")
+        try:
+            self._frontier = await self._thread.call(
+                Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock)
+        except BaseException:
+            self._thread.shutdown()
+            self._thread = None
+            raise
+
+    async def close(self) -> None:
+        """Close the frontier, then stop its thread. Calls made after this fail."""
+        thread, frontier = self._thread, self._frontier
+        if thread is None:
+            return
+        self._thread = self._frontier = None
+        try:
+            if frontier is not None:
+                await thread.call(frontier.close)
+        finally:
+            thread.shutdown()  # idle by now: returns at once
+
+    def _opened(self) -> tuple[SyncWorker, Frontier]:
+        if self._thread is None or self._frontier is None:
+            raise RuntimeError("the frontier service is not open")
+        return self._thread, self._frontier
+
+    # -- queue and leases ------------------------------------------------------------------
+
+    async def add(self, entries: Sequence[UrlEntry], *, not_before: float = 0.0) -> AddResult:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.add, entries, not_before=not_before)
+
+    async def take_in(self, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]], seen: bool,
+                      replicas: list[str]) -> AddResult:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.take_in, mine, forward, seen, replicas)
+
+    async def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.lease_many, requests)
+
+    async def expire_leases(self) -> int:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.expire_leases)
+
+    async def apply(self, batch: FrontierBatch) -> AddResult:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.apply, batch)
+
+    # -- hosts and totals ------------------------------------------------------------------
+
+    async def hosts_with_work(self) -> list[HostQueue]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.hosts_with_work)
+
+    async def save_hosts(self, records: Sequence[HostPoliteness]) -> None:
+        thread, frontier = self._opened()
+        await thread.call(frontier.save_hosts, records)
+
+    async def totals(self) -> dict[str, int | float]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.totals)
+
+    async def snapshot(self) -> dict[str, Any]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.snapshot)
+
+    # -- shedding --------------------------------------------------------------------------
+
+    async def defer_lowest(self, n: int, *, below_priority: int) -> Counter[str]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.shedding.defer_lowest, n, below_priority=below_priority)
+
+    async def stop_shedding(self) -> None:
+        thread, frontier = self._opened()
+        await thread.call(frontier.shedding.stop)
+
+    async def restore_deferred(self, n: int) -> Counter[str]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.shedding.restore, n)
+
+    # -- outbox ----------------------------------------------------------------------------
+
+    async def outbox_put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False) -> None:
+        thread, frontier = self._opened()
+        await thread.call(frontier.outbox.put, items, seen=seen)
+
+    async def outbox_peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.outbox.peek, peer, n)
+
+    async def outbox_ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.outbox.ack, peer, sent)
+
+    async def outbox_counts(self) -> dict[str, int]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.outbox.counts)
+
+    async def outbox_reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000) -> AddResult:
+        """`route` runs on the frontier's thread: it must only read what it was given."""
+        thread, frontier = self._opened()
+        return await thread.call(frontier.outbox.reroute, peer, route, limit)
+
+    # -- hand-off --------------------------------------------------------------------------
+
+    async def handoff_host(self, host: str, peer: str, limit: int = 5000) -> int:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.handoff.handoff_host, host, peer, limit)
+
+    async def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.handoff.mark_seen, entries)
+
+    async def replica_add(self, urls: Sequence[str]) -> int:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.handoff.replica_add, urls)
+
+    async def hosts_after(self, after: str, limit: int) -> list[str]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.handoff.hosts_after, after, limit)

@@ -1,0 +1,106 @@
+"""Load shedding's moving part: parking queued URLs (deferred) and bringing them back.
+
+The policy (when, and how many) is `crawler_node.core.shedding.ShedPolicy`; this only moves
+rows and keeps the cut below which new URLs are parked on arrival (by the intake, which asks
+`cut`). Nothing is dropped: a deferred row stays in the seen-set until it is restored.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import partial
+
+from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.records import DEFERRED, QUEUED
+
+RESTORED = "restored"
+# The lowest priority first, and among equals the newest (the deepest links of the latest
+# pages) first. Seeds are protected by the caller's priority bound.
+_DEFER_SQL = """
+UPDATE urls SET state = 4
+WHERE id IN (
+    SELECT id FROM urls WHERE state = 0 AND priority < ?
+    ORDER BY priority ASC, id DESC
+    LIMIT ?
+)
+RETURNING host, priority
+"""
+_RESTORE_SQL = """
+UPDATE urls SET state = 0
+WHERE id IN (SELECT id FROM urls WHERE host = ? AND state = 4 ORDER BY priority DESC, id LIMIT ?)
+"""
+
+
+class Shedding:
+    def __init__(self, core: FrontierCore) -> None:
+        self._core = core
+        self._cut: int | None = None
+        self._counts: Counter[str] = Counter()  # deferrals by reason, and restores, since open
+
+    @property
+    def cut(self) -> int | None:
+        """While set, new URLs at or below this priority are parked on arrival. Not durable:
+        after a restart, shedding is the node's to decide again."""
+        return self._cut
+
+    def counts(self) -> dict[str, int]:
+        """Deferred URLs by reason, and "restored", since the frontier opened."""
+        return {reason: count for reason, count in self._counts.items() if count}
+
+    def defer_lowest(self, n: int, *, below_priority: int) -> Counter[str]:
+        """Park the ``n`` lowest-priority queued URLs (newest first among equals) whose
+        priority is below ``below_priority``; from now on, new URLs at or below the highest
+        priority parked are parked on arrival too. Returns the parked count per host."""
+        if n <= 0:
+            return Counter()
+        core = self._core
+        with core.transaction():
+            rows = core.conn.execute(_DEFER_SQL, (below_priority, n)).fetchall()
+            per_host = Counter(host for host, _ in rows)
+            for host, count in per_host.items():
+                core.count(host, QUEUED, -count)
+                core.count(host, DEFERRED, count)
+            if rows:
+                core.after_commit(partial(self._deferred, max(priority for _, priority in rows), len(rows)))
+        return per_host
+
+    def _deferred(self, highest: int, count: int) -> None:
+        self._cut = highest if self._cut is None else max(self._cut, highest)
+        self._counts[QUEUE_OVER_HIGH_WATER] += count
+
+    def stop(self) -> None:
+        """New URLs are queued again whatever their priority."""
+        self._cut = None
+
+    def restore(self, n: int) -> Counter[str]:
+        """Queue about ``n`` deferred URLs again, an equal share from every host that has some
+        (each host's highest priority first): restored work spread over many hosts can be
+        fetched in parallel, work from one host only at that host's pace. Returns the count
+        per host."""
+        core = self._core
+        hosts = [record for record in core.hosts.records.values() if record.deferred]
+        if n <= 0 or not hosts:
+            return Counter()
+        share = -(-n // len(hosts))
+        per_host: Counter[str] = Counter()
+        with core.transaction():
+            left = n
+            for record in sorted(hosts, key=lambda r: -r.deferred):
+                count = core.conn.execute(_RESTORE_SQL, (record.host, min(share, left))).rowcount
+                if count:
+                    per_host[record.host] = count
+                    core.count_record(record, DEFERRED, -count)
+                    core.count_record(record, QUEUED, count)
+                    left -= count
+                if left <= 0:
+                    break
+            core.after_commit(partial(self._count, RESTORED, sum(per_host.values())))
+        return per_host
+
+    def parked_on_arrival(self, count: int) -> None:
+        """The open transaction parked `count` new URLs on arrival (the intake reports it)."""
+        self._core.after_commit(partial(self._count, ARRIVED_WHILE_SHEDDING, count))
+
+    def _count(self, reason: str, count: int) -> None:
+        self._counts[reason] += count

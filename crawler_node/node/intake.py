@@ -1,0 +1,154 @@
+"""The inbound path: URLs submitted through the API or as seeds, and URLs peers forward.
+
+URLs are normalised and scope-checked once, here; this node's own go to its frontier, the
+others to the owner's outbox, both durably before the caller is answered (so the API and
+peers may acknowledge). The inbound queue is bounded: past ``capacity`` URLs waiting for the
+frontier, callers are told to come back (InboundFull, a 429 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from crawler_node.core.urls import InvalidURL, Scope, host_of, normalize_url
+from crawler_node.frontier import AddResult, FrontierService, UrlEntry
+from crawler_node.node.hosts import HostTable
+from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
+
+log = logging.getLogger("crawler_node.intake")
+
+
+class Ring(Protocol):
+    @property
+    def is_single(self) -> bool: ...
+    def route(self, host: str) -> str | None: ...
+    def serves(self, host: str) -> bool: ...
+
+
+class Outboxes(Protocol):
+    def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
+
+
+@dataclass(slots=True)
+class Prepared:
+    """Submitted items, checked: the entries to take in, and those turned away (url, reason)."""
+
+    entries: list[UrlEntry] = field(default_factory=list)
+    invalid: list[tuple[int, str, str]] = field(default_factory=list)  # (index, url, reason): malformed
+    out_of_scope: list[tuple[str, str]] = field(default_factory=list)  # (url, reason)
+
+
+class Intake:
+    name = "inbound"
+
+    def __init__(self, *, frontier: FrontierService, hosts: HostTable, ring: Ring, outboxes: Outboxes,
+                 scope: Scope, capacity: int, max_hops: int, clock: Callable[[], float]) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._frontier = frontier
+        self._hosts = hosts
+        self._ring = ring
+        self._outboxes = outboxes
+        self._scope = scope
+        self._capacity = capacity
+        self._max_hops = max_hops
+        self._clock = clock
+        self._pending = 0
+        self.counters: Counter[str] = Counter()
+
+    # ----------------------------------------------------------------- questions
+    def needs_backout(self) -> bool:
+        return self._pending >= self._capacity
+
+    def idle(self) -> bool:
+        return self._pending == 0
+
+    def snapshot(self) -> dict:
+        return {"depth": self._pending, "capacity": self._capacity, "oldest_age_s": 0.0,
+                "blocked_puts": self.counters["inbound_rejected_batches"]}
+
+    # ----------------------------------------------------------------- the path in
+    def prepare(self, items: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> Prepared:
+        """Normalise and scope-check URLs (strings, or {"url", "depth"?, "priority"?, "hops"?})."""
+        prepared = Prepared()
+        for index, item in enumerate(items):
+            fields: Mapping = {"url": item} if isinstance(item, str) else item
+            raw = fields["url"]
+            try:
+                url = normalize_url(raw)
+            except InvalidURL as exc:
+                prepared.invalid.append((index, raw, exc.reason))
+                continue
+            depth = int(fields.get("depth") or 0)
+            reason = self._scope.check(url, depth)
+            if reason is not None:
+                prepared.out_of_scope.append((url, reason))
+                continue
+            prepared.entries.append(UrlEntry(url=url, host=host_of(url), depth=depth,
+                                             priority=int(fields.get("priority", priority)),
+                                             hops=int(fields.get("hops") or 0)))
+        return prepared
+
+    async def submit(self, urls: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
+        """Seeds and submitted URLs: whatever is malformed or out of scope is counted as rejected."""
+        prepared = self.prepare(urls, priority=priority)
+        result = await self.take(prepared.entries)
+        self.rejected(len(prepared.invalid) + len(prepared.out_of_scope))
+        return result, prepared
+
+    def rejected(self, count: int) -> None:
+        self.counters["rejected"] += count
+
+    async def take(self, entries: list[UrlEntry], *, seen: bool = False) -> AddResult:
+        """Durably take URLs in: this node's own go to its frontier, the others to the owner's
+        outbox. Returns only after the commit. Raises InboundFull instead of queueing more.
+        ``seen``: fetched elsewhere — recorded where it lands, never forwarded: in the frontier
+        for hosts served here (handback, join), as a replica for the others."""
+        if self._pending and self._pending + len(entries) > self._capacity:
+            self.counters["inbound_rejected_batches"] += 1
+            raise InboundFull(retry_after_s=1.0)
+        ring = self._ring
+        if seen:
+            mine = [e for e in entries if ring.serves(e.host)]
+            replicas = [e.url for e in entries if not ring.serves(e.host)]
+            forward: list[tuple[str, UrlEntry]] = []
+        else:
+            mine, forward = self._route_received(entries)
+            replicas = []
+        self._pending += len(entries)
+        try:
+            result = await self._frontier.take_in(mine, forward, seen, replicas)
+        finally:
+            self._pending -= len(entries)
+        if forward:
+            self._outboxes.note_outboxed(Counter(peer for peer, _ in forward))
+        self._hosts.add_queued(result, self._clock())
+        self.counters["submitted"] += len(result.accepted)
+        self.counters["forwarded"] += len(forward)
+        return result
+
+    def _route_received(self, entries: list[UrlEntry]) -> tuple[list[UrlEntry], list[tuple[str, UrlEntry]]]:
+        """Split URLs that arrived here: keep this node's, pass the rest on — at most
+        ``max_hops`` times, after which a URL stays where it is (views that disagree for a
+        moment must neither drop a URL nor bounce it forever)."""
+        ring = self._ring
+        if ring.is_single:
+            return entries, []
+        mine: list[UrlEntry] = []
+        forward: list[tuple[str, UrlEntry]] = []
+        for entry in entries:
+            owner = ring.route(entry.host)
+            if owner is None:
+                mine.append(entry)
+            elif entry.hops >= self._max_hops:
+                self.counters["hop_limit_kept"] += 1
+                mine.append(entry)
+            else:
+                entry.hops += 1
+                forward.append((owner, entry))
+        self.counters["received_forwarded_on"] += len(forward)
+        return mine, forward

@@ -1,0 +1,135 @@
+"""The lease keeper: per-host lease buffers refilled in batched frontier calls, and leases
+given back without an attempt.
+
+The dispatcher never waits on the disk: it takes leases from the hosts' buffers, and asks
+this keeper to top them up; one round trip to the frontier leases for up to ``REFILL_HOSTS``
+hosts. While the pipeline is under pressure (or the API paused) nothing more is leased: the
+URLs stay in the frontier, where they cost no memory and another node could take them over.
+Leases that were never attempted (a host handed away, the API paused, a request cancelled
+at stop) go back with the attempt not counted; leases robots.txt forbids are finished.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+
+from crawler_node.frontier import FrontierBatch, FrontierService
+from crawler_node.node.admission import API_QUOTA, FetchAdmission
+from crawler_node.node.hosts import HostState, HostTable
+from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.wakeup import Wakeup
+
+log = logging.getLogger("crawler_node.leases")
+
+REFILL_HOSTS = 256  # hosts per batched lease round trip
+
+
+class LeaseKeeper:
+    def __init__(self, *, frontier: FrontierService, hosts: HostTable, admission: FetchAdmission,
+                 pressure: Wakeup, on_returned: Callable[[], None], clock: Callable[[], float]) -> None:
+        """``pressure`` is notified when admission's answer may have changed;
+        ``on_returned`` runs after leases went back (the cluster's sweep may move them)."""
+        self._frontier = frontier
+        self._hosts = hosts
+        self._admission = admission
+        self._pressure = pressure
+        self._on_returned = on_returned
+        self._clock = clock
+        self._wanted: dict[str, HostState] = {}
+        self._returned: list[int] = []  # never attempted: back to the queue, attempt not counted
+        self._disallowed: list[int] = []  # robots.txt forbids them: finished without a fetch
+        self._wake = Wakeup()
+        self._stopping = False
+        self.counters: Counter[str] = Counter()
+
+    # ----------------------------------------------------------------- asked by the dispatcher
+    def want_refill(self, state: HostState) -> None:
+        if self._hosts.request_refill(state):
+            self._wanted[state.host] = state
+            self._wake.notify()
+
+    def give_back(self, lease_ids: list[int]) -> None:
+        if lease_ids:
+            self._returned.extend(lease_ids)
+            self._wake.notify()
+
+    def disallowed(self, lease_id: int) -> None:
+        """Never fetched, so no crawl.log line: finished in the frontier with the next round
+        (a list bounded by the leases handed out, never a waiting task)."""
+        self.counters["robots_disallowed"] += 1
+        self._disallowed.append(lease_id)
+        self._wake.notify()
+
+    def api_paused(self) -> None:
+        """The API's quota is spent: hand the buffered leases back, so a long pause neither
+        holds URLs in memory nor lets their leases expire (an expired lease counts an attempt)."""
+        self.give_back(self._hosts.take_back_buffers())
+
+    def idle(self) -> bool:
+        return not self._returned and not self._disallowed
+
+    def snapshot(self) -> dict:
+        return {"refill_wanted": len(self._wanted), "returned_pending": len(self._returned),
+                "disallowed_pending": len(self._disallowed), "robots_disallowed": self.counters["robots_disallowed"],
+                "lease_held": {k[len("lease_held_"):]: n for k, n in self.counters.items() if k.startswith("lease_held_")}}
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self, supervisor: Supervisor) -> None:
+        supervisor.stage("lease-refill", self._refill_loop())
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.notify()
+
+    async def flush(self) -> None:
+        """At stop, after the last fetch: every lease still in memory goes back."""
+        self._returned.extend(self._hosts.take_back_buffers())
+        await self._give_back_now()
+
+    # ----------------------------------------------------------------- the loop
+    async def _refill_loop(self) -> None:
+        while not self._stopping:
+            if not (self._wanted or self._returned or self._disallowed):
+                await self._wake.wait()
+                continue
+            await self._give_back_now()
+            await self._hold_while_under_pressure()
+            await self._lease_round()
+
+    async def _give_back_now(self) -> None:
+        if self._disallowed:
+            disallowed, self._disallowed = self._disallowed, []
+            await self._frontier.apply(FrontierBatch(failed=disallowed))
+        if self._returned:
+            returned, self._returned = self._returned, []
+            await self._frontier.apply(FrontierBatch(returned=returned))
+            self._on_returned()
+
+    async def _hold_while_under_pressure(self) -> None:
+        admission = self._admission
+        reason = admission.hold_leasing(self._clock())
+        if reason is None:
+            return
+        self.counters[f"lease_held_{reason}"] += 1
+        if reason == API_QUOTA:
+            # A lease round that was under way when the pause began has filled buffers since.
+            self.give_back(self._hosts.take_back_buffers())
+            await self._give_back_now()
+        while not self._stopping and admission.hold_leasing(self._clock()) is not None:
+            resume_at = admission.resume_at()
+            await self._pressure.wait(None if resume_at is None else max(0.001, resume_at - self._clock()))
+
+    async def _lease_round(self) -> None:
+        wanted = list(self._wanted.values())[:REFILL_HOSTS]
+        if not wanted:
+            return
+        for state in wanted:
+            del self._wanted[state.host]
+        hosts = self._hosts
+        requests = [(state.host, hosts.lease_size(state)) for state in wanted]
+        results = await self._frontier.lease_many(requests)
+        now = self._clock()
+        for state, (leases, next_ready) in zip(wanted, results, strict=True):
+            hosts.refilled(state, leases, next_ready, now)

@@ -1,0 +1,115 @@
+"""The node's recurring jobs around the frontier and the host table. Each runs under the
+supervisor as a recurring job: a round that fails is logged and the job runs again.
+
+- lease expiry: a lease older than its timeout goes back to its queue (rule 2);
+- host resync: the host table's queued estimates are corrected from the frontier's counts;
+- politeness: per-host pauses and Crawl-delays are saved in the frontier, batched, so a
+  restart keeps them;
+- host collection: hosts idle for a while leave memory;
+- load shedding (rule 7): the lowest-priority URLs are deferred while the queue stays over its
+  high-water mark, and restored once it has drained (the policy is core.shedding.ShedPolicy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from crawler_node.core.shedding import ShedPolicy
+from crawler_node.frontier import FrontierService
+from crawler_node.node.hosts import HostTable
+from crawler_node.node.pipeline import SEED_PRIORITY
+from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.wakeup import Wakeup
+
+log = logging.getLogger("crawler_node.upkeep")
+
+RESYNC_EVERY_S = 5.0
+COLLECT_EVERY_S = 5.0
+PERSIST_LINGER_S = 0.02  # let the changes of one burst of answers go in one transaction
+
+
+class Upkeep:
+    def __init__(self, *, frontier: FrontierService, hosts: HostTable, shed_policy: ShedPolicy,
+                 serves: Callable[[str], bool], lease_timeout_s: float, clock: Callable[[], float]) -> None:
+        self._frontier = frontier
+        self._hosts = hosts
+        self._shed = shed_policy
+        self._serves = serves
+        self._lease_timeout_s = lease_timeout_s
+        self._clock = clock
+        self._resync_wanted = Wakeup()
+        self._shed_active_in_frontier = False
+        self.counters: Counter[str] = Counter()
+
+    def request_resync(self) -> None:
+        self._resync_wanted.notify()
+
+    def start(self, supervisor: Supervisor) -> None:
+        supervisor.recurring("lease-expiry", self._expire_leases, every_s=max(1.0, self._lease_timeout_s / 4))
+        supervisor.recurring("host-resync", self._resync)
+        supervisor.recurring("host-politeness", self._save_politeness)
+        supervisor.recurring("host-collector", self._collect, every_s=COLLECT_EVERY_S)
+        interval = min(1.0, max(0.05, self._shed.after_s / 4))
+        supervisor.recurring("load-shedding", self._shed_round, every_s=interval)
+
+    async def flush(self) -> None:
+        """At stop: what changed of the hosts' politeness is saved."""
+        if self._hosts.has_dirty():
+            await self._frontier.save_hosts(self._hosts.take_dirty())
+
+    def snapshot(self) -> dict:
+        return {"leases_expired": self.counters["leases_expired"], "shedding": self._shed.snapshot()}
+
+    # ----------------------------------------------------------------- rounds
+    async def _expire_leases(self) -> None:
+        expired = await self._frontier.expire_leases()
+        if expired:
+            log.warning("%d leases expired and went back to their queues", expired)
+            self.counters["leases_expired"] += expired
+            self._resync_wanted.notify()
+
+    async def _resync(self) -> None:
+        # Rows can reappear behind the host table's back (a host given back to this node
+        # after a member left, expired leases), and a host whose count says zero would never
+        # be looked at again.
+        await self._resync_wanted.wait(RESYNC_EVERY_S)
+        records = await self._frontier.hosts_with_work()
+        self._hosts.resync(records, self._clock(), serves=self._serves)
+
+    async def _save_politeness(self) -> None:
+        hosts = self._hosts
+        if not hosts.has_dirty():
+            await hosts.persist_wanted.wait(1.0)
+            return
+        await asyncio.sleep(PERSIST_LINGER_S)
+        await self._frontier.save_hosts(hosts.take_dirty())
+
+    async def _collect(self) -> None:
+        dropped = self._hosts.collect(self._clock())
+        if dropped:
+            log.debug("%d idle hosts left memory", dropped)
+
+    async def _shed_round(self) -> None:
+        policy = self._shed
+        totals = await self._frontier.totals()
+        action = policy.observe(queued=int(totals["queued"]), deferred=int(totals["deferred"]), now=time.monotonic())
+        if action.defer:
+            # Seeds and submitted URLs (SEED_PRIORITY) are never deferred.
+            per_host = await self._frontier.defer_lowest(action.defer, below_priority=SEED_PRIORITY)
+            self._shed_active_in_frontier = True
+            self._hosts.deferred(per_host)
+            log.warning("load shedding: queue over %d for %.0f s; deferred %d lowest-priority URLs",
+                        policy.high_water, policy.after_s, sum(per_host.values()))
+        if not action.active and self._shed_active_in_frontier:
+            await self._frontier.stop_shedding()
+            self._shed_active_in_frontier = False
+        if action.restore:
+            per_host = await self._frontier.restore_deferred(action.restore)
+            now = self._clock()
+            for host, count in per_host.items():
+                self._hosts.add_work(host, count, now)
+            log.info("load shedding: restored %d deferred URLs", sum(per_host.values()))

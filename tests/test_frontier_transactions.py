@@ -1,0 +1,94 @@
+"""Frontier transactions: a failed one leaves every counter as the database says; parts called
+inside another part's transaction commit or roll back with it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, UrlEntry
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def entry(host: str, n: int, **fields: int) -> UrlEntry:
+    return UrlEntry(url=f"http://{host}/page/{n}", host=host, **fields)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def frontier(tmp_path: Path, clock: FakeClock):
+    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock) as opened:
+        yield opened
+
+
+def state(frontier: Frontier) -> tuple[object, ...]:
+    return (frontier.snapshot(), frontier.hosts_with_work(), frontier.outbox.counts(),
+            frontier.handoff.hosts_after("", 100))
+
+
+def test_a_failed_transaction_rebuilds_every_count(frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", n) for n in range(4)] + [entry("b.test", 1, priority=-5)])
+    frontier.save_hosts([HostPoliteness("a.test", crawl_delay=3.0)])
+    leases, _ = frontier.lease("a.test", 3)
+    frontier.apply(FrontierBatch(done=[leases[0].id], failed=[leases[1].id]))
+    frontier.shedding.defer_lowest(1, below_priority=0)  # b.test's only URL, and shedding is on
+    frontier.handoff.replica_add(["http://r.test/fetched"])
+    before = state(frontier)
+
+    # Fails late: after the outcomes, the outbox, a new host's record and row, and a URL
+    # parked on arrival; the replicated URL's depth does not fit an SQLite integer.
+    overflowing = UrlEntry(url="http://r.test/fetched", host="r.test", depth=2**70)
+    with pytest.raises(OverflowError):
+        frontier.apply(FrontierBatch(
+            done=[leases[2].id], retry=[(leases[2].id, 0.0)], forward=[("peer-2", entry("f.test", 1))],
+            add=[entry("c.test", 1), entry("a.test", 9, priority=-9), overflowing]))
+
+    assert state(frontier) == before
+    assert ARRIVED_WHILE_SHEDDING not in frontier.shedding.counts()  # counted only once committed
+    assert frontier.host("c.test") is None and frontier.host("a.test").politeness.crawl_delay == 3.0
+    clock.now += 61.0  # the lease that the failed batch finished is still out, with its expiry
+    assert frontier.expire_leases() == 1
+    # The rolled-back rows were never rows: their URLs are new, not remembered duplicates.
+    again = frontier.apply(FrontierBatch(add=[entry("c.test", 1), entry("a.test", 9)]))
+    assert len(again.accepted) == 2
+    assert frontier.totals()["hosts"] == 3  # c.test's row, made this time
+
+
+def test_take_in_is_one_transaction(frontier: Frontier) -> None:
+    broken = UrlEntry(url=None, host="b.test")  # type: ignore[arg-type]  # violates NOT NULL
+
+    with pytest.raises(sqlite3.IntegrityError):
+        frontier.take_in([entry("a.test", 1), broken], [("peer-2", entry("f.test", 1))], False,
+                         ["http://r.test/page/1"])
+
+    assert frontier.outbox.counts() == {} and frontier.outbox.peek("peer-2", 10) == []
+    assert frontier.totals()["queued"] == 0
+    result = frontier.take_in([entry("a.test", 1)], [("peer-2", entry("f.test", 1))], False,
+                              ["http://r.test/page/1"])
+    assert [e.url for e in result.accepted] == ["http://a.test/page/1"]
+    assert frontier.outbox.counts() == {"peer-2": 1}
+    assert frontier.add([entry("r.test", 1)]).accepted == []  # the replica came in too
+
+
+def test_take_in_of_urls_fetched_elsewhere(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1)])
+
+    result = frontier.take_in([entry("a.test", 1), entry("a.test", 2)], [], True, [])
+
+    assert result.accepted == [] and result.duplicates == 0  # both changed: one finished, one new
+    assert frontier.totals()["done"] == 2 and frontier.totals()["queued"] == 0
+    assert frontier.take_in([entry("a.test", 2)], [], True, []).duplicates == 1
