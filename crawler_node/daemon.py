@@ -10,9 +10,9 @@ import sys
 from aiohttp import web
 
 from crawler_node.api.app import make_app
+from crawler_node.node.node import Node
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
-from crawler_node.node.node import Node
 from crawler_node.settings import Settings, listen_address
 
 log = logging.getLogger("crawler_node.daemon")

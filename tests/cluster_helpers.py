@@ -58,7 +58,8 @@ def missing(nodes: list[NodeProcess], expected: set[str]) -> str:
                 report.append(
                     f"  {node.node_id} {url}: urls(state, attempts, hops)="
                     f"{db.execute('SELECT state, attempts, hops FROM urls WHERE url = ?', (url,)).fetchall()}"
-                    f" outbox(peer, seen)={db.execute('SELECT peer, seen FROM outbox WHERE url = ?', (url,)).fetchall()}"
+                    " outbox(peer, seen)="
+                    f"{db.execute('SELECT peer, seen FROM outbox WHERE url = ?', (url,)).fetchall()}"
                     f" replica={bool(db.execute('SELECT 1 FROM replica WHERE url = ?', (url,)).fetchall())}")
     return "\n".join(report)
 

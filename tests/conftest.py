@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler_node.tools.node_process import NodeProcess
 from crawler_node.testweb.process import TestwebProcess
+from crawler_node.tools.node_process import NodeProcess
 
 
 @pytest.fixture

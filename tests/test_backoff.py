@@ -1,17 +1,17 @@
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime
 
 import pytest
 
-from crawler_node.core.outcomes import ErrorKind
 from crawler_node.core.backoff import NO_BACKOFF, HostBackoffPolicy, RetryDecision, RetryPolicy, parse_retry_after
+from crawler_node.core.outcomes import ErrorKind
 
 NOW = 1_700_000_000.0
 
 
 def http_date(timestamp: float) -> str:
-    return format_datetime(datetime.fromtimestamp(timestamp, timezone.utc), usegmt=True)
+    return format_datetime(datetime.fromtimestamp(timestamp, UTC), usegmt=True)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import pytest
 from cluster_helpers import (
     FAST_CLUSTER,
     cluster_idle,
-    missing,
     get_json,
     logged_urls,
+    missing,
     owner_of,
     peers_of,
     plan,

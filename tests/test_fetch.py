@@ -94,7 +94,8 @@ async def _through_proxy(proxy_userinfo: str, urls: list[str]) -> list[str]:
     """Fetch ``urls`` through a stand-in HTTP proxy that answers with the request line's
     target, the Host header and the Proxy-Authorization it received."""
     async def answer(request: web.Request) -> web.Response:
-        return web.Response(text=f"{request.url}|{request.headers['Host']}|{request.headers.get('Proxy-Authorization')}")
+        credentials = request.headers.get("Proxy-Authorization")
+        return web.Response(text=f"{request.url}|{request.headers['Host']}|{credentials}")
 
     async with _fetcher_and_server(answer, proxy_userinfo=proxy_userinfo) as (fetcher, _):
         one_by_one = [await fetcher.fetch(url) for url in urls]  # later ones on pooled connections

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from crawler_node.parse.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
 from crawler_node.core.urls import InvalidURL, normalize_url
+from crawler_node.parse.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
 
 PAGE = "http://ex.test/dir/page.html"
 

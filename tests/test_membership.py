@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.cluster.routing import Router
 from crawler_node.cluster.membership import BadView, Membership, PeerState, parse_view
 from crawler_node.cluster.ring import ring_key
+from crawler_node.cluster.routing import Router
 from crawler_node.settings import Settings
 
 T0 = 1000.0

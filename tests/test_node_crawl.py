@@ -25,8 +25,8 @@ PROFILE = {
 @pytest.fixture(scope="module")
 def finished_crawl(tmp_path_factory):
     """Crawl a 20-host x 50-page testweb to idle once; the tests below audit the result."""
-    from crawler_node.tools.node_process import NodeProcess
     from crawler_node.testweb.process import TestwebProcess
+    from crawler_node.tools.node_process import NodeProcess
 
     tmp = tmp_path_factory.mktemp("crawl")
     started = time.time()

@@ -1,6 +1,7 @@
 """The bad afternoon, part 3: a flaky site (30% 503) and a site that keeps answering 429
-without Retry-After (40% of its requests, whatever the concurrency). Retries are load: they are bounded by the per-URL budget, spaced by
-backoff with jitter, counted per host and overall, and never spill onto healthy hosts."""
+without Retry-After (40% of its requests, whatever the concurrency). Retries are load: they are
+bounded by the per-URL budget, spaced by backoff with jitter, counted per host and overall, and
+never spill onto healthy hosts."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ PROFILE = {"site-*.test": {"latency_ms": 20}, "site-0.test": {"max_concurrency":
 def pressured_metrics(tmp_path_factory):
     """One crawl through an API with a concurrency limit, a throttling host and a tiny
     high-water mark, so the admission, API, shedding and retry series all have values."""
-    from crawler_node.tools.node_process import NodeProcess
     from crawler_node.testweb.process import TestwebProcess
+    from crawler_node.tools.node_process import NodeProcess
 
     tmp = tmp_path_factory.mktemp("metrics")
     with TestwebProcess(hosts=5, pages=60, seed=4, profile=PROFILE, tmp_dir=tmp,

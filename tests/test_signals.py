@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from crawler_node.fetch.fetcher import FetchResult
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.signals import ApiSignal, LatencyModel, classify
+from crawler_node.fetch.fetcher import FetchResult
 
 
 def answer(status: int, **headers: str) -> FetchResult:

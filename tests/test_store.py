@@ -7,7 +7,7 @@ import json
 import math
 import random
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -263,7 +263,7 @@ def test_iso_utc_is_what_datetime_writes() -> None:
     epochs += [1_700_000_000 + (n + 0.5) / 1e6 for n in range(2_000)]
     epochs += [math.nextafter(e, math.inf) for e in epochs[-50:]]
     for epoch in epochs:
-        moment = datetime.fromtimestamp(epoch, tz=timezone.utc)
+        moment = datetime.fromtimestamp(epoch, tz=UTC)
         for timespec in ("seconds", "milliseconds", "microseconds"):
             expected = moment.isoformat(timespec=timespec).replace("+00:00", "Z")
             assert iso_utc(epoch, timespec=timespec) == expected, (epoch, timespec)

@@ -4,13 +4,13 @@ import time
 
 import pytest
 
+from crawler_node.core.addresses import is_public_address
+from crawler_node.core.scope import Scope
 from crawler_node.core.urls import (
     MAX_URL_LENGTH,
     InvalidURL,
-    Scope,
     directory_of,
     host_of,
-    is_public_address,
     normalize_url,
     origin_of,
     resolve_plain,

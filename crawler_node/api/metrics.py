@@ -118,7 +118,8 @@ def pressure_metrics(status: dict) -> Iterator[Metric]:
     admission = status["admission"]
     yield _single(GaugeMetricFamily, "crawler_admission_open", "1 while new fetches may start", int(admission["open"]))
     rejections = CounterMetricFamily("crawler_admission_rejections",
-                                     "Times a fetch was ready but admission refused it, by reason (stage)", labels=["reason"])
+                                     "Times a fetch was ready but admission refused it, by reason (stage)",
+                                     labels=["reason"])
     blocked = CounterMetricFamily("crawler_admission_blocked_seconds",
                                   "Time new fetches were held back, by reason (stage)", labels=["reason"])
     for reason in sorted(admission["rejections"]):
@@ -130,32 +131,45 @@ def pressure_metrics(status: dict) -> Iterator[Metric]:
     yield _single(GaugeMetricFamily, "crawler_pipeline_held_bytes_limit", "Held bytes above which no fetch starts",
                   admission["held_bytes_limit"])
 
-    api = status["api"]
+    yield from _api_metrics(status["api"])
+    yield from _shedding_metrics(status["shedding"])
+    yield from _retry_metrics(status["retries"])
+    yield from _ip_metrics(status["ip"])
+
+
+def _api_metrics(api: dict) -> Iterator[Metric]:
     yield _single(GaugeMetricFamily, "crawler_api_enabled", "1 when fetching through a proxy/API", int(api["enabled"]))
     yield _single(GaugeMetricFamily, "crawler_api_paused", "1 while the API's quota is exhausted", int(api["paused"]))
     if api["enabled"]:
-        yield _single(GaugeMetricFamily, "crawler_api_limit", "The API limiter's current concurrency limit", api["limit"])
-        yield _single(GaugeMetricFamily, "crawler_api_in_flight", "Requests in flight through the API", api["in_flight"])
+        yield _single(GaugeMetricFamily, "crawler_api_limit", "The API limiter's current concurrency limit",
+                      api["limit"])
+        yield _single(GaugeMetricFamily, "crawler_api_in_flight", "Requests in flight through the API",
+                      api["in_flight"])
         yield _single(CounterMetricFamily, "crawler_api_limit_decreases", "Cuts of the API limiter", api["decreases"])
         yield _single(CounterMetricFamily, "crawler_api_throttled", "429s from the API itself", api["throttled"])
         yield _single(CounterMetricFamily, "crawler_api_quota_exhausted", "509s (quota spent) from the API",
                       api["quota_hits"])
-        yield _single(CounterMetricFamily, "crawler_api_pauses", "Times fetching was paused for the quota", api["pauses"])
+        yield _single(CounterMetricFamily, "crawler_api_pauses", "Times fetching was paused for the quota",
+                      api["pauses"])
         yield _single(GaugeMetricFamily, "crawler_api_resume_in_seconds", "Time until a paused API resumes by itself",
                       api["resume_in_s"] or 0.0)
 
-    shedding = status["shedding"]
+
+def _shedding_metrics(shedding: dict) -> Iterator[Metric]:
     yield _single(GaugeMetricFamily, "crawler_shed_active", "1 while low-priority URLs are being deferred",
                   int(shedding["active"]))
-    deferred = CounterMetricFamily("crawler_shed_deferred", "URLs deferred by load shedding, by reason", labels=["reason"])
+    deferred = CounterMetricFamily("crawler_shed_deferred", "URLs deferred by load shedding, by reason",
+                                   labels=["reason"])
     for reason in sorted(shedding["deferred_by_reason"]):
         deferred.add_metric([reason], shedding["deferred_by_reason"][reason])
     yield deferred
-    yield _single(CounterMetricFamily, "crawler_shed_restored", "Deferred URLs queued again", shedding["restored_total"])
+    yield _single(CounterMetricFamily, "crawler_shed_restored", "Deferred URLs queued again",
+                  shedding["restored_total"])
     yield _single(GaugeMetricFamily, "crawler_shed_high_water", "Queued URLs above which shedding starts",
                   shedding["high_water"])
 
-    retries = status["retries"]
+
+def _retry_metrics(retries: dict) -> Iterator[Metric]:
     yield _single(CounterMetricFamily, "crawler_host_attempts_all", "Requests that reached any host",
                   retries["host_attempts"])
     yield _single(CounterMetricFamily, "crawler_api_postponed", "URLs the API refused, retried without spending budget",
@@ -167,7 +181,8 @@ def pressure_metrics(status: dict) -> Iterator[Metric]:
         gave_up.add_metric([reason], retries["gave_up"][reason])
     yield gave_up
 
-    ip = status["ip"]
+
+def _ip_metrics(ip: dict) -> Iterator[Metric]:
     yield _single(GaugeMetricFamily, "crawler_ip_shared_addresses", "Addresses that several hosts resolve to",
                   ip["shared_addresses"])
     yield _single(CounterMetricFamily, "crawler_ip_gate_refusals", "Hosts held back because their IP was at its limit",

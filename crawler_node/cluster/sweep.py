@@ -72,8 +72,8 @@ class Sweeper:
         else:
             if now > self._recheck_until:
                 self._recheck.clear()
-            hosts = {record.host for record in await self._frontier.hosts_with_work()} | self._recheck
-            await self._hand_off(sorted(hosts), per_peer)
+            with_work = {record.host for record in await self._frontier.hosts_with_work()} | self._recheck
+            await self._hand_off(sorted(with_work), per_peer)
         moved = sum(per_peer.values())
         if moved:
             self.counters["handed_off"] += moved

@@ -1,1 +1,2 @@
-"""Pure policies of the crawl, no I/O: URL normalisation, the AIMD limiter, retry and backoff, what a response means (signals, verdict), load shedding."""
+"""Pure policies of the crawl, no I/O: URL normalisation, the AIMD limiter, retry and backoff,
+what a response means (signals, verdict), load shedding, named outcomes."""

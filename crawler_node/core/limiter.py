@@ -35,6 +35,11 @@ _DECREASING = frozenset({Outcome.THROTTLED, Outcome.TIMEOUT})
 class AimdLimiter:
     """How many requests one host may have in flight, adapted from its responses."""
 
+    # One per host in memory: slots keep it at a fifth of the size of an instance dict.
+    __slots__ = ("floor", "ceiling", "increase", "decrease", "probe_rounds", "max_probe_rounds", "_window", "_limit",
+                 "_in_flight", "_generation", "_epoch", "_probe_generation", "_window_filled", "_throttle_point",
+                 "_rounds_before_probe", "_clean", "increases", "decreases")
+
     def __init__(
         self,
         *,

@@ -13,10 +13,8 @@ against an http base is relative), so results agree with urljoin on http(s) URLs
 
 from __future__ import annotations
 
-import fnmatch
 import ipaddress
 import re
-from collections.abc import Sequence
 from functools import lru_cache
 from urllib.parse import unquote
 
@@ -155,66 +153,6 @@ def bare_host(host_port: str) -> str:
     if host_port.startswith("["):
         return host_port[: host_port.find("]") + 1]
     return host_port.partition(":")[0]
-
-
-def is_ip_literal(host: str) -> bool:
-    """True when ``host`` is an IP address rather than a name: IPv4, or IPv6 bare ("::1") or in
-    a URL's brackets ("[::1]"). A port is not part of it: see :func:`bare_host`."""
-    try:
-        if host.startswith("[") and host.endswith("]"):
-            ipaddress.IPv6Address(host[1:-1])  # only IPv6 is bracketed in a URL
-        else:
-            ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-class Scope:
-    """Which canonical URLs this crawl is allowed to fetch."""
-
-    def __init__(self, *, allow_hosts: Sequence[str] = (), max_depth: int | None = None) -> None:
-        if isinstance(allow_hosts, str):
-            raise TypeError("allow_hosts must be a sequence of globs, not one string")
-        if max_depth is not None and max_depth < 0:
-            raise ValueError(f"max_depth must be >= 0 or None, got {max_depth}")
-        self.allow_hosts = tuple(_glob_host(pattern) for pattern in allow_hosts)
-        self.max_depth = max_depth
-        # One compiled alternation instead of a Python loop of fnmatch calls per URL.
-        self._allowed = (
-            re.compile("|".join(fnmatch.translate(p) for p in self.allow_hosts))
-            if self.allow_hosts
-            else None
-        )
-
-    def too_deep(self, depth: int) -> bool:
-        return self.max_depth is not None and depth > self.max_depth
-
-    def check(self, url: str, depth: int) -> str | None:
-        """None when ``url`` (canonical) at ``depth`` is in scope, else the reason it is not."""
-        if self._allowed is not None:
-            host_port = host_of(url)
-            # A glob may name the bare host ("*.example.com") or host:port ("localhost:8080").
-            if not (
-                self._allowed.match(host_port) or self._allowed.match(bare_host(host_port))
-            ):
-                return "host_not_allowed"
-        if self.max_depth is not None and depth > self.max_depth:
-            return "too_deep"
-        return None
-
-
-def is_public_address(ip: str) -> bool:
-    """True when ``ip`` is a globally routable unicast address (fetching it is not SSRF)."""
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False  # unknown means no: this guards against reaching internal services
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(address)
-        if embedded is not None:
-            return _is_public(embedded)
-    return _is_public(address)
 
 
 # --- splitting and resolution ---------------------------------------------------------
@@ -356,7 +294,7 @@ def _canonical_host(host: str) -> str:
     if host.endswith("."):
         host = host[:-1]  # "example.com." is the same DNS name; one key, not two
     if not host.isascii():
-        host = _idna_encode(host)
+        host = idna_encode(host)
     if (
         len(host) > _MAX_HOST_LENGTH
         or not _ASCII_HOST.fullmatch(host)
@@ -370,7 +308,7 @@ def _percent_decode_host(host: str) -> str:
     return unquote(host, errors="strict")  # invalid UTF-8 raises, so the host is rejected
 
 
-def _idna_encode(host: str) -> str:
+def idna_encode(host: str) -> str:
     if _HAVE_IDNA:
         try:
             return _idna.encode(host, uts46=True).decode("ascii")
@@ -393,45 +331,3 @@ def _fix_token(match: re.Match[str]) -> str:
         return char if char in _UNRESERVED else token.upper()
     # A character that must be escaped (space, non-ASCII, a lone "%"): escape its UTF-8 bytes.
     return "".join(f"%{byte:02X}" for byte in token.encode("utf-8", "surrogatepass"))
-
-
-# --- scope and address helpers ----------------------------------------------------------
-
-
-def _glob_host(pattern: str) -> str:
-    pattern = pattern.strip().lower().rstrip(".")
-    if not pattern:
-        raise ValueError("an allow_hosts glob must not be empty")
-    if pattern.isascii():
-        return pattern
-    # Hosts are compared in their IDNA form, so encode the non-glob labels of the pattern.
-    labels = [
-        label if label.isascii() or any(c in label for c in "*?[") else _idna_encode(label)
-        for label in pattern.split(".")
-    ]
-    return ".".join(labels)
-
-
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-
-
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    # An IPv6 literal can smuggle an IPv4 target (mapped, 6to4, NAT64): judge that target.
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    return address.is_global and not (
-        address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_reserved
-        or address.is_unspecified
-    )

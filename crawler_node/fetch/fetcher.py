@@ -6,22 +6,19 @@ The fetcher does not retry, redirect or decide politeness: it reports status, he
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import socket
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import aiohttp
-from yarl import URL
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
+from crawler_node.core.addresses import is_ip_literal, is_public_address
 from crawler_node.core.outcomes import ErrorKind
 from crawler_node.fetch.result import FetchResult
-from crawler_node.core.urls import is_public_address
 
 
 class PrivateAddressError(OSError):
@@ -38,7 +35,8 @@ class PublicOnlyResolver(AbstractResolver):
     def __init__(self) -> None:
         self._inner = DefaultResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         answers = await self._inner.resolve(host, port, family)
         public = [a for a in answers if is_public_address(a["host"])]
         if not public:
@@ -47,14 +45,6 @@ class PublicOnlyResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
-
-
-def is_ip_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
 
 
 _PROXY_CREDENTIALS = ("Authorization", "Proxy-Authorization")  # looked up case-insensitively
@@ -161,7 +151,7 @@ class Fetcher:
                 result.body, result.truncated = await _read_capped(response, limit)
                 if result.truncated:
                     result.error, result.error_detail = ErrorKind.TOO_LARGE, f"body exceeds {limit} bytes"
-        except asyncio.TimeoutError:
+        except TimeoutError:
             result.error, result.error_detail = ErrorKind.TIMEOUT, "timed out"
         except PrivateAddressError as exc:
             result.error, result.error_detail = ErrorKind.NOT_ALLOWED, str(exc)

@@ -42,7 +42,7 @@ class FetchResult:
         if content_type is False:
             value = self.header("Content-Type")
             content_type = self._content_type = value.split(";", 1)[0].strip().lower() if value else None
-        return content_type
+        return None if content_type is True else content_type
 
     @property
     def is_html(self) -> bool:

@@ -33,10 +33,6 @@ class RobotsRules:
         text = body.decode("utf-8", errors="replace")
         return cls(parser=Protego.parse(text), agent=agent)
 
-    @classmethod
-    def allow_all(cls, agent: str) -> RobotsRules:
-        return cls(parser=None, agent=agent)
-
     def allowed(self, url: str) -> bool:
         return True if self.parser is None else self.parser.can_fetch(url, self.agent)
 

@@ -29,10 +29,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from crawler_node.core.addresses import is_ip_literal
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
-from crawler_node.core.urls import bare_host, is_ip_literal
+from crawler_node.core.urls import bare_host
 
 if TYPE_CHECKING:
     from crawler_node.node.hosts import HostState
@@ -170,7 +171,7 @@ class IpGates:
 
 async def _first_address(host: str) -> str | None:
     infos = await asyncio.get_running_loop().getaddrinfo(host, 80, type=socket.SOCK_STREAM)
-    return infos[0][4][0] if infos else None
+    return str(infos[0][4][0]) if infos else None
 
 
 class ApiGate:
@@ -259,7 +260,7 @@ class Permit:
 @dataclass(slots=True)
 class AdmissionStats:
     rejections: Counter[str] = field(default_factory=Counter)  # waits for admission, by reason
-    blocked_s: Counter[str] = field(default_factory=Counter)  # seconds spent refusing, by reason
+    blocked_s: dict[str, float] = field(default_factory=dict)  # seconds spent refusing, by reason
 
 
 class FetchAdmission:

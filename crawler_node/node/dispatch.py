@@ -126,7 +126,8 @@ class Dispatcher:
                 resume_at = admission.resume_at()
                 await self._pressure.wait(None if resume_at is None else max(0.001, resume_at - self._clock()))
         finally:
-            admission.stats.blocked_s[reason] += time.monotonic() - started
+            blocked_s = admission.stats.blocked_s
+            blocked_s[reason] = blocked_s.get(reason, 0.0) + time.monotonic() - started
 
     def _dispatch(self, state: HostState) -> bool:
         """Start one request for the host; True when a task now owns the global slot."""

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
-from crawler_node.core.urls import InvalidURL, Scope, host_of, normalize_url
+from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.core.verdict import ResponseRules, RetryAction, judge_page, judge_robots
 from crawler_node.fetch.result import FetchResult
 from crawler_node.frontier import Lease, UrlEntry

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crawler_node.core.urls import InvalidURL, Scope, host_of, normalize_url
+from crawler_node.core.scope import Scope
+from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.frontier import AddResult, FrontierService, UrlEntry
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
@@ -93,7 +94,8 @@ class Intake:
                                              hops=int(fields.get("hops") or 0)))
         return prepared
 
-    async def submit(self, urls: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
+    async def submit(self, urls: Iterable[str | Mapping], *,
+                     priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         """Seeds and submitted URLs: whatever is malformed or out of scope is counted as rejected."""
         prepared = self.prepare(urls, priority=priority)
         result = await self.take(prepared.entries)

@@ -71,9 +71,10 @@ class LeaseKeeper:
         return not self._returned and not self._disallowed
 
     def snapshot(self) -> dict:
+        held = {key[len("lease_held_"):]: n for key, n in self.counters.items() if key.startswith("lease_held_")}
         return {"refill_wanted": len(self._wanted), "returned_pending": len(self._returned),
                 "disallowed_pending": len(self._disallowed), "robots_disallowed": self.counters["robots_disallowed"],
-                "lease_held": {k[len("lease_held_"):]: n for k, n in self.counters.items() if k.startswith("lease_held_")}}
+                "lease_held": held}
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, supervisor: Supervisor) -> None:

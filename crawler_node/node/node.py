@@ -29,9 +29,9 @@ from pathlib import Path
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.scope import Scope
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
-from crawler_node.core.urls import Scope
 from crawler_node.core.verdict import ResponseRules
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
@@ -53,7 +53,7 @@ from crawler_node.store.worker import StoreWorker
 
 log = logging.getLogger("crawler_node.node")
 
-HANDOFF_POLL_S = 0.1
+HANDOFF_RECHECK_S = 0.1
 
 
 def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRules:
@@ -214,7 +214,9 @@ class Node:
         sweeper, outboxes = self.cluster.sweeper, self.cluster.outboxes
         full = True
         while time.monotonic() < deadline:
-            await asyncio.sleep(HANDOFF_POLL_S)
+            # Woken by the stages draining and the outboxes' acknowledgements; the timeout
+            # bounds the wait for what notifies nobody (the frontier's counts).
+            await self._pressure.wait(HANDOFF_RECHECK_S)
             if not (self.parse.idle() and self.store.idle() and self.leases.idle()):
                 continue
             moved = await sweeper.sweep(full=full)
@@ -240,7 +242,8 @@ class Node:
         self.upkeep.request_resync()
 
     # ----------------------------------------------------------------- asked by the API
-    async def submit(self, urls: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
+    async def submit(self, urls: Iterable[str | Mapping], *,
+                     priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         return await self.intake.submit(urls, priority=priority)
 
     def resume_api(self) -> bool:

@@ -12,7 +12,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
-from crawler_node.core.urls import Scope
+from crawler_node.core.scope import Scope
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
 from crawler_node.node.pipeline import PageResult

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
+from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.verdict import RetryAction
 from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
 from crawler_node.node.budget import HeldBytes
@@ -29,7 +30,8 @@ log = logging.getLogger("crawler_node.store")
 STORE_BATCH = 256  # pages per store write and frontier transaction, at most
 
 # The outcomes whose body is archived: an answer of the site (not an error of ours).
-_ARCHIVED = frozenset({"ok", "redirect", "http_error", "throttled", "server_error"})
+_ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.HTTP_ERROR, FetchOutcome.THROTTLED,
+                       FetchOutcome.SERVER_ERROR})
 
 
 class Router(Protocol):
@@ -174,8 +176,8 @@ class StoreStage:
         the record (store.worker.StoreWorker.write), the loop only a tuple, which also pickles
         without a call back into Python (the outcome as its plain string value, too)."""
         fetch, lease = page.fetch, page.lease
-        outcome = page.verdict.signal.outcome.value
+        outcome = page.verdict.signal.outcome
         body = fetch.body if outcome in _ARCHIVED else b""
-        return (lease.url, lease.host, self._node_id, lease.attempts, fetch.started_at, outcome, fetch.status,
+        return (lease.url, lease.host, self._node_id, lease.attempts, fetch.started_at, outcome.value, fetch.status,
                 fetch.request_headers, fetch.headers, body, fetch.content_type, fetch.error_detail,
                 fetch.remote_addr, fetch.elapsed_s)

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 
 from crawler_node.core.bounded import TwoGenerationSet
-from crawler_node.core.urls import Scope, host_of
+from crawler_node.core.scope import Scope
+from crawler_node.core.urls import host_of
 from crawler_node.parse.links import LinkMemo, extract_links
 
 

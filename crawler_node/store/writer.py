@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 from urllib.parse import urlsplit
 
+from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.store import warc
 
 CRAWL_LOG_FILENAME = "crawl.log"
@@ -59,7 +60,7 @@ class FetchRecord:
     node_id: str
     attempt: int
     fetched_at: float  # epoch seconds
-    outcome: str  # "ok", "redirect", "http_error", "throttled", "timeout", "error", ...
+    outcome: str  # a core.outcomes.FetchOutcome's value: "ok", "redirect", "timeout", ...
     status: int | None = None
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     response_headers: list[tuple[str, str]] = field(default_factory=list)
@@ -292,7 +293,7 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None)
         request_headers=request_headers,
         ip_address=record.remote_addr,
         # The node stopped reading at its cap.
-        truncated="length" if record.outcome == "too_large" else None,
+        truncated="length" if record.outcome == FetchOutcome.TOO_LARGE else None,
         ids=ids,
     )
 
