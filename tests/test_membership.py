@@ -159,7 +159,6 @@ def test_merge_learns_new_members_and_ignores_junk():
         {"url": "http://y"},
         {"id": "f", "url": None},
         {},
-        "g",
         {"id": "bad\u202eid", "url": "http://z:1"},
         {"id": "h\ud800", "url": "http://z:1"},
         {"id": "i", "url": "http://"},
@@ -174,7 +173,7 @@ def test_merge_learns_new_members_and_ignores_junk():
     assert m.merge(parse_view(view), T0 + 2) == [] and m.version == 1  # idempotent
 
 
-@pytest.mark.parametrize("view", [{"id": "d"}, "x", 5, None, {"members": []}])
+@pytest.mark.parametrize("view", [{"id": "d"}, "x", 5, None, {"members": []}, [1, 2], [{"id": "d"}, "e"]])
 def test_a_member_list_of_the_wrong_shape_is_refused(view):
     with pytest.raises(BadView):
         parse_view(view)

@@ -45,16 +45,17 @@ class BadView(ValueError):
 
 def parse_view(view: object) -> list[tuple[str, str]]:
     """A peer's member list (``[{"id": ..., "url": ...}, ...]``) as (id, url) pairs. A value of
-    the wrong shape raises BadView; members that are not valid are skipped (junk from one peer
-    must not reach every ring)."""
+    the wrong shape (not a list of objects) raises BadView; members whose id or URL is not
+    valid are skipped (junk from one peer must not reach every ring)."""
     if not isinstance(view, list):
         raise BadView(f"members must be a list, got {type(view).__name__}")
     members = []
     for item in view:
-        if isinstance(item, dict):
-            node_id, url = item.get("id"), item.get("url")
-            if member_problem(node_id, url) is None:
-                members.append((str(node_id), str(url)))
+        if not isinstance(item, dict):
+            raise BadView(f"a member must be an object, got {type(item).__name__}")
+        node_id, url = item.get("id"), item.get("url")
+        if member_problem(node_id, url) is None:
+            members.append((str(node_id), str(url)))
     return members
 
 
