@@ -54,6 +54,13 @@ class Settings:
     store_queue: int = 256  # fetch results waiting for the store
     parse_workers: int = 1  # processes; 0 = a thread in this process
     lease_timeout_s: float = 120.0
+    # A host with no work for this long leaves memory, and sooner while more than
+    # host_memory_target hosts are in it (its pauses and Crawl-delay stay on disk, its
+    # robots.txt answer in a bounded cache). Memory grows with the hosts being crawled, not
+    # with every host ever seen.
+    host_idle_s: float = 60.0
+    host_memory_target: int = 10_000
+    robots_cache_bytes: int = 4_000_000  # robots.txt bodies of hosts no longer in memory, at most
     # fetching
     connect_timeout_s: float = 10.0
     fetch_timeout_s: float = 30.0
@@ -179,13 +186,15 @@ class Settings:
     def _pressure_problems(self) -> list[str]:
         """The flow-control settings of issue 4: backoff, latency, admission, API, shedding."""
         problems: list[str] = []
+        if self.robots_cache_bytes < 0 or self.host_memory_target < 0:
+            problems.append("robots_cache_bytes and host_memory_target must be >= 0")
         for name in ("host_backoff_after", "pipeline_max_bytes"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.host_backoff_initial_s <= self.host_backoff_cap_s:
             problems.append("need 0 < host_backoff_initial_s <= host_backoff_cap_s")
         for name in ("host_backoff_forgive_s", "latency_rise_min_s", "shed_after_s", "dns_cache_s",
-                     "api_quota_reset_s", "store_lag_s"):
+                     "api_quota_reset_s", "store_lag_s", "host_idle_s"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0")
         if self.latency_rise_factor != 0 and self.latency_rise_factor <= 1:

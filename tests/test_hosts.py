@@ -11,6 +11,7 @@ from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.verdict import ResponseRules, judge_page, judge_robots
 from crawler_node.fetch.result import FetchResult
+from crawler_node.fetch.robots import RobotsCache
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease, UrlEntry
 from crawler_node.node.hosts import HostState, HostTable, Place, Robots, Step
 from crawler_node.runtime.wakeup import Wakeup
@@ -197,7 +198,7 @@ def test_a_host_no_longer_served_gives_its_buffered_leases_back() -> None:
 
 
 def test_idle_hosts_leave_memory_only_when_nothing_is_left_to_remember() -> None:
-    table = make_table(idle_s=10.0)
+    table = make_table(idle_s=10.0)  # and a memory target that is never reached
     for host in ("done", "paused", "busy"):
         table.add_work(host, 1, now=0.0)
     for index, state in enumerate([robots(table, host) for host in ("done", "paused", "busy")]):
@@ -233,3 +234,46 @@ def test_the_api_refusing_a_request_leaves_the_host_untouched() -> None:
     assert verdict.signal.outcome is FetchOutcome.API_THROTTLED
     assert (state.fetched, state.throttled, state.retries, state.api_refused) == (0, 0, 0, 1)
     assert state.limiter.decreases == 0 and state.next_eligible == 0.0
+
+
+def test_a_host_that_left_memory_keeps_its_robots_txt_answer_for_a_while() -> None:
+    cache = RobotsCache(agent="crawler-node", max_bytes=10_000, ttl_s=100.0)
+    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, idle_s=1.0, robots_cache=cache)
+    table.add_work("h", 1, now=0.0)
+    state = robots(table, "h", body=b"User-agent: *\nDisallow: /private\nCrawl-delay: 1\n")
+    fill(table, state, 1, now=1.0)
+    state, ticket, _ = send(table, now=1.0)
+    answer(table, state, ticket, 200, now=1.0)
+    assert table.collect(now=10.0) == 0  # its Crawl-delay is not saved yet: it stays
+    assert table.take_dirty() == [HostPoliteness("h", crawl_delay=1.0)]
+    assert table.collect(now=20.0) == 1 and table.get("h") is None
+    table.add_work("h", 1, now=30.0)  # work again: no robots.txt request, the rules still hold
+    back = table.get("h")
+    assert back.robots_state is Robots.READY and back.crawl_delay == 1.0
+    assert not back.robots.allowed("http://h/private/x") and back.robots.allowed("http://h/public")
+    table.release_unserved(lambda host: False, now=31.0)  # (or any other way its work goes)
+    assert table.collect(now=40.0) == 1
+    table.add_work("h", 1, now=200.0)  # a day's answer is not used for longer than ttl_s
+    assert table.get("h").robots_state is Robots.UNKNOWN
+
+
+def test_the_robots_cache_is_bounded_in_bytes() -> None:
+    cache = RobotsCache(agent="a", max_bytes=3 * RobotsCache.ENTRY_BYTES + 1_000)
+    for index in range(10):
+        cache.put(f"h{index}", b"x" * 400 if index % 2 else None, 0.0, now=float(index))
+    assert len(cache) <= 4 and cache.get("h9", 9.0) is not None and cache.get("h0", 9.0) is None
+    cache.put("huge", b"x" * 10_000, 0.0, now=10.0)  # larger than the whole budget: not kept
+    assert cache.get("huge", 10.0) is None
+
+
+def test_over_its_memory_target_the_table_drops_the_longest_idle_hosts_first() -> None:
+    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, idle_s=3600.0, memory_target=3)
+    for index in range(6):
+        table.add_work(f"h{index}", 1, now=float(index))
+        table.release_unserved(lambda host: False, now=float(index))  # its work went elsewhere: idle
+    assert len(table) == 6
+    assert table.collect(now=10.0) == 3  # far from idle_s, but over the target
+    assert sorted(state.host for state in table) == ["h3", "h4", "h5"]
+    assert table.collect(now=11.0) == 0

@@ -31,8 +31,8 @@ def test_a_flood_of_low_priority_urls_is_deferred_counted_and_crawled_later(star
     node = start_node(proxy=web.url, extra_args=NODE_ARGS)
 
     # The flood: discovered-link priorities -1 .. -5 (as if found 1 to 5 links deep).
-    flood = [{"url": url, "priority": -(1 + i % 5)} for i, url in enumerate(first)]
-    code, body = post(f"{node.url}/v1/urls", {"urls": flood})
+    prioritised = [{"url": url, "priority": -(1 + i % 5)} for i, url in enumerate(first)]
+    code, body = post(f"{node.url}/v1/urls", {"urls": prioritised})
     assert code == 202 and body["accepted"] == len(first)
     wait_until(lambda: (s := node.status())["shedding"]["active"] and s, 20, "shedding to start")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import html
 import json
 import re
@@ -207,6 +208,69 @@ async def test_same_seed_gives_identical_pages_and_another_seed_differs(graph_we
     assert one.links("site-0.test", "/") != other.links("site-0.test", "/")
 
 
+# The graphs generated for these parameters, pinned: change the digest only on purpose (and say
+# so), since benchmark results and recorded crawls refer to these webs.
+PINNED_GRAPH_DIGEST = "821cdc65d2f5be016d98731b1e1603210e2259fae25b752c2fd67d2e29f9f202"
+
+
+def graph_digest(graph_module=None) -> str:
+    module = graph_module or sys.modules[SyntheticWeb.__module__]
+    hosts = [f"site-{k}.test" for k in range(5)] + ["shop.example.test"]
+    features = {
+        "site-1.test": module.HostFeatures(robots=ROBOTS_SITE1),
+        "site-2.test": module.HostFeatures(redirects=0.3),
+        "site-3.test": module.HostFeatures(trap=True),
+        "site-4.test": module.HostFeatures(gzip_bomb=True),
+        "shop.example.test": module.HostFeatures(robots=ROBOTS_SHOP),
+    }
+    webs = [
+        module.SyntheticWeb(hosts=hosts, pages=30, seed=7, features=features),
+        module.SyntheticWeb(hosts=[f"site-{k}.test" for k in range(300)], pages=4, seed=5, cross_link_prob=0.6),
+    ]
+    digest = hashlib.sha256()
+    for number, web_graph in enumerate(webs):
+        for url in web_graph.expected_urls():
+            host, path = urlsplit(url).hostname, urlsplit(url).path
+            digest.update(f"{url} -> {' '.join(web_graph.links(host, path))}\n".encode())
+            if number == 0 and web_graph.resolve(host, path).kind == "page":
+                digest.update(web_graph.render(host, path))
+    return digest.hexdigest()
+
+
+def test_graphs_for_existing_parameters_are_unchanged():
+    assert graph_digest() == PINNED_GRAPH_DIGEST
+
+
+def test_a_web_of_200k_one_page_hosts_starts_in_seconds_and_reports_cheaply():
+    # Cross-host links are drawn by index (O(1)), not from a per-host copy of the host list
+    # (O(hosts^2): hours at this size).
+    args = ["--images", "0", "--cross-link-prob", "0", "--history", "0", "--no-keep-alive"]
+    started = time.monotonic()
+    with TestwebProcess(hosts=200_000, pages=1, extra_args=args, ready_timeout=60) as web:
+        ready_s = time.monotonic() - started
+        expected = web.expected()
+        assert len(expected) == 200_000 and expected[0] == "http://site-0.test/"
+        assert set(expected) == {f"http://site-{k}.test/" for k in range(200_000)}
+        polled = time.monotonic()
+        summary = web.stats(summary=True)
+        assert time.monotonic() - polled < 0.5
+        assert set(summary) == {"clock", "totals", "api", "misdirected"}
+        assert summary["totals"]["requests"] == 0
+    assert ready_s < 45
+
+
+def test_images_per_host_is_an_option_and_pages_1_means_one_page():
+    hosts = [f"site-{k}.test" for k in range(50)]
+    bare = SyntheticWeb(hosts=hosts, pages=1, seed=3, images=0)
+    assert bare.expected_urls() == sorted(f"http://{host}/" for host in hosts)
+    assert bare.resolve("site-0.test", "/img/0.png") is None and bare.resolve("site-0.test", "/p/1") is None
+    assert all(link.endswith(".test/") for host in hosts for link in bare.links(host, "/"))
+    one = SyntheticWeb(hosts=hosts, pages=1, seed=3, images=1)
+    assert len(one.expected_urls()) == 2 * len(hosts)
+    with pytest.raises(ValueError, match="images"):
+        SyntheticWeb(hosts=hosts, pages=1, seed=3, images=11)
+
+
 async def _raw_request(port: int, request: str) -> tuple[int, bytes]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request.encode())
@@ -394,6 +458,75 @@ async def test_error_rate_fails_pages_but_not_robots(behaviour_web):
     assert robots_statuses == [200] * 10
     host = behaviour_web.stats()["hosts"]["site-2.test"]
     assert host["errors"] == failures and host["requests"] == 50
+
+
+async def test_stats_summary_is_the_totals_of_the_full_document(behaviour_web):
+    behaviour_web.reset()
+    async with raw_session() as session:
+        await asyncio.gather(*(fetch(session, behaviour_web.url, f"http://site-0.test/p/{k}") for k in range(1, 6)))
+        for url in ("http://site-1.test/p/1", "http://site-1.test/p/1", "http://site-2.test/robots.txt"):
+            await fetch(session, behaviour_web.url, url)
+        for k in range(8):
+            await fetch(session, behaviour_web.url, f"http://site-2.test/p/{1 + k % 4}")
+        await fetch(session, behaviour_web.url, "http://nowhere.test/")
+    summary = behaviour_web.stats(summary=True)
+    full = behaviour_web.stats()
+    assert set(summary) == {"clock", "totals", "api", "misdirected"}
+    assert summary["misdirected"] == full["misdirected"] == 1
+    hosts, urls = full["hosts"].values(), full["urls"]
+    totals = summary["totals"]
+    assert totals == {
+        "requests": sum(h["requests"] for h in hosts),
+        "in_flight": 0,
+        "hosts_requested": sum(h["requests"] > 0 for h in hosts),
+        "urls": len(urls),
+        "robots_urls": sum(url.endswith("/robots.txt") for url in urls),
+        "repeated_urls": sum(n > 1 for n in urls.values()),
+        "throttled": sum(h["throttled"] for h in hosts),
+        "errors": sum(h["errors"] for h in hosts),
+        "peak_concurrency": max(h["peak_concurrency"] for h in hosts),
+    }
+    # 5 + 2 + 1 + 8 requests to 3 hosts; site-0.test tolerates 3 at once; site-1.test/p/1 and
+    # site-2.test/p/1 ... /p/4 were asked for twice.
+    assert (totals["requests"], totals["hosts_requested"], totals["throttled"]) == (16, 3, 2)
+    assert (totals["urls"], totals["robots_urls"], totals["repeated_urls"]) == (11, 1, 5)
+    behaviour_web.reset()
+    assert behaviour_web.stats(summary=True)["totals"]["requests"] == 0
+
+
+async def test_stats_for_some_hosts_with_their_request_history(behaviour_web):
+    behaviour_web.reset()
+    async with raw_session() as session:
+        results = await asyncio.gather(
+            *(fetch(session, behaviour_web.url, f"http://site-0.test/p/{k}") for k in range(1, 6))
+        )
+        await fetch(session, behaviour_web.url, "http://site-1.test/")
+    only = behaviour_web.stats(hosts=["site-0.test", "no-such.test"], history=True)
+    assert set(only["hosts"]) == {"site-0.test"}
+    assert set(only["urls"]) == {f"http://site-0.test/p/{k}" for k in range(1, 6)}
+    history = only["hosts"]["site-0.test"]["history"]
+    # [started, status, path] in start order, on testweb's clock
+    assert sorted(path for _, _, path in history) == [f"/p/{k}" for k in range(1, 6)]
+    assert sorted(status for _, status, _ in history) == sorted(status for status, _, _ in results)
+    assert sorted(status for _, status, _ in history) == [200, 200, 200, 429, 429]
+    starts = [started for started, _, _ in history]
+    assert starts == sorted(starts) and starts[-1] <= only["clock"]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert only["hosts"]["site-0.test"]["min_gap_s"] == pytest.approx(min(gaps), abs=1e-6)
+    assert "history" not in behaviour_web.stats(hosts=["site-0.test"])["hosts"]["site-0.test"]
+
+
+async def test_history_is_bounded_and_keep_alive_can_be_switched_off():
+    with TestwebProcess(hosts=2, pages=5, extra_args=["--history", "3", "--no-keep-alive"]) as web:
+        async with raw_session() as session:
+            for k in range(5):
+                status, headers, _ = await fetch(session, web.url, f"http://site-0.test/p/{k}" if k else
+                                                 "http://site-0.test/")
+                assert status == 200 and headers["Connection"] == "close"
+        history = web.stats(history=True)["hosts"]["site-0.test"]["history"]
+        assert [path for _, _, path in history] == ["/p/2", "/p/3", "/p/4"]
+        assert web.stats(history=True)["hosts"]["site-1.test"]["history"] == []
+        assert web.hosts()["keep_alive"] is False and web.hosts()["history"] == 3
 
 
 async def test_huge_pages_are_about_page_bytes(behaviour_web):

@@ -38,6 +38,8 @@ class Router:
         """The member that should crawl ``host`` now; None when that is this node."""
         if self._version != self.membership.version:
             self.refresh()
+        if self._single:
+            return None
         owner = self._routes.get(host)
         if owner is None:
             owner = self._ring.owner_among(ring_key(host, by=self.key_by), self.membership.live_ids())
@@ -49,7 +51,7 @@ class Router:
         return None if owner == self._node_id else owner
 
     def serves(self, host: str) -> bool:
-        return self.is_single or self.route(host) is None
+        return self.route(host) is None
 
     def successor_for(self, host: str) -> str | None:
         """Who would take ``host`` over if this node went away: it keeps a replica of what

@@ -165,6 +165,7 @@ class RobotsAnswer:
     crawl_delay: float
     next_eligible: float
     api_refused: bool  # the API refused it: robots.txt was never asked for
+    body: bytes | None = None  # the file as received, when its rules apply (None: no restrictions)
 
 
 def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules) -> RobotsAnswer:
@@ -182,4 +183,5 @@ def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules) -> Ro
         return RobotsAnswer(signal, signal.host, False, None, 0.0, now + retry_in, False)
     parsed = RobotsRules.parse(result.body, rules.robots_agent) if verdict is RobotsVerdict.PARSE else None
     crawl_delay = min(parsed.crawl_delay() if parsed else 0.0, rules.max_crawl_delay_s)
-    return RobotsAnswer(signal, signal.host, True, parsed, crawl_delay, now + crawl_delay, False)
+    return RobotsAnswer(signal, signal.host, True, parsed, crawl_delay, now + crawl_delay, False,
+                        result.body if parsed is not None else None)

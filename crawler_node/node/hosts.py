@@ -16,9 +16,11 @@ A host is in exactly one place (:class:`Place`):
 
 Other components never write a host's fields; they call the methods below. Verdicts
 (core.verdict) are applied by :meth:`HostTable.finish_page`. Hosts that have stayed IDLE for
-``idle_s`` with nothing in flight, their politeness times passed and their backoff forgiven
-leave memory (:meth:`HostTable.collect`); their durable politeness (pauses, Crawl-delay) is in
-the frontier's hosts table, handed back by the frontier when such a host gets work again.
+``idle_s`` (or, while more than ``memory_target`` hosts are in memory, the ones idle longest)
+with nothing in flight, their politeness times passed, their backoff forgiven and their
+durable politeness saved leave memory (:meth:`HostTable.collect`). That politeness (pauses,
+Crawl-delay) is in the frontier's hosts table, handed back by the frontier when such a host
+gets work again; its robots.txt answer stays in a bounded cache for a day.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 from crawler_node.core.backoff import BackoffState, HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
+from crawler_node.fetch.robots import RobotsCache
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
 from crawler_node.node.host_state import HostState, Place, Robots, Step
 from crawler_node.runtime.wakeup import Wakeup
@@ -45,17 +48,21 @@ LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (l
 
 class HostTable:
     def __init__(self, *, new_limiter: Callable[[], AimdLimiter], backoff_policy: HostBackoffPolicy,
-                 work: Wakeup, started_at: float, idle_s: float = 60.0) -> None:
+                 work: Wakeup, started_at: float, idle_s: float = 60.0, memory_target: int = 10_000,
+                 robots_cache: RobotsCache | None = None) -> None:
         """``work`` is notified when a host may have become ready; ``started_at`` is when this
         process started (no request of an earlier run can have ended later); hosts idle for
-        ``idle_s`` may leave memory."""
-        if idle_s < 0:
-            raise ValueError(f"idle_s must be >= 0, got {idle_s}")
+        ``idle_s`` leave memory, sooner while more than ``memory_target`` are in it;
+        ``robots_cache`` keeps their robots.txt answers."""
+        if idle_s < 0 or memory_target < 0:
+            raise ValueError(f"need idle_s >= 0 and memory_target >= 0, got {idle_s}, {memory_target}")
         self._new_limiter = new_limiter
         self._backoff_policy = backoff_policy
         self._work = work
         self._started_at = started_at
         self._idle_s = idle_s
+        self._memory_target = memory_target
+        self._robots_cache = robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0)
         self._hosts: dict[str, HostState] = {}
         self._ready: deque[HostState] = deque()
         self._waiting: list[tuple[float, int, HostState]] = []  # heap; stale entries skipped
@@ -83,13 +90,18 @@ class HostTable:
         for state in self._hosts.values():
             places[state.place.value] = places.get(state.place.value, 0) + 1
         return {"in_memory": len(self._hosts), "collected": self.collected, "places": places,
+                "robots_cache": self._robots_cache.snapshot(),
                 "busiest": [state.snapshot() for state in self.busiest(top)]}
 
     # ----------------------------------------------------------------- work
-    def _state(self, host: str, politeness: HostPoliteness | None = None) -> HostState:
+    def _state(self, host: str, now: float, politeness: HostPoliteness | None = None) -> HostState:
         state = self._hosts.get(host)
         if state is None:
             state = self._hosts[host] = HostState(host=host, limiter=self._new_limiter())
+            cached = self._robots_cache.get(host, now)
+            if cached is not None:
+                state.robots, state.crawl_delay = cached
+                state.robots_state = Robots.READY
             if politeness is not None:
                 self._restore(state, politeness)
         return state
@@ -106,7 +118,7 @@ class HostTable:
             state.backoff = BackoffState(politeness.backoff_level, politeness.last_throttle, politeness.next_eligible)
 
     def add_work(self, host: str, count: int, now: float, politeness: HostPoliteness | None = None) -> None:
-        state = self._state(host, politeness)
+        state = self._state(host, now, politeness)
         state.queued += count
         if state.place is Place.IDLE or state.place is Place.BLOCKED:
             self.settle(state, now)
@@ -135,7 +147,7 @@ class HostTable:
         for record in records:
             if not serves(record.host):
                 continue
-            state = self._state(record.host, record.politeness)
+            state = self._state(record.host, now, record.politeness)
             missing = record.queued - state.queued
             if missing > 0 and not state.refilling:
                 state.queued += missing
@@ -352,6 +364,7 @@ class HostTable:
         if answer.ready:
             state.robots = answer.rules
             state.robots_state = Robots.READY
+            self._robots_cache.put(state.host, answer.body, answer.crawl_delay, now)
             if answer.crawl_delay != state.crawl_delay:
                 state.crawl_delay = answer.crawl_delay
                 self._mark_dirty(state)
@@ -379,13 +392,16 @@ class HostTable:
 
     # ----------------------------------------------------------------- memory
     def collect(self, now: float) -> int:
-        """Drop hosts idle for ``idle_s`` that hold nothing memory must keep (Scrapy's idle
-        slot collector); returns how many left."""
+        """Drop hosts that hold nothing memory must keep, idle for ``idle_s`` (Scrapy's idle
+        slot collector), or, while more than ``memory_target`` hosts are in memory, the ones
+        idle longest whatever their age; returns how many left."""
         cutoff = now - self._idle_s
         idle = self._idle
         dropped = 0
         recheck: list[tuple[float, HostState]] = []
-        while idle and idle[0][0] <= cutoff:
+        for _ in range(len(idle)):
+            if idle[0][0] > cutoff and len(self._hosts) <= self._memory_target:
+                break
             since, state = idle.popleft()
             if state.place is not Place.IDLE or state.idle_since != since or self._hosts.get(state.host) is not state:
                 continue  # it had work again since (a later entry stands for it), or is gone

@@ -34,6 +34,7 @@ from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
 from crawler_node.fetch.fetcher import Fetcher
+from crawler_node.fetch.robots import RobotsCache
 from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates
 from crawler_node.node.budget import HeldBytes
@@ -46,6 +47,7 @@ from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.pipeline import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
+from crawler_node.runtime.malloctune import release_free_heap
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.settings import Settings
@@ -112,7 +114,9 @@ class Node:
         self.hosts = HostTable(
             new_limiter=lambda: AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor,
                                             ceiling=s.host_limit_ceiling),
-            backoff_policy=rules.host_backoff, work=work, started_at=clock())
+            backoff_policy=rules.host_backoff, work=work, started_at=clock(), idle_s=s.host_idle_s,
+            memory_target=s.host_memory_target,
+            robots_cache=RobotsCache(agent=s.robots_agent, max_bytes=s.robots_cache_bytes))
         self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
                                supervisor=self.supervisor, on_change=self._membership_changed,
                                on_taken=self._taken, outbox_space=pressure, clock=clock)
@@ -146,7 +150,8 @@ class Node:
         self.upkeep = Upkeep(frontier=self.frontier, hosts=self.hosts,
                              shed_policy=ShedPolicy(high_water=s.shed_high_water, low_water=s.shed_low_water,
                                                     after_s=s.shed_after_s),
-                             serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock)
+                             serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock,
+                             release_memory=release_free_heap)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:

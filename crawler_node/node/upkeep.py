@@ -12,7 +12,6 @@ supervisor as a recurring job: a round that fails is logged and the job runs aga
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import Counter
@@ -28,13 +27,15 @@ from crawler_node.runtime.wakeup import Wakeup
 log = logging.getLogger("crawler_node.upkeep")
 
 RESYNC_EVERY_S = 5.0
-COLLECT_EVERY_S = 5.0
-PERSIST_LINGER_S = 0.02  # let the changes of one burst of answers go in one transaction
+COLLECT_EVERY_S = 1.0
+RELEASE_EVERY_S = 30.0  # heap pages freed by the collector go back to the kernel this often at most
 
 
 class Upkeep:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, shed_policy: ShedPolicy,
-                 serves: Callable[[str], bool], lease_timeout_s: float, clock: Callable[[], float]) -> None:
+                 serves: Callable[[str], bool], lease_timeout_s: float, clock: Callable[[], float],
+                 release_memory: Callable[[], object] = lambda: None) -> None:
+        """``release_memory``: hands memory freed by the host collector back to the system."""
         self._frontier = frontier
         self._hosts = hosts
         self._shed = shed_policy
@@ -43,6 +44,9 @@ class Upkeep:
         self._clock = clock
         self._resync_wanted = Wakeup()
         self._shed_active_in_frontier = False
+        self._release_memory = release_memory
+        self._collected_since_release = 0
+        self._released_at = time.monotonic()
         self.counters: Counter[str] = Counter()
 
     def request_resync(self) -> None:
@@ -81,17 +85,23 @@ class Upkeep:
         self._hosts.resync(records, self._clock(), serves=self._serves)
 
     async def _save_politeness(self) -> None:
+        # At once, not after a linger: a pause must be on disk before a crash can forget it.
+        # Changes that come while one save is under way go together in the next.
         hosts = self._hosts
         if not hosts.has_dirty():
             await hosts.persist_wanted.wait(1.0)
             return
-        await asyncio.sleep(PERSIST_LINGER_S)
         await self._frontier.save_hosts(hosts.take_dirty())
 
     async def _collect(self) -> None:
         dropped = self._hosts.collect(self._clock())
         if dropped:
             log.debug("%d idle hosts left memory", dropped)
+        self._collected_since_release += dropped
+        if self._collected_since_release and time.monotonic() - self._released_at >= RELEASE_EVERY_S:
+            self._release_memory()
+            self._collected_since_release = 0
+            self._released_at = time.monotonic()
 
     async def _shed_round(self) -> None:
         policy = self._shed

@@ -22,6 +22,22 @@ What `GET /_testweb/stats` counts, per host: every request that reached the host
 X-Api-Limit: concurrency, 509 with X-Api-Limit: quota) never reach a host and are counted only
 under "api". `peak_concurrency` counts requests from the moment handling starts until the body
 (drip included) is written, so a crawler that sends 4 at once to a host limited to 3 shows 4.
+`min_gap_s` is the shortest time between the starts of two consecutive requests to the host.
+
+Query flags of `GET /_testweb/stats` (every answer carries "clock", testweb's monotonic clock
+when it was taken, and "totals", running sums over all hosts):
+    summary=1   only clock, totals, api and misdirected: O(1), to poll every second even on a web
+                of 200,000 hosts (the full document grows with every URL served)
+    host=H      (repeatable) only these hosts, and only their URLs
+    history=1   per host, its last `--history` requests (default 64) as [started, status, path]:
+                the start time on testweb's clock, the status sent (0: the client went away
+                before the answer was written), e.g. to measure the gap across a crawler restart
+                or between a 429 and the next request
+
+Sizes: `--hosts N --pages P --images K`. `--hosts 200000 --pages 1 --images 0 --cross-link-prob 0
+--history 0 --no-keep-alive` is a web of 200,000 one-page hosts (`/` and a 404 robots.txt each),
+ready in about 6 s. `--no-keep-alive` answers with `Connection: close`: a client that pools
+proxied connections per target host then does not hold one open per host.
 """
 
 from crawler_node.testweb.process import TestwebError, TestwebProcess

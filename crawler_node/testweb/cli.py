@@ -1,4 +1,16 @@
-"""`crawler-node testweb`: read the options and the profile, serve until SIGTERM/SIGINT."""
+"""`crawler-node testweb`: read the options and the profile, serve until SIGTERM/SIGINT.
+
+Sizes: `--hosts N --pages P` makes site-0.test ... site-{N-1}.test with P pages each, plus
+`--images` PNGs per host. A web of many one-page hosts, as a memory test needs, is
+
+    crawler-node testweb --hosts 200000 --pages 1 --images 0 --cross-link-prob 0 --history 0
+
+(200,000 hosts, each serving exactly `/` and robots.txt (404); ready in about 6 s). Building
+every host's layout is linear in hosts x pages; `/_testweb/expected` is computed before the
+ready line. Poll `/_testweb/stats?summary=1` on such a web: the full document grows per URL.
+Add `--no-keep-alive` when a crawler crawls it fast through the proxy: aiohttp pools proxied
+connections per target host, so kept alive that is one open connection per recent host.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from crawler_node.testweb.graph import HostFeatures, SyntheticWeb
+from crawler_node.testweb.graph import IMAGES_PER_HOST, MAX_IMAGES_PER_HOST, HostFeatures, SyntheticWeb
 from crawler_node.testweb.profile import (
     DEFAULT_API_HEADER,
     ApiLimit,
@@ -18,6 +30,7 @@ from crawler_node.testweb.profile import (
     check_api_header,
     load_profile,
 )
+from crawler_node.testweb.stats import DEFAULT_HISTORY
 
 if TYPE_CHECKING:
     from crawler_node.testweb.server import TestwebServer
@@ -45,6 +58,18 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _between(minimum: int, maximum: int) -> Callable[[str], int]:
+    at_least_minimum = _at_least(minimum)
+
+    def parse(text: str) -> int:
+        value = at_least_minimum(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
+        return value
+
+    return parse
+
+
 def _probability(text: str) -> float:
     try:
         value = float(text)
@@ -67,11 +92,16 @@ profile file (JSON, or TOML when named *.toml): host globs -> settings; later gl
   {"site-0.test": {"max_concurrency": 3, "latency_ms": 50}, "site-[1-4].test": {"error_rate": 0.3}}
   structured form: {"hosts": {GLOB: SETTINGS}, "api_limit": {"concurrency": N, "quota": N,
   "header": "X-Api-Limit"}}. An exact name outside site-N.test (shop.example.test) adds a host.
+sizes: --hosts 200000 --pages 1 --images 0 --cross-link-prob 0 --history 0 is 200,000 one-page
+  hosts (/ and robots.txt only), ready in seconds; poll it with GET /_testweb/stats?summary=1.
 settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_concurrency,
   retry_after_s (default 1), error_rate (0..1), error_status (default 503), robots (robots.txt
   text), page_bytes, drip_bytes_per_s, redirects (0..1), trap (bool), gzip_bomb (bool or bytes).
 ground truth (any Host): GET /_testweb/expected, GET /_testweb/stats, GET /_testweb/hosts,
   POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}.
+  /_testweb/stats flags: ?summary=1 (totals only), ?host=H (repeatable: those hosts and their URLs),
+  ?history=1 (per host, the last --history requests as [started, status, path]; started on
+  testweb's monotonic clock, whose current value is "clock"; status 0 = not answered).
 """
 
 
@@ -86,6 +116,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="number of site-K.test hosts (default 20)")
     parser.add_argument("--pages", type=_at_least(1), default=50, metavar="P",
                         help="pages per host, including / (default 50)")
+    parser.add_argument("--images", type=_between(0, MAX_IMAGES_PER_HOST), default=IMAGES_PER_HOST,
+                        metavar="K", help=f"PNG images per host, /img/0.png ... (0 to {MAX_IMAGES_PER_HOST};"
+                                          f" default {IMAGES_PER_HOST})")
+    parser.add_argument("--history", type=_at_least(0), default=DEFAULT_HISTORY, metavar="N",
+                        help="requests remembered per host for /_testweb/stats?history=1; 0 = none"
+                             f" (default {DEFAULT_HISTORY})")
+    parser.add_argument("--no-keep-alive", dest="keep_alive", action="store_false",
+                        help="answer every request with Connection: close (a client then cannot keep"
+                             " one pooled connection per target host of a huge web)")
     parser.add_argument("--seed", type=int, default=1, metavar="S",
                         help="seed of the link graph and behaviours (default 1)")
     parser.add_argument("--cross-link-prob", type=_probability, default=0.2, metavar="X",
@@ -134,12 +173,13 @@ def run(args: argparse.Namespace) -> int:
     }
     web_graph = SyntheticWeb(
         hosts=hosts, pages=args.pages, seed=args.seed,
-        cross_link_prob=args.cross_link_prob, features=features,
+        cross_link_prob=args.cross_link_prob, images=args.images, features=features,
     )
     # Imported here so that `crawler-node --help` does not pay for aiohttp.
     from crawler_node.testweb.server import TestwebServer
 
-    server = TestwebServer(web_graph=web_graph, profiles=host_profiles, api_limit=api_limit)
+    server = TestwebServer(web_graph=web_graph, profiles=host_profiles, api_limit=api_limit,
+                           history_limit=args.history, keep_alive=args.keep_alive)
     listen_host, listen_port = args.listen
     try:
         return asyncio.run(_serve(server, listen_host, listen_port))

@@ -30,7 +30,8 @@ from functools import cache
 from protego import Protego
 
 ROBOTS_AGENT = "crawler-node"
-IMAGES_PER_HOST = 3
+IMAGES_PER_HOST = 3  # the default; `images=` picks 0 to MAX_IMAGES_PER_HOST
+MAX_IMAGES_PER_HOST = 10  # image paths are /img/0.png ... /img/9.png
 TRAP_ENTRY = "/calendar/2026/01"
 
 _PAGE_PATH = re.compile(r"/p/([1-9][0-9]{0,8})")
@@ -88,10 +89,13 @@ class SyntheticWeb:
         pages: int,
         seed: int,
         cross_link_prob: float = 0.2,
+        images: int = IMAGES_PER_HOST,
         features: Mapping[str, HostFeatures] | None = None,
     ) -> None:
         if pages < 1:
             raise ValueError(f"pages must be >= 1, got {pages}")
+        if not 0 <= images <= MAX_IMAGES_PER_HOST:
+            raise ValueError(f"images must be between 0 and {MAX_IMAGES_PER_HOST}, got {images}")
         if not 0.0 <= cross_link_prob <= 1.0:
             raise ValueError(f"cross_link_prob must be between 0 and 1, got {cross_link_prob}")
         if len(set(hosts)) != len(hosts):
@@ -100,12 +104,14 @@ class SyntheticWeb:
         self.pages = pages
         self.seed = seed
         self.cross_link_prob = cross_link_prob
-        self._host_set = frozenset(self.hosts)
+        self.images = images
+        # host -> its position in `hosts`: a cross-host link is drawn as an index, in O(1).
+        self._host_index = {host: position for position, host in enumerate(self.hosts)}
         self._features = {h: (features or {}).get(h, HostFeatures()) for h in self.hosts}
         self._layouts: dict[str, _HostLayout] = {}
 
     def has_host(self, host: str) -> bool:
-        return host in self._host_set
+        return host in self._host_index
 
     def features(self, host: str) -> HostFeatures:
         return self._features[host]
@@ -128,7 +134,7 @@ class SyntheticWeb:
             return Resource("page", index)
         if match := _IMAGE_PATH.fullmatch(path):
             index = int(match.group(1))
-            return Resource("image", index) if index < IMAGES_PER_HOST else None
+            return Resource("image", index) if index < self.images else None
         if features.redirects > 0 and path in ("/loop/a", "/loop/b"):
             other = "/loop/b" if path == "/loop/a" else "/loop/a"
             return Resource("redirect", 0, 302, self._url(host, other))
@@ -215,9 +221,14 @@ class SyntheticWeb:
             children[rng.choice(parents_so_far)].append(page)
             if page not in redirecting:
                 parents_so_far.append(page)
-        image_holders = [rng.choice(settled) for _ in range(IMAGES_PER_HOST)]
+        image_holders = [rng.choice(settled) for _ in range(self.images)]
 
-        others = [h for h in self.hosts if h != host]
+        # The other hosts are the host list without this host. Drawing an index below
+        # len(hosts) - 1 and stepping over this host's own index picks exactly what
+        # `rng.choice(others)` picked (choice is `seq[randbelow(len(seq))]`, and so is
+        # `randrange(n)`), so graphs stay byte-identical, in O(1) per link instead of O(hosts).
+        other_count = len(self.hosts) - 1
+        own_index = self._host_index[host]
         same_links: list[list[str]] = [[] for _ in range(pages)]
         cross_links: list[list[tuple[str, str]]] = [[] for _ in range(pages)]
         for page in settled:
@@ -234,9 +245,10 @@ class SyntheticWeb:
             paths = [_page_path(t) for t in targets]
             paths += [f"/img/{k}.png" for k, holder in enumerate(image_holders) if holder == page]
             same_links[page] = paths
-            if others and page_rng.random() < self.cross_link_prob:
+            if other_count and page_rng.random() < self.cross_link_prob:
                 for _ in range(page_rng.randint(1, 3)):
-                    other = page_rng.choice(others)
+                    drawn = page_rng.randrange(other_count)
+                    other = self.hosts[drawn + (drawn >= own_index)]
                     cross_links[page].append((other, _page_path(page_rng.randrange(pages))))
         filler = _words(rng, 2000) if features.page_bytes else ""
         return _HostLayout(redirects, same_links, cross_links, filler)

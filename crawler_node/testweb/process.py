@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -63,11 +64,6 @@ class TestwebProcess:
         self._stderr: Any = None
         self._url: str | None = None
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-    @property
-    def pid(self) -> int | None:
-        """The server's process id while it runs (benchmarks read its CPU time)."""
-        return self._proc.pid if self._proc is not None else None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -180,6 +176,7 @@ class TestwebProcess:
 
     @property
     def pid(self) -> int:
+        """The server's process id while it runs (benchmarks read its CPU time)."""
         if self._proc is None:
             raise TestwebError("testweb is not running")
         return self._proc.pid
@@ -189,8 +186,15 @@ class TestwebProcess:
     def expected(self) -> list[str]:
         return self._call("GET", "expected")["urls"]
 
-    def stats(self) -> dict[str, Any]:
-        return self._call("GET", "stats")
+    def stats(
+        self, *, summary: bool = False, hosts: Sequence[str] = (), history: bool = False
+    ) -> dict[str, Any]:
+        """`/_testweb/stats`: `summary` = totals only (cheap at any size); `hosts` = only these
+        hosts and their URLs; `history` = each host's recent requests as [started, status, path]."""
+        query = [("summary", "1")] if summary else []
+        query += [("host", host) for host in hosts]
+        query += [("history", "1")] if history else []
+        return self._call("GET", f"stats?{urllib.parse.urlencode(query)}" if query else "stats")
 
     def hosts(self) -> dict[str, Any]:
         return self._call("GET", "hosts")

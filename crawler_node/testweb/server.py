@@ -6,6 +6,8 @@ aiohttp resolves both into `request.url`: for absolute form it takes scheme, hos
 the request target (ignoring the Host header, as RFC 9112 §3.2.2 asks), otherwise from `Host`.
 
 Paths under `/_testweb/` are the ground-truth endpoints, answered whatever the host.
+`GET /_testweb/stats` takes query flags: `summary=1` (totals only, cheap at any size),
+`host=H` (repeatable: only these hosts and their URLs), `history=1` (each host's recent requests).
 
 Every response is written out inside the handler (prepare + write_eof), so the in-flight
 counters drop only once the body (including a slow drip) has been handed to the transport.
@@ -18,19 +20,20 @@ import json
 import random
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from crawler_node.testweb.graph import SyntheticWeb, gzip_bomb
 from crawler_node.testweb.profile import ApiLimit, HostProfile
-from crawler_node.testweb.stats import GroundTruth
+from crawler_node.testweb.stats import DEFAULT_HISTORY, GroundTruth, Visit
 
 _HTML = "text/html; charset=utf-8"
 _TEXT = "text/plain; charset=utf-8"
 _JSON = "application/json"
 _CONTROL = "/_testweb/"
+_CLOSE = "testweb.close"  # request key: answer with Connection: close
 
 
 @dataclass(slots=True)
@@ -40,8 +43,17 @@ class _Site:
 
     name: str
     profile: HostProfile
-    rng: random.Random
+    seed: int
     robots: bytes | None
+    # Made on first use: a Random holds 2.5 KB of state, 500 MB for a web of 200,000 hosts.
+    # Seeded from the names alone, so when it is made does not change what it draws.
+    _rng: random.Random | None = field(default=None, init=False, repr=False)
+
+    @property
+    def rng(self) -> random.Random:
+        if self._rng is None:
+            self._rng = random.Random(f"{self.seed}|{self.name}|behaviour")
+        return self._rng
 
 
 class PageCache:
@@ -80,19 +92,22 @@ class TestwebServer:
         profiles: Mapping[str, HostProfile],
         api_limit: ApiLimit,
         cache_bytes: int = 64 << 20,
+        history_limit: int = DEFAULT_HISTORY,
+        keep_alive: bool = True,
     ) -> None:
         self._web = web_graph
         self._api_limit = api_limit
+        self._keep_alive = keep_alive
         self._sites: dict[str, _Site] = {}
         for host in web_graph.hosts:
             profile = profiles.get(host, HostProfile())
             self._sites[host] = _Site(
                 name=host,
                 profile=profile,
-                rng=random.Random(f"{web_graph.seed}|{host}|behaviour"),
+                seed=web_graph.seed,
                 robots=None if profile.robots is None else profile.robots.encode("utf-8"),
             )
-        self.truth = GroundTruth(web_graph.hosts, quota=api_limit.quota)
+        self.truth = GroundTruth(web_graph.hosts, quota=api_limit.quota, history_limit=history_limit)
         self._cache = PageCache(cache_bytes)
         self._bombs: dict[int, bytes] = {}
         self._expected_json: bytes | None = None
@@ -124,6 +139,8 @@ class TestwebServer:
     # --- request handling --------------------------------------------------------------------
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if not self._keep_alive:
+            request[_CLOSE] = True
         path = request.rel_url.raw_path
         if path.startswith(_CONTROL):
             return await self._control(request, path)
@@ -146,19 +163,23 @@ class TestwebServer:
             return await self._api_refusal(request, refusal)
         # No await between admission and the try: a cancellation there would leak in-flight
         # counts and make every later peak wrong.
-        stats = self.truth.begin(host, canonical)
+        visit = self.truth.begin(host, canonical, path)
+        status = 0  # stays 0 when the client goes away before the response is written
         try:
             limit = site.profile.max_concurrency
-            if limit is not None and stats.in_flight > limit:
-                stats.throttled += 1
+            if limit is not None and visit.stats.in_flight > limit:
+                self.truth.throttled(visit)
+                status = 429  # decided: the history says 429 even if the write then fails
                 retry_after = f"{site.profile.retry_after_s:g}"
                 return await _send(
                     request, _plain(429, "too many requests", {"Retry-After": retry_after})
                 )
             await self._delay(site)
-            return await self._serve(request, site, path)
+            response = await self._serve(request, site, path, visit)
+            status = response.status
+            return response
         finally:
-            self.truth.end(host)
+            self.truth.end(visit, status)
             self.truth.api_end()
 
     async def _api_refusal(self, request: web.BaseRequest, reason: str) -> web.StreamResponse:
@@ -177,7 +198,9 @@ class TestwebServer:
         if delay_ms > 0:
             await asyncio.sleep(delay_ms / 1000.0)
 
-    async def _serve(self, request: web.BaseRequest, site: _Site, path: str) -> web.StreamResponse:
+    async def _serve(
+        self, request: web.BaseRequest, site: _Site, path: str, visit: Visit
+    ) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
             return await _send(request, _plain(405, "method not allowed", {"Allow": "GET, HEAD"}))
         if path == "/robots.txt":
@@ -189,7 +212,7 @@ class TestwebServer:
             return await _send(request, _plain(404, "not found"))
         profile = site.profile
         if profile.error_rate > 0 and site.rng.random() < profile.error_rate:
-            self.truth.hosts[site.name].errors += 1
+            self.truth.errored(visit)
             return await _send(request, _plain(profile.error_status, "synthetic server error"))
         kind = resource.kind
         if kind == "redirect":
@@ -200,8 +223,8 @@ class TestwebServer:
             )
         if kind == "bomb":
             headers = {"Content-Type": _HTML, "Content-Encoding": "gzip"}
-            body = self._bombs[profile.gzip_bomb]
-            return await _send(request, web.Response(body=body, headers=headers))
+            bomb = self._bombs[profile.gzip_bomb]
+            return await _send(request, web.Response(body=bomb, headers=headers))
         key = (site.name, path)
         body = self._cache.get(key)
         if kind == "image":
@@ -229,7 +252,12 @@ class TestwebServer:
                 self._expected_json = json.dumps({"urls": self._web.expected_urls()}).encode()
             return await _send(request, _json_response(self._expected_json))
         if name == "stats" and method == "GET":
-            return await _send(request, _json_response(self.truth.snapshot()))
+            query = request.rel_url.query
+            hosts = query.getall("host", None)
+            snapshot = self.truth.snapshot(
+                summary=_flag(query.get("summary")), hosts=hosts, history=_flag(query.get("history"))
+            )
+            return await _send(request, _json_response(snapshot))
         if name == "hosts" and method == "GET":
             return await _send(request, _json_response(self._describe()))
         if name == "reset" and method == "POST":
@@ -258,6 +286,9 @@ class TestwebServer:
             "seed": self._web.seed,
             "pages": self._web.pages,
             "cross_link_prob": self._web.cross_link_prob,
+            "images": self._web.images,
+            "history": self.truth.history_limit,
+            "keep_alive": self._keep_alive,
             "api_limit": self._api_limit.to_json(),
             "hosts": {name: site.profile.to_json() for name, site in self._sites.items()},
         }
@@ -267,9 +298,15 @@ class TestwebServer:
 
 
 async def _send(request: web.BaseRequest, response: web.StreamResponse) -> web.StreamResponse:
+    if request.get(_CLOSE):
+        response.force_close()
     await response.prepare(request)
     await response.write_eof()
     return response
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("1", "true", "yes", "on")
 
 
 def _plain(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -288,6 +325,8 @@ async def _drip(
     """Stream `body` at about `rate` bytes per second, in ten chunks a second."""
     response = web.StreamResponse(headers={"Content-Type": content_type})
     response.content_length = len(body)
+    if request.get(_CLOSE):
+        response.force_close()
     await response.prepare(request)
     if request.method != "HEAD":
         loop = asyncio.get_running_loop()

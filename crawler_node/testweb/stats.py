@@ -3,15 +3,28 @@
 Counters are plain attributes touched only from the event loop thread (no locks needed).
 The in-flight counters are never reset: a reset must not forget requests still being served,
 or the next peak would be wrong.
+
+Times are testweb's own monotonic clock (seconds); every snapshot carries `clock`, the time it
+was taken, so a test can relate them to "now". Besides the counters, each host keeps the last
+`history_limit` requests it saw as `[started, status, path]` (status 0 while the request is
+being served, or when the client went away before the response was written); a request is
+appended when it starts, so the history is in start order.
+
+The totals are kept as running counts, so a summary costs the same at 200,000 hosts as at 5.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+DEFAULT_HISTORY = 64
+
+# One entry of a host's history: [started (testweb clock), status (0 = unfinished), path].
+HistoryEntry = list[Any]
 
 
 @dataclass(slots=True)
@@ -25,14 +38,17 @@ class HostStats:
     errors: int = 0
     last_start: float | None = None
     min_gap_s: float | None = None
+    # Made on the first request: most hosts of a huge web are never asked for theirs.
+    history: list[HistoryEntry] | None = None
 
     def clear(self) -> None:
         self.requests = self.throttled = self.errors = 0
         self.peak_concurrency = self.in_flight
         self.last_start = self.min_gap_s = None
+        self.history = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, history_limit: int | None = None) -> dict[str, Any]:
+        document: dict[str, Any] = {
             "requests": self.requests,
             "in_flight": self.in_flight,
             "peak_concurrency": self.peak_concurrency,
@@ -40,6 +56,10 @@ class HostStats:
             "errors": self.errors,
             "min_gap_s": self.min_gap_s,
         }
+        if history_limit is not None:
+            recent = (self.history or [])[-history_limit:] if history_limit else []
+            document["history"] = [list(entry) for entry in recent]
+        return document
 
 
 @dataclass(slots=True)
@@ -68,40 +88,126 @@ class ApiStats:
         }
 
 
+@dataclass(slots=True)
+class Totals:
+    """Running sums over all hosts and URLs (what `?summary=1` returns)."""
+
+    requests: int = 0  # requests that reached a host
+    in_flight: int = 0
+    hosts_requested: int = 0  # hosts with at least one request
+    urls: int = 0  # distinct URLs requested (robots.txt included)
+    robots_urls: int = 0  # of which /robots.txt: urls - robots_urls = distinct content URLs
+    repeated_urls: int = 0  # distinct URLs requested more than once
+    throttled: int = 0  # the hosts' own 429s
+    errors: int = 0  # the hosts' synthetic 5xx
+    peak_concurrency: int = 0  # the highest peak of any one host
+
+    def clear(self, in_flight: int, peak: int) -> None:
+        self.requests = self.hosts_requested = self.urls = self.robots_urls = self.repeated_urls = 0
+        self.throttled = self.errors = 0
+        self.in_flight = in_flight
+        self.peak_concurrency = peak
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "in_flight": self.in_flight,
+            "hosts_requested": self.hosts_requested,
+            "urls": self.urls,
+            "robots_urls": self.robots_urls,
+            "repeated_urls": self.repeated_urls,
+            "throttled": self.throttled,
+            "errors": self.errors,
+            "peak_concurrency": self.peak_concurrency,
+        }
+
+
+@dataclass(slots=True)
+class Visit:
+    """One request being served: returned by `begin`, handed back to `end`."""
+
+    host: str
+    stats: HostStats
+    entry: HistoryEntry | None
+
+
 class GroundTruth:
-    """Per-host and per-URL counters plus the API ledger."""
+    """Per-host and per-URL counters, per-host request history, totals and the API ledger."""
 
     def __init__(
         self,
         hosts: Iterable[str],
         *,
         quota: int | None = None,
+        history_limit: int = DEFAULT_HISTORY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if history_limit < 0:
+            raise ValueError(f"history_limit must be >= 0, got {history_limit}")
         self.hosts: dict[str, HostStats] = {host: HostStats() for host in hosts}
         self.urls: Counter[str] = Counter()
         self.api = ApiStats(quota_left=quota)
+        self.totals = Totals()
         self.misdirected = 0
+        self.history_limit = history_limit
         self._clock = clock
 
-    def begin(self, host: str, url: str) -> HostStats:
-        """A request to a known host starts being handled; pair with `end(host)`."""
+    def begin(self, host: str, url: str, path: str) -> Visit:
+        """A request to a known host starts being handled; pair with `end(visit, status)`."""
         stats = self.hosts[host]
+        totals = self.totals
         now = self._clock()
         if stats.last_start is not None:
             gap = now - stats.last_start
             if stats.min_gap_s is None or gap < stats.min_gap_s:
                 stats.min_gap_s = gap
         stats.last_start = now
+        if stats.requests == 0:
+            totals.hosts_requested += 1
         stats.requests += 1
+        totals.requests += 1
         stats.in_flight += 1
+        totals.in_flight += 1
         if stats.in_flight > stats.peak_concurrency:
             stats.peak_concurrency = stats.in_flight
-        self.urls[url] += 1
-        return stats
+            totals.peak_concurrency = max(totals.peak_concurrency, stats.in_flight)
+        seen = self.urls[url] = self.urls[url] + 1
+        if seen == 1:
+            totals.urls += 1
+            totals.robots_urls += path == "/robots.txt"
+        elif seen == 2:
+            totals.repeated_urls += 1
+        return Visit(host, stats, self._remember(stats, now, path))
 
-    def end(self, host: str) -> None:
-        self.hosts[host].in_flight -= 1
+    def _remember(self, stats: HostStats, now: float, path: str) -> HistoryEntry | None:
+        limit = self.history_limit
+        if not limit:
+            return None
+        if stats.history is None:
+            stats.history = []
+        history = stats.history
+        entry: HistoryEntry = [now, 0, path]
+        history.append(entry)
+        if len(history) >= 2 * limit:  # trimmed in batches: amortised O(1) per request
+            del history[:-limit]
+        return entry
+
+    def throttled(self, visit: Visit) -> None:
+        """The host answered this request with its own 429."""
+        visit.stats.throttled += 1
+        self.totals.throttled += 1
+
+    def errored(self, visit: Visit) -> None:
+        """The host answered this request with a synthetic server error."""
+        visit.stats.errors += 1
+        self.totals.errors += 1
+
+    def end(self, visit: Visit, status: int = 0) -> None:
+        """The response was written (status), or the request ended without one (0)."""
+        visit.stats.in_flight -= 1
+        self.totals.in_flight -= 1
+        if visit.entry is not None:
+            visit.entry[1] = status
 
     def api_admit(self, concurrency: int | None) -> str | None:
         """Admit a request through the API layer, or say why not: 'concurrency' or 'quota'.
@@ -132,12 +238,38 @@ class GroundTruth:
             stats.clear()
         self.api.clear()
         self.urls.clear()
+        self.totals.clear(
+            in_flight=sum(stats.in_flight for stats in self.hosts.values()),
+            peak=max((stats.peak_concurrency for stats in self.hosts.values()), default=0),
+        )
         self.misdirected = 0
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "hosts": {host: stats.to_json() for host, stats in self.hosts.items()},
-            "urls": dict(sorted(self.urls.items())),
+    def snapshot(
+        self,
+        *,
+        summary: bool = False,
+        hosts: Collection[str] | None = None,
+        history: bool = False,
+    ) -> dict[str, Any]:
+        """The ground truth as JSON. `summary`: totals only (O(1)); `hosts`: only these hosts and
+        their URLs; `history`: each host's recent requests too."""
+        document: dict[str, Any] = {
+            "clock": self._clock(),
+            "totals": self.totals.to_json(),
             "api": self.api.to_json(),
             "misdirected": self.misdirected,
         }
+        if summary:
+            return document
+        history_limit = self.history_limit if history else None
+        chosen: list[tuple[str, HostStats]]
+        if hosts is None:
+            chosen = list(self.hosts.items())
+            urls = sorted(self.urls.items())
+        else:
+            chosen = [(host, self.hosts[host]) for host in hosts if host in self.hosts]
+            prefixes = tuple(f"http://{host}/" for host, _ in chosen)
+            urls = sorted(item for item in self.urls.items() if item[0].startswith(prefixes)) if prefixes else []
+        document["hosts"] = {host: stats.to_json(history_limit=history_limit) for host, stats in chosen}
+        document["urls"] = dict(urls)
+        return document
