@@ -184,7 +184,7 @@ class Settings:
         return self
 
     def _pressure_problems(self) -> list[str]:
-        """The flow-control settings of issue 4: backoff, latency, admission, API, shedding."""
+        """The flow-control settings: backoff, latency, admission, API, shedding, host memory."""
         problems: list[str] = []
         if self.robots_cache_bytes < 0 or self.host_memory_target < 0:
             problems.append("robots_cache_bytes and host_memory_target must be >= 0")

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from frontier_helpers import clock, frontier  # noqa: F401 - fixtures of the frontier tests
 
 from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools.node_process import NodeProcess

@@ -12,6 +12,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from frontier_helpers import OLD_URLS_TABLE, FakeClock, entry
 
 from crawler_node.frontier import (
     FRONTIER_FILENAME,
@@ -20,31 +21,6 @@ from crawler_node.frontier import (
     HostPoliteness,
     UrlEntry,
 )
-
-
-class FakeClock:
-    """An injected clock: tests move time by assignment instead of sleeping."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def entry(host: str, n: int, **fields: int) -> UrlEntry:
-    return UrlEntry(url=f"http://{host}/page/{n}", host=host, **fields)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def frontier(tmp_path: Path, clock: FakeClock):
-    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock) as opened:
-        yield opened
 
 
 def counts(frontier: Frontier, host: str) -> tuple[int, int, int, int]:
@@ -410,20 +386,7 @@ def test_sigkill_after_commit_loses_nothing(tmp_path: Path) -> None:
 
 # The urls table and its indexes as written before leased rows were tracked in memory (with
 # SQLite's default 4 KiB pages); the tables that did not change are created on open.
-_OLD_LAYOUT = """
-CREATE TABLE urls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    url TEXT NOT NULL UNIQUE,
-    host TEXT NOT NULL,
-    depth INTEGER NOT NULL,
-    priority INTEGER NOT NULL,
-    hops INTEGER NOT NULL,
-    state INTEGER NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    lease_expires REAL,
-    enqueued_at REAL NOT NULL
-);
+_OLD_LAYOUT = OLD_URLS_TABLE + """
 CREATE INDEX urls_ready ON urls(host, priority DESC, id, not_before) WHERE state = 0;
 CREATE INDEX urls_leased ON urls(lease_expires) WHERE state = 1;
 CREATE INDEX urls_age ON urls(enqueued_at) WHERE state = 0;

@@ -7,32 +7,9 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-import pytest
+from frontier_helpers import OLD_URLS_TABLE, FakeClock, entry
 
-from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, UrlEntry
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def entry(host: str, n: int, **fields: int) -> UrlEntry:
-    return UrlEntry(url=f"http://{host}/page/{n}", host=host, **fields)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def frontier(tmp_path: Path, clock: FakeClock):
-    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock) as opened:
-        yield opened
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness
 
 
 def finish_all(frontier: Frontier, host: str) -> None:
@@ -73,20 +50,7 @@ def test_the_last_politeness_of_a_host_in_one_call_wins(frontier: Frontier) -> N
 
 # The first layout of the hosts table (host, next_eligible: no default), with urls rows for a
 # host it never listed.
-_TWO_COLUMN_HOSTS = """
-CREATE TABLE urls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    url TEXT NOT NULL UNIQUE,
-    host TEXT NOT NULL,
-    depth INTEGER NOT NULL,
-    priority INTEGER NOT NULL,
-    hops INTEGER NOT NULL,
-    state INTEGER NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    lease_expires REAL,
-    enqueued_at REAL NOT NULL
-);
+_TWO_COLUMN_HOSTS = OLD_URLS_TABLE + """
 CREATE TABLE hosts (
     host TEXT PRIMARY KEY,
     next_eligible REAL NOT NULL

@@ -4,35 +4,12 @@ inside another part's transaction commit or roll back with it."""
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 import pytest
+from frontier_helpers import FakeClock, entry
 
 from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING
-from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, UrlEntry
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def entry(host: str, n: int, **fields: int) -> UrlEntry:
-    return UrlEntry(url=f"http://{host}/page/{n}", host=host, **fields)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def frontier(tmp_path: Path, clock: FakeClock):
-    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock) as opened:
-        yield opened
+from crawler_node.frontier import Frontier, FrontierBatch, HostPoliteness, UrlEntry
 
 
 def state(frontier: Frontier) -> tuple[object, ...]:

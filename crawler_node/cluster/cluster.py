@@ -37,20 +37,22 @@ _COUNTER_KEYS = ("forwarded", "sent_seen", "forward_batches", "forward_throttled
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
+    """What the cluster's parts are built from; read from Settings in one place."""
+
     node_id: str
     advertise_url: str
     peers: dict[str, str]
     weights: dict[str, int]
     secret: str | None
-    vnodes: int = 160
-    key_by: str = "host"
-    heartbeat_interval_s: float = 0.5
-    heartbeat_timeout_s: float = 0.5
-    suspect_after_s: float = 1.0
-    down_after_s: float = 2.0
-    outbox_capacity: int = 50_000
-    forward_batch: int = 500
-    forward_linger_s: float = 0.05
+    vnodes: int
+    key_by: str
+    heartbeat_interval_s: float
+    heartbeat_timeout_s: float
+    suspect_after_s: float
+    down_after_s: float
+    outbox_capacity: int
+    forward_batch: int
+    forward_linger_s: float
 
     @classmethod
     def from_settings(cls, s: Settings) -> ClusterConfig:

@@ -99,6 +99,9 @@ def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_
     into the host's current limiter window (core.limiter.AimdLimiter.is_current), so a
     throttle now is a new cut, not an echo of one already made."""
     signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
+    outcome = signal.outcome
+    if outcome is FetchOutcome.OK or outcome is FetchOutcome.REDIRECT:
+        return _success(host, signal, result, now, rules)  # most answers: the short way
     if signal.api is not ApiSignal.NONE:
         # The API's answer, not the host's (rule 5): nothing about the host changes.
         return Verdict(signal, Outcome.NEUTRAL, RetryAction.POSTPONE, now + rules.api_retry_delay(signal), None,
@@ -127,6 +130,22 @@ def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_
         backoff = rules.host_backoff.on_success(backoff, now)
     action, retry_at, reason = _retry(signal, result, attempt, now, rules)
     return Verdict(signal, limiter, action, retry_at, reason, next_eligible, pause, streak, backoff, latency, rise)
+
+
+def _success(host: HostView, signal: Signal, result: FetchResult, now: float, rules: ResponseRules) -> Verdict:
+    """What judge_page decides for a page or a redirect, without the branches of failures."""
+    latency, rise, limiter = host.latency, False, Outcome.SUCCESS
+    model = rules.latency
+    if model is not None and result.headers_s is not None:
+        latency, rise = model.observe(latency, result.headers_s)
+        if rise:
+            limiter = Outcome.THROTTLED  # far slower than the host's own normal (rule 5)
+    backoff = host.backoff
+    if backoff.level:
+        backoff = rules.host_backoff.on_success(backoff, now)
+    next_eligible = now + host.crawl_delay if host.crawl_delay else 0.0
+    return Verdict(signal, limiter, RetryAction.DONE, None, None, next_eligible, Pause.NONE, 0, backoff, latency,
+                   rise)
 
 
 def _limiter_news(host: HostView, signal: Signal, result: FetchResult,

@@ -107,7 +107,7 @@ class Fetcher:
             # hosts would close and reopen connections all the time; concurrency is bounded by
             # the node's global in-flight limit instead.
             limit=0 if self._proxy else self._max_connections,
-            limit_per_host=0,  # per-host politeness is the scheduler's job
+            limit_per_host=0,  # per-host politeness is the host table's job
             resolver=resolver,
             ttl_dns_cache=300,
         )

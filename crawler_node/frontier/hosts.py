@@ -41,7 +41,7 @@ class HostTable:
         self._conn = conn
         # Both dicts keep their identity for the life of the table: callers may hold them.
         self.records: dict[str, HostQueue] = {}
-        self.with_work: dict[str, HostQueue] = {}  # queued > 0: the scheduler never scans idle hosts
+        self.with_work: dict[str, HostQueue] = {}  # queued > 0: nobody scans idle hosts
         self._rows: int = conn.execute("SELECT COUNT(*) FROM hosts").fetchone()[0]
         self._rows_pending = 0  # rows added (or removed) by the open transaction
         self._maybe_idle: list[HostQueue] = []  # counted down to nothing in the open transaction

@@ -7,7 +7,6 @@ through it, inside their own transaction.
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
 from collections.abc import Sequence
 
@@ -16,7 +15,6 @@ from crawler_node.frontier.records import DEFERRED, DONE, QUEUED, AddResult, Url
 from crawler_node.frontier.shedding import Shedding
 from crawler_node.frontier.statements import INSERT_CHUNKS, chunk_sizes, in_lists
 
-_URL = operator.attrgetter("url")
 # ON CONFLICT(url) rather than INSERT OR IGNORE: only a seen URL is skipped; a malformed
 # entry (NULL url) still fails the batch instead of silently counting as a duplicate.
 # Many rows per statement (statements.chunk_sizes): one statement per row cost more than the
@@ -50,7 +48,7 @@ class Intake:
         duplicates. URLs a neighbour fetched are recorded as done instead."""
         core = self._core
         # A URL in the recent set is a row already: a duplicate without asking the database.
-        fresh = core.recent.unknown(entries, key=_URL)
+        fresh = core.recent.unknown(entries)
         replicated: list[UrlEntry] = []
         if self._has_replica and fresh:
             fetched_by_neighbour = self._in_replica([entry.url for entry in fresh])

@@ -95,7 +95,7 @@ class AddResult:
 
     @property
     def queued(self) -> list[UrlEntry]:
-        """The accepted URLs that went into the queue (work for the scheduler now)."""
+        """The accepted URLs that went into the queue (work for the host table now)."""
         if not self.deferred:
             return self.accepted
         parked = {id(entry) for entry in self.deferred}

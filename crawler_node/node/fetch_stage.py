@@ -17,7 +17,7 @@ from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
-from crawler_node.core.verdict import ResponseRules, RetryAction, judge_page, judge_robots
+from crawler_node.core.verdict import Pause, ResponseRules, RetryAction, Verdict, judge_page, judge_robots
 from crawler_node.fetch.result import FetchResult
 from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
@@ -74,7 +74,7 @@ class FetchStage:
         # The host's slot and the global ones are given back together, before any await.
         self._release(state, permit, verdict.signal, now)
         self._hosts.finish_page(state, permit.host_ticket, verdict, now)
-        self._count(state, verdict.signal, verdict.retry, verdict.reason, verdict.pause.value)
+        self._count(state, verdict)
         page = PageResult(lease=lease, fetch=result, verdict=verdict)
         outcome = verdict.signal.outcome
         if outcome is FetchOutcome.REDIRECT:
@@ -86,7 +86,8 @@ class FetchStage:
         else:
             await self._store.put(page)
 
-    def _count(self, state: HostState, signal: Signal, retry: RetryAction, reason: str | None, pause: str) -> None:
+    def _count(self, state: HostState, verdict: Verdict) -> None:
+        signal = verdict.signal
         self.outcomes[signal.outcome] += 1
         counters = self.counters
         if signal.api is not ApiSignal.NONE:
@@ -94,11 +95,14 @@ class FetchStage:
             counters["api_postponed"] += 1
             return
         counters["host_attempts"] += 1
+        retry = verdict.retry
+        if retry is RetryAction.DONE:
+            return
         if retry is RetryAction.RETRY:
             counters["retries"] += 1
-        elif retry is RetryAction.GIVE_UP and reason is not None:
-            self.gave_up[reason] += 1
-        if pause == "backoff":
+        elif retry is RetryAction.GIVE_UP and verdict.reason is not None:
+            self.gave_up[verdict.reason] += 1
+        if verdict.pause is Pause.BACKOFF:
             counters["host_backoffs"] += 1
             log.info("%s keeps answering 429 without Retry-After: paused until %.1f (level %d)",
                      state.host, state.next_eligible, state.backoff.level)

@@ -1,7 +1,8 @@
 """The store: every fetch attempt to the crawl log, every HTTP exchange to WARC files.
 
-Synchronous and single-threaded by design, like the frontier: the node owns one worker thread
-for the store and hands it batches, so disk writes never block the event loop.
+Synchronous and single-threaded by design, like the frontier: it runs in the store worker
+(store.worker: its own process by default, or a thread), which the store stage hands
+batches, so disk writes never block the event loop.
 
 - `CrawlLog`: JSON lines, one per fetch attempt (including timeouts and DNS failures), so
   tests and users can audit coverage, duplicates and politeness.
