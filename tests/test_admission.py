@@ -100,7 +100,7 @@ def test_a_permit_takes_and_returns_every_slot() -> None:
     hosts.add_work("a.test", 1, now=0.0)
     state = hosts.get("a.test")
     hosts.bind_ip_gate(state, IpGate("192.0.2.1", limit=3))
-    permit = admission.acquire(state, hosts.start_request(state, 0.0))
+    permit = admission.acquire(hosts.start_request(state, 0.0), state.ip_gate)
     assert (state.limiter.in_flight, admission.api.limiter.in_flight, state.ip_gate.in_flight) == (1, 1, 1)
     woken, paused = admission.release(permit, OK, now=0.0)
     hosts.cancel_request(state, permit.host_ticket, 0.0)

@@ -18,10 +18,10 @@ from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.routing import Router
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState, HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.response import FetchResult
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import LatencyLevel
 from crawler_node.core.verdict import ResponseRules, judge_page, judge_robots
-from crawler_node.fetch.result import FetchResult
 from crawler_node.frontier import FrontierService, Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes

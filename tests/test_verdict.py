@@ -11,9 +11,9 @@ import pytest
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState, HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
+from crawler_node.core.response import FetchResult
 from crawler_node.core.signals import ApiSignal, LatencyLevel, LatencyModel
 from crawler_node.core.verdict import Pause, ResponseRules, RetryAction, judge_page, judge_robots
-from crawler_node.fetch.result import FetchResult
 
 NOW = 1_000_000.0
 

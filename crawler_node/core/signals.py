@@ -15,7 +15,7 @@ from typing import NamedTuple
 from crawler_node.core.backoff import parse_retry_after
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
-from crawler_node.fetch.result import FetchResult
+from crawler_node.core.response import FetchResult
 
 
 class ApiSignal(enum.Enum):

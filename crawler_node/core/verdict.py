@@ -19,9 +19,9 @@ from typing import Protocol
 from crawler_node.core.backoff import FINAL_ANSWER, BackoffState, HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
+from crawler_node.core.response import FetchResult
+from crawler_node.core.robots import RobotsRules, RobotsVerdict, verdict_for_status
 from crawler_node.core.signals import ApiSignal, LatencyLevel, LatencyModel, Signal, classify
-from crawler_node.fetch.result import FetchResult
-from crawler_node.fetch.robots import RobotsRules, RobotsVerdict, verdict_for_status
 
 
 class RetryAction(enum.Enum):

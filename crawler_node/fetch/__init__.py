@@ -1,1 +1,1 @@
-"""One HTTP request and what robots.txt says: the I/O shell of the fetch stage."""
+"""One HTTP request: the I/O shell of the fetch stage (what the answer means is core.verdict's)."""

@@ -18,7 +18,7 @@ from yarl import URL
 
 from crawler_node.core.addresses import is_ip_literal, is_public_address
 from crawler_node.core.outcomes import ErrorKind
-from crawler_node.fetch.result import FetchResult
+from crawler_node.core.response import FetchResult
 
 
 class PrivateAddressError(OSError):

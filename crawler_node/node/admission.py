@@ -25,9 +25,9 @@ import asyncio
 import logging
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from crawler_node.core.addresses import is_ip_literal
 from crawler_node.core.limiter import AimdLimiter, Outcome
@@ -35,8 +35,8 @@ from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
 from crawler_node.core.urls import bare_host
 
-if TYPE_CHECKING:
-    from crawler_node.node.hosts import HostState
+# What an IP gate parks and wakes: a host of the host table (node.host_state.HostState).
+H = TypeVar("H", bound=Hashable)
 
 log = logging.getLogger("crawler_node.admission")
 
@@ -53,7 +53,7 @@ API_QUOTA = "api_quota"  # blocked reason: the API's quota is spent
 API_LIMIT = "api_limit"  # blocked reason: the API limiter has no free slot
 
 
-class IpGate:
+class IpGate(Generic[H]):
     """The in-flight requests to one IP address, shared by every host that resolves to it.
 
     A fixed cap rather than AIMD: the hosts' own limiters already adapt; this only stops many
@@ -67,11 +67,11 @@ class IpGate:
         self.limit = limit
         self.in_flight = 0
         self.hosts = 0  # hosts bound to this address
-        self.waiting: set[HostState] = set()  # hosts parked because this gate was full
+        self.waiting: set[H] = set()  # hosts parked because this gate was full
         self.refusals = 0
-        self._gone: Callable[[IpGate], None] | None = None  # told when no host uses it any more
+        self._gone: Callable[[IpGate[H]], None] | None = None  # told when no host uses it any more
 
-    def admits(self, state: HostState) -> bool:
+    def admits(self, state: H) -> bool:
         """Room for one more request; when there is none, the host waits for a release."""
         if self.in_flight < self.limit:
             return True
@@ -83,7 +83,7 @@ class IpGate:
     def acquire(self) -> None:
         self.in_flight += 1
 
-    def release(self) -> set[HostState]:
+    def release(self) -> set[H]:
         """Return a slot; the hosts that were waiting for one must be re-placed by the caller."""
         self.in_flight -= 1
         woken, self.waiting = self.waiting, set()
@@ -91,7 +91,7 @@ class IpGate:
             self._gone(self)
         return woken
 
-    def unbind(self, state: HostState) -> None:
+    def unbind(self, state: H) -> None:
         """A host left memory (node.hosts.HostTable.collect): it no longer counts here."""
         self.hosts -= 1
         self.waiting.discard(state)
@@ -110,13 +110,13 @@ class IpGates:
         self.cache_s = cache_s
         self._clock = clock
         self._resolve = resolve or _first_address
-        self._gates: dict[str, IpGate] = {}
+        self._gates: dict[str, IpGate[Any]] = {}
         self._cache: dict[str, tuple[str | None, float]] = {}
         self.lookups = 0
         self.failures = 0
         self.refused_before = 0  # refusals of gates no host uses any more
 
-    async def gate_for(self, host: str) -> IpGate | None:
+    async def gate_for(self, host: str) -> IpGate[Any] | None:
         """The gate of the address ``host`` resolves to; None when it does not resolve (the
         fetch will then fail by itself, and there is no address to be polite to)."""
         address = await self.address_of(host)
@@ -129,7 +129,7 @@ class IpGates:
         gate.hosts += 1
         return gate
 
-    def _drop(self, gate: IpGate) -> None:
+    def _drop(self, gate: IpGate[Any]) -> None:
         if self._gates.get(gate.address) is gate:
             self.refused_before += gate.refusals
             del self._gates[gate.address]
@@ -153,7 +153,7 @@ class IpGates:
         self._cache[bare] = (address, now + self.cache_s)
         return address
 
-    def busiest(self, n: int) -> list[IpGate]:
+    def busiest(self, n: int) -> list[IpGate[Any]]:
         return sorted(self._gates.values(), key=lambda g: (g.in_flight, g.hosts), reverse=True)[:n]
 
     def shared(self) -> int:
@@ -254,7 +254,7 @@ class Permit:
 
     host_ticket: int
     api_ticket: int | None = None
-    ip_gate: IpGate | None = None
+    ip_gate: IpGate[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -304,19 +304,20 @@ class FetchAdmission:
         """When a quota pause ends by itself (None: no pause, or none with a time)."""
         return self.api.resume_at if self.api is not None else None
 
-    def acquire(self, state: HostState, host_ticket: int) -> Permit:
-        """Take the global slots for one request of ``state`` whose host slot is ``host_ticket``;
-        call only right after ``blocked()`` said None (no await in between)."""
+    def acquire(self, host_ticket: int, ip_gate: IpGate[Any] | None) -> Permit:
+        """Take the global slots for one request whose host slot is ``host_ticket`` and whose
+        host is behind ``ip_gate``; call only right after ``blocked()`` said None (no await in
+        between)."""
         permit = Permit(host_ticket=host_ticket)
         if self.api is not None:
             permit.api_ticket = self.api.limiter.acquire()
-        gate = state.ip_gate
+        gate = ip_gate
         if gate is not None:
             gate.acquire()
             permit.ip_gate = gate
         return permit
 
-    def release(self, permit: Permit, signal: Signal | None, now: float) -> tuple[set[HostState], bool]:
+    def release(self, permit: Permit, signal: Signal | None, now: float) -> tuple[set[Any], bool]:
         """Return a request's global slots. Returns (hosts that waited for its IP gate, whether
         the API has just been paused by this answer)."""
         paused = False
@@ -326,7 +327,7 @@ class FetchAdmission:
             else:
                 paused = self.api.release(permit.api_ticket, signal, now)
             permit.api_ticket = None
-        woken: set[HostState] = set()
+        woken: set[Any] = set()
         if permit.ip_gate is not None:
             woken = permit.ip_gate.release()
             permit.ip_gate = None

@@ -145,7 +145,7 @@ class Dispatcher:
                 assert lease is not None
                 self._leases.disallowed(lease.id)
                 return False
-            permit = self._admission.acquire(state, hosts.start_request(state, now))
+            permit = self._admission.acquire(hosts.start_request(state, now), state.ip_gate)
             if step is Step.ROBOTS:
                 self._start(self._fetch.fetch_robots(state, permit), f"robots:{state.host}")
                 return True

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.response import FetchResult
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.core.verdict import Pause, ResponseRules, RetryAction, Verdict, judge_page, judge_robots
-from crawler_node.fetch.result import FetchResult
 from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes

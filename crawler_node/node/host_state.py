@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState
 from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.robots import RobotsRules
 from crawler_node.core.signals import LatencyLevel
-from crawler_node.fetch.robots import RobotsRules
 from crawler_node.frontier import HostPoliteness, Lease
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class HostState:
     refilling: bool = False  # a lease request for this host is on its way to the frontier
     place: Place = Place.IDLE
     idle_since: float = 0.0  # when it last became IDLE (the collector's clock)
-    ip_gate: IpGate | None = None  # shared with the hosts on the same address (direct fetches)
+    ip_gate: IpGate[HostState] | None = None  # shared with the hosts on the same address (direct fetches)
     backoff: BackoffState = NO_BACKOFF  # for 429s without Retry-After
     throttle_streak: int = 0  # limit cuts from 429s without Retry-After, no success between
     latency: LatencyLevel | None = None

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import BackoffState, HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.core.robots import RobotsCache
 from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
-from crawler_node.fetch.robots import RobotsCache
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
 from crawler_node.node.host_state import HostState, Place, Robots, Step
 from crawler_node.runtime.wakeup import Wakeup

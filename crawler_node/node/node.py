@@ -29,12 +29,12 @@ from pathlib import Path
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.robots import RobotsCache
 from crawler_node.core.scope import Scope
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
 from crawler_node.fetch.fetcher import Fetcher
-from crawler_node.fetch.robots import RobotsCache
 from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates
 from crawler_node.node.budget import HeldBytes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crawler_node.core.response import FetchResult
 from crawler_node.core.verdict import Verdict
-from crawler_node.fetch.result import FetchResult
 from crawler_node.frontier import Lease, UrlEntry
 
 SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
