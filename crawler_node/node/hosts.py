@@ -26,7 +26,6 @@ gets work again; its robots.txt answer stays in a bounded cache for a day.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -36,6 +35,7 @@ from crawler_node.core.robots import RobotsCache
 from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
 from crawler_node.node.host_state import HostState, Place, Robots, Step
+from crawler_node.node.rotation import Rotation
 from crawler_node.runtime.wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -64,10 +64,7 @@ class HostTable:
         self._memory_target = memory_target
         self._robots_cache = robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0)
         self._hosts: dict[str, HostState] = {}
-        self._ready: deque[HostState] = deque()
-        self._waiting: list[tuple[float, int, HostState]] = []  # heap; stale entries skipped
-        self._idle: deque[tuple[float, HostState]] = deque()  # (idle since, host): collector's queue
-        self._seq = 0
+        self._rotation = Rotation(work=work)
         self._dirty: dict[str, HostState] = {}
         self.persist_wanted = Wakeup()  # notified when durable politeness changed
         self.collected = 0
@@ -164,66 +161,20 @@ class HostTable:
     # ----------------------------------------------------------------- scheduling
     def next_host(self, now: float) -> HostState | None:
         """Take the next host that may send now (BUSY); the caller must ``settle`` it afterwards."""
-        while self._waiting and self._waiting[0][0] <= now:
-            _, _, state = heapq.heappop(self._waiting)
-            if state.place is Place.WAITING:
-                self.settle(state, now)
-        for _ in range(len(self._ready)):
-            state = self._ready.popleft()
-            if state.place is not Place.READY:
-                continue  # stale entry
-            if not state.has_work():
-                self._to_idle(state, now)
-                continue
-            if state.next_eligible > now or not state.can_send():
-                state.place = Place.IDLE  # it left the deque; settle re-places it
-                self.settle(state, now)
-                continue
-            state.place = Place.BUSY
-            return state
-        return None
+        return self._rotation.next_host(now)
 
     def next_wakeup(self) -> float | None:
-        while self._waiting and self._waiting[0][2].place is not Place.WAITING:
-            heapq.heappop(self._waiting)
-        return self._waiting[0][0] if self._waiting else None
+        return self._rotation.next_wakeup()
 
     def settle(self, state: HostState, now: float) -> None:
         """Put a host where its current state says it belongs."""
-        if not state.has_work():
-            self._to_idle(state, now)
-        elif state.next_eligible > now:
-            state.place = Place.WAITING
-            self._seq += 1
-            heapq.heappush(self._waiting, (state.next_eligible, self._seq, state))
-            self._work.notify()  # the dispatcher's wait may have to end sooner
-        elif not state.can_send():
-            # Each way out of BLOCKED ends with a release, a refill or a robots answer.
-            state.place = Place.BLOCKED
-        else:
-            if state.place is not Place.READY:
-                self._ready.append(state)
-                self._work.notify()
-            state.place = Place.READY
-
-    def _to_idle(self, state: HostState, now: float) -> None:
-        if state.place is not Place.IDLE:
-            state.place = Place.IDLE
-            state.idle_since = now
-            self._idle.append((now, state))
-
-    def _delay(self, state: HostState, until: float, now: float) -> None:
-        if until > state.next_eligible:
-            state.next_eligible = until
-            if state.place is Place.READY or state.place is Place.BLOCKED:
-                state.place = Place.IDLE  # drops out of the deque lazily, then re-placed
-                self.settle(state, now)
+        self._rotation.settle(state, now)
 
     def wake(self, states: Iterable[HostState], now: float) -> None:
         """Hosts that waited for a slot (an IP gate) may go again."""
         for state in states:
             if state.place is Place.BLOCKED:
-                self.settle(state, now)
+                self._rotation.settle(state, now)
 
     # ----------------------------------------------------------------- dispatch steps
     def next_step(self, state: HostState) -> tuple[Step, Lease | None]:
@@ -292,7 +243,7 @@ class HostTable:
         state.buffer.extend(leases)
         if not leases:
             if next_ready is not None:
-                self._delay(state, next_ready, now)  # its rows wait for a retry time
+                self._rotation.delay(state, next_ready, now)  # its rows wait for a retry time
             elif not state.buffer:
                 state.queued = 0  # nothing left
         if state.place is Place.BLOCKED or state.place is Place.IDLE:
@@ -356,7 +307,7 @@ class HostTable:
                 state.paused_until = max(state.paused_until, verdict.next_eligible)
                 self._mark_dirty(state)
             if verdict.next_eligible > state.next_eligible:
-                self._delay(state, verdict.next_eligible, now)
+                self._rotation.delay(state, verdict.next_eligible, now)
         self.settle_after_release(state, now)
 
     def finish_robots(self, state: HostState, ticket: int, answer: RobotsAnswer, now: float) -> None:
@@ -370,7 +321,7 @@ class HostTable:
                 self._mark_dirty(state)
         else:
             state.robots_state = Robots.UNKNOWN
-        self._delay(state, answer.next_eligible, now)
+        self._rotation.delay(state, answer.next_eligible, now)
         self.settle_after_release(state, now)
 
     # ----------------------------------------------------------------- persistence
@@ -396,7 +347,7 @@ class HostTable:
         slot collector), or, while more than ``memory_target`` hosts are in memory, the ones
         idle longest whatever their age; returns how many left."""
         cutoff = now - self._idle_s
-        idle = self._idle
+        idle = self._rotation.idle
         dropped = 0
         recheck: list[tuple[float, HostState]] = []
         for _ in range(len(idle)):
