@@ -132,6 +132,14 @@ async def test_the_intake_refuses_a_batch_over_its_capacity_instead_of_queueing_
         await intake.take([UrlEntry(f"http://b.test/{i}", "b.test") for i in range(5)])
     await first
     assert intake.snapshot()["blocked_puts"] == 1 and (await frontier.totals())["queued"] == 8
+    full = asyncio.create_task(intake.take([UrlEntry(f"http://c.test/{i}", "c.test") for i in range(10)]))
+    await asyncio.sleep(0)  # a batch as large as the whole inbound is on its way
+    assert intake.needs_backout()
+    with pytest.raises(InboundFull):
+        intake.admit()  # what the API asks before it reads a body
+    await full
+    intake.admit()
+    assert intake.snapshot()["blocked_puts"] == 2
 
 
 # ------------------------------------------------------------------------------ parse stage

@@ -118,6 +118,10 @@ async def post_urls(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         return error(413, "too_large", f"body of {request.content_length} bytes exceeds {MAX_BODY_BYTES}")
     try:
+        node.intake.admit()  # before the body is read and decoded: pushing back saves that work
+    except InboundFull as exc:
+        return _inbound_full(exc.retry_after_s)
+    try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return error(413, "too_large", f"body exceeds {MAX_BODY_BYTES} bytes")
@@ -140,10 +144,7 @@ async def post_urls(request: web.Request) -> web.Response:
             seen_result = await intake.take(seen.entries, seen=True)
             result.duplicates += seen_result.duplicates
     except InboundFull as exc:
-        return web.json_response(
-            {"error": "inbound_full", "message": "inbound queue is full; retry later"},
-            status=429, headers={"Retry-After": str(max(1, round(exc.retry_after_s)))},
-        )
+        return _inbound_full(exc.retry_after_s)
     rejected = fresh.out_of_scope + seen.out_of_scope
     intake.rejected(len(rejected))
     reasons: dict[str, int] = {}
@@ -154,6 +155,11 @@ async def post_urls(request: web.Request) -> web.Response:
          "reasons": reasons},
         status=202,
     )
+
+
+def _inbound_full(retry_after_s: float) -> web.Response:
+    return web.json_response({"error": "inbound_full", "message": "inbound queue is full; retry later"},
+                             status=429, headers={"Retry-After": str(max(1, round(retry_after_s)))})
 
 
 async def get_status(request: web.Request) -> web.Response:

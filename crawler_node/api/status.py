@@ -26,6 +26,9 @@ async def node_status(node: Node) -> dict[str, Any]:
     leases = node.leases.snapshot()
     intake = node.intake.counters
     cluster = node.cluster.snapshot()
+    host_table = node.hosts.snapshot(TOP_HOSTS)
+    busiest = host_table.pop("busiest")
+    upkeep = node.upkeep.snapshot()
     uptime = time.monotonic() - node.started_at
     fetched = store["fetched"]
     idle = (totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0
@@ -66,18 +69,18 @@ async def node_status(node: Node) -> dict[str, Any]:
             "parse": parse["queue"],
             "store": store["queue"],
         },
-        **_flow_control(node, fetch, totals, shed_state),
-        "hosts": node.hosts.snapshot(TOP_HOSTS)["busiest"],
-        "host_table": {key: value for key, value in node.hosts.snapshot(0).items() if key != "busiest"},
+        **_flow_control(node, fetch, totals, shed_state, upkeep["shedding"]),
+        "hosts": busiest,
+        "host_table": host_table,
         "members": cluster["members"],
         "cluster": {"counters": cluster["counters"], "events": cluster["events"],
                     "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"]},
         "supervisor": node.supervisor.snapshot(),
-        "leases_expired": node.upkeep.snapshot()["leases_expired"],
+        "leases_expired": upkeep["leases_expired"],
     }
 
 
-def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict) -> dict[str, Any]:
+def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict, policy: dict) -> dict[str, Any]:
     """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
     admission = node.admission.snapshot(time.time())
     api, ip = admission.pop("api"), admission.pop("ip")
@@ -87,7 +90,7 @@ def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict) -> di
         "admission": {**admission, **node.held.snapshot()},
         "api": api,
         "shedding": {
-            **node.upkeep.snapshot()["shedding"],
+            **policy,
             "deferred_now": totals.get("deferred", 0),
             "deferred_total": sum(counts.values()),
             "deferred_by_reason": counts,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from crawler_node.core.bounded import TwoGenerationSet
-from crawler_node.frontier.hosts import HostTable
+from crawler_node.frontier.hosts import HostRecords
 from crawler_node.frontier.records import DONE, FAILED, HostQueue
 
 # Rows counted per host and state, except finished ones (only their totals are kept). A full
@@ -34,7 +34,7 @@ class FrontierCore:
     def __init__(self, conn: sqlite3.Connection, *, clock: Callable[[], float], recent_urls: int) -> None:
         self.conn = conn
         self.clock = clock
-        self.hosts = HostTable(conn)
+        self.hosts = HostRecords(conn)
         self.totals = [0, 0, 0, 0, 0]  # rows per state, indexed by state
         # Every row in state LEASED: id -> (its host's record, lease_expires as stored).
         self.leases: dict[int, tuple[HostQueue, float]] = {}
@@ -113,7 +113,7 @@ class FrontierCore:
 
     def count(self, host: str, state: int, delta: int) -> None:
         """Add `delta` rows of `host` in `state` to the totals and, unless the state is a
-        finished one, to the host's record (which exists: see HostTable)."""
+        finished one, to the host's record (which exists: see HostRecords)."""
         self.totals[state] += delta
         if state != DONE and state != FAILED:
             self.hosts.count(self.hosts.records[host], state, delta)

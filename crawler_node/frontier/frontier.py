@@ -2,7 +2,7 @@
 leases, with its parts (shedding, outbox, handoff) as attributes.
 
 Python memory holds one small `HostQueue` per host with work and nothing per URL; a host's
-record leaves memory when its work is done (see hosts.HostTable), so memory is bounded by the
+record leaves memory when its work is done (see hosts.HostRecords), so memory is bounded by the
 hosts with work, not by the hosts or URLs the crawl has met. SQLite's page cache is bounded
 explicitly (schema.CACHE_SIZE_KIB).
 

@@ -1,5 +1,5 @@
-"""The frontier's per-host table: a record in memory for each host with work, a row on disk
-for each host with rows.
+"""The frontier's per-host records (not the node's host table, node.hosts): a record in
+memory for each host with work, a row on disk for each host with rows.
 
 A host is in one of three states, and only the frontier's own transactions move it:
 
@@ -36,7 +36,7 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 """
 
 
-class HostTable:
+class HostRecords:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         # Both dicts keep their identity for the life of the table: callers may hold them.

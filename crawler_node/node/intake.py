@@ -65,6 +65,12 @@ class Intake:
     def needs_backout(self) -> bool:
         return self._pending >= self._capacity
 
+    def admit(self) -> None:
+        """Raise InboundFull (counted) when nothing more can be taken now."""
+        if self.needs_backout():
+            self.counters["inbound_rejected_batches"] += 1
+            raise InboundFull(retry_after_s=1.0)
+
     def idle(self) -> bool:
         return self._pending == 0
 
