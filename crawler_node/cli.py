@@ -28,6 +28,16 @@ _HELP = {
     "max_depth": "do not follow links deeper than this",
     "allow_private": "permit direct fetches of private and loopback addresses",
     "ring_weights": "a member's ring weight as ID=WEIGHT (repeatable; the same on every member)",
+    "ca_bundle": "PEM file of the certificate authorities to trust for https (default: the system's, "
+                 "or SSL_CERT_FILE / SSL_CERT_DIR when set)",
+    "dns_server": "HOST[:PORT] of the DNS resolver for direct fetches (default: the system's)",
+    "dns_cache_hosts": "names whose DNS answers are kept, each for its TTL (default 10000)",
+    "max_redirects": "redirect hops a chain may take before it ends as too_many_redirects (default 10)",
+    "max_parse_bytes": "bytes of a page that links are extracted from (default 5000000)",
+    "sitemaps": "off, robots (read the Sitemap: lines of robots.txt, default) or probe (also /sitemap.xml)",
+    "robots_ttl_s": "seconds a robots.txt is obeyed before it is fetched again (default 86400)",
+    "robots_max_attempts": "failed robots.txt fetches in a row (5xx, 429, network) before the host's "
+                           "queued URLs end as robots_unavailable (default 6)",
 }
 
 

@@ -67,8 +67,23 @@ class Settings:
     max_body_bytes: int = 10_000_000
     max_links_per_page: int = 2_000
     robots_max_bytes: int = 500_000
-    robots_error_retry_s: float = 30.0
+    robots_error_retry_s: float = 30.0  # first wait after a robots.txt that could not be had (doubles)
+    robots_retry_cap_s: float = 1800.0  # the longest of those waits
+    # robots.txt unavailable (5xx, 429, network, DNS, TLS) this many times in a row: the
+    # authority's queued URLs end with outcome robots_unavailable
+    robots_max_attempts: int = 6
+    robots_ttl_s: float = 86_400.0  # rules are fetched again after this long (RFC 9309 2.4)
     max_crawl_delay_s: float = 30.0
+    max_redirects: int = 10  # redirect hops a chain may take; the next one ends it (outcome too_many_redirects)
+    max_parse_bytes: int = 5_000_000  # links are extracted from this much of a page; beyond, counted as truncated
+    # sitemaps: "off", "robots" (the Sitemap: lines of robots.txt), or "probe" (also /sitemap.xml)
+    sitemaps: str = "robots"
+    sitemap_max_urls: int = 50_000  # per sitemap file (sitemaps.org)
+    sitemap_max_bytes: int = 52_428_800  # uncompressed, per sitemap file (sitemaps.org: 50 MiB)
+    # TLS and DNS for direct fetches
+    ca_bundle: str | None = None  # PEM file of the CAs to trust instead of the system's
+    dns_server: str | None = None  # HOST[:PORT] of the resolver for direct fetches (default: the system's)
+    dns_cache_hosts: int = 10_000  # names whose answers are cached (each for its TTL, at most dns_cache_s)
     # retries
     retry_budget: int = 3
     retry_base_s: float = 1.0
@@ -137,7 +152,9 @@ class Settings:
         except SettingsError as exc:
             problems.append(str(exc))
         positive = ("global_inflight", "host_limit_floor", "inbound_capacity", "parse_queue",
-                    "store_queue", "max_body_bytes", "warc_max_bytes", "max_links_per_page")
+                    "store_queue", "max_body_bytes", "warc_max_bytes", "max_links_per_page",
+                    "max_parse_bytes", "robots_max_attempts", "sitemap_max_urls", "sitemap_max_bytes",
+                    "dns_cache_hosts")
         for name in positive:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -165,8 +182,19 @@ class Settings:
         for name in ("outbox_capacity", "forward_batch", "ring_vnodes"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
-        if self.max_hops < 0:
-            problems.append("max_hops must be >= 0")
+        if self.max_hops < 0 or self.max_redirects < 0:
+            problems.append("max_hops and max_redirects must be >= 0")
+        if self.sitemaps not in ("off", "robots", "probe"):
+            problems.append(f"sitemaps must be 'off', 'robots' or 'probe', got {self.sitemaps!r}")
+        if not 0 < self.robots_error_retry_s <= self.robots_retry_cap_s or self.robots_ttl_s <= 0:
+            problems.append("need 0 < robots_error_retry_s <= robots_retry_cap_s and robots_ttl_s > 0")
+        if self.ca_bundle is not None and not Path(self.ca_bundle).is_file():
+            problems.append(f"ca_bundle {self.ca_bundle!r} is not a readable file")
+        if self.dns_server is not None:
+            host, _, port = self.dns_server.rpartition(":") if self.dns_server.count(":") == 1 else (
+                self.dns_server, "", "53")
+            if not (host or self.dns_server) or not port.isdigit() or not 0 < int(port) < 65536:
+                problems.append(f"dns_server {self.dns_server!r} must look like HOST[:PORT]")
         if self.max_depth is not None and self.max_depth < 0:
             problems.append("max_depth must be >= 0")
         if self.proxy is not None:

@@ -21,7 +21,7 @@ BINARY = bytes(range(256)) * 40
 GZIPPED_ORIGINAL = b'{"greeting": "hello"}' * 50
 LOG_FIELDS = {
     "url", "host", "status", "outcome", "bytes", "node", "attempt", "fetched_at", "elapsed_ms",
-    "error",
+    "error", "kind", "location", "truncated", "parse_truncated",
 }
 
 
@@ -301,6 +301,8 @@ def test_crawl_log_lines_are_what_json_dumps_writes(tmp_path: Path) -> None:
             "outcome": fetched.outcome, "bytes": len(fetched.body), "node": fetched.node_id,
             "attempt": fetched.attempt, "fetched_at": iso_utc(fetched.fetched_at),
             "elapsed_ms": round(fetched.elapsed_s * 1000.0, 1), "error": fetched.error,
+            "kind": fetched.kind, "location": fetched.location, "truncated": fetched.truncated,
+            "parse_truncated": fetched.parse_truncated,
         }
         assert line == json.dumps(entry, separators=(",", ":"))
         assert json.loads(line) == entry

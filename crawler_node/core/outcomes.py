@@ -19,6 +19,8 @@ class ErrorKind(enum.StrEnum):
     PROXY = "proxy"  # the proxy itself failed; retryable
     NOT_ALLOWED = "not_allowed"  # a private address without --allow-private: never retried
     TOO_LARGE = "body_too_large"  # never retried: it would be too large again
+    TLS = "tls"  # the certificate (or the handshake) failed verification: never retried
+    DNS = "dns"  # the name did not resolve: retried, on its own (longer) schedule
 
 
 class FetchOutcome(enum.StrEnum):
@@ -36,6 +38,11 @@ class FetchOutcome(enum.StrEnum):
     NOT_ALLOWED = "not_allowed"
     API_THROTTLED = "api_throttled"  # the fetch-through API's own concurrency limit
     API_QUOTA = "api_quota"  # the fetch-through API's plan is spent
+    TLS = "tls"  # certificate error: final for the URL, the reason in crawl.log's error
+    DNS = "dns"  # the name did not resolve
+    ROBOTS_DISALLOWED = "robots_disallowed"  # robots.txt forbids it: never fetched
+    ROBOTS_UNAVAILABLE = "robots_unavailable"  # its robots.txt could not be had: given up, never fetched
+    TOO_MANY_REDIRECTS = "too_many_redirects"  # a redirect past --max-redirects: its target is not followed
 
     @property
     def success(self) -> bool:

@@ -148,8 +148,9 @@ class Fetcher:
                     transport = response.connection.transport if response.connection else None
                     peer = transport.get_extra_info("peername") if transport else None
                     result.remote_addr = peer[0] if peer else None
-                result.body, result.truncated = await _read_capped(response, limit)
-                if result.truncated:
+                result.body, cut = await _read_capped(response, limit)
+                if cut:
+                    result.truncated = "length"
                     result.error, result.error_detail = ErrorKind.TOO_LARGE, f"body exceeds {limit} bytes"
         except TimeoutError:
             result.error, result.error_detail = ErrorKind.TIMEOUT, "timed out"

@@ -19,6 +19,8 @@ class PageResult:
     fetch: FetchResult
     verdict: Verdict
     links: list[UrlEntry] = field(default_factory=list)
+    kind: str = "page"  # "page", "robots" (no lease of its own: nothing to finish) or "sitemap"
+    parse_truncated: bool = False  # links came from the first max_parse_bytes of the body only
 
 
 class InboundFull(Exception):

@@ -180,4 +180,7 @@ class StoreStage:
         body = fetch.body if outcome in _ARCHIVED else b""
         return (lease.url, lease.host, self._node_id, lease.attempts, fetch.started_at, outcome.value, fetch.status,
                 fetch.request_headers, fetch.headers, body, fetch.content_type, fetch.error_detail,
-                fetch.remote_addr, fetch.elapsed_s)
+                fetch.remote_addr, fetch.elapsed_s,
+                fetch.header("Location") if outcome is FetchOutcome.REDIRECT or
+                outcome is FetchOutcome.TOO_MANY_REDIRECTS else None,
+                fetch.truncated, page.parse_truncated, page.kind)

@@ -70,6 +70,10 @@ class FetchRecord:
     error: str | None = None
     remote_addr: str | None = None
     elapsed_s: float = 0.0
+    location: str | None = None  # a redirect's target, as the Location header gave it
+    truncated: str | None = None  # the body was cut: "length" (max_body_bytes) or "time" (WARC-Truncated)
+    parse_truncated: bool = False  # links were extracted from the first max_parse_bytes only
+    kind: str = "page"  # "page", "robots" or "sitemap"
 
 
 def iso_utc(epoch: float, *, timespec: str = "milliseconds") -> str:
@@ -123,10 +127,14 @@ class CrawlLog:
         text = _json_string
         status = "null" if record.status is None else record.status
         error = "null" if record.error is None else text(record.error)
+        location = "null" if record.location is None else text(record.location)
+        truncated = "null" if record.truncated is None else text(record.truncated)
         return (f'{{"url":{text(record.url)},"host":{text(record.host)},"status":{status},'
                 f'"outcome":{text(record.outcome)},"bytes":{len(record.body)},"node":{text(record.node_id)},'
                 f'"attempt":{record.attempt},"fetched_at":"{iso_utc(record.fetched_at)}",'
-                f'"elapsed_ms":{round(record.elapsed_s * 1000.0, 1)!r},"error":{error}}}\n')
+                f'"elapsed_ms":{round(record.elapsed_s * 1000.0, 1)!r},"error":{error},'
+                f'"kind":"{record.kind}","location":{location},"truncated":{truncated},'
+                f'"parse_truncated":{"true" if record.parse_truncated else "false"}}}\n')
 
     def flush(self, *, fsync: bool = False) -> None:
         handle = self._require_open()
