@@ -97,8 +97,9 @@ def _fields_ok(item: dict) -> bool:
     def small(key: str, low: int) -> bool:
         value = item.get(key, 0)
         return isinstance(value, int) and not isinstance(value, bool) and low <= value < 10**6
-    return small("depth", 0) and small("hops", 0) and small("priority", -(10**6) + 1) \
-        and isinstance(item.get("seen", False), bool)
+    # "redirects" is optional, as every field but "url": a peer of an earlier version omits it.
+    return small("depth", 0) and small("hops", 0) and small("redirects", 0) \
+        and small("priority", -(10**6) + 1) and isinstance(item.get("seen", False), bool)
 
 
 def _prepare(intake: Intake, items: list[tuple[int, dict]]) -> tuple[Prepared, list[dict]]:

@@ -129,7 +129,8 @@ class Outboxes:
             self.counts[peer] = 0
             return 0.0
         payload = msgpack.packb({"urls": [
-            {"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops, "seen": seen}
+            {"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops, "redirects": e.redirects,
+             "seen": seen}
             for _, e, seen in rows]})
         try:
             async with self._session.post(f"{url}/v1/urls", data=payload,

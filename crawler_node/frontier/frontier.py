@@ -50,7 +50,7 @@ _UNKNOWN_ROW = ("", -1)  # (host, state) of an id that matches no row
 # Leasing reads the rows in lease order, then marks them by id. Cheaper than one UPDATE ...
 # RETURNING, whose rows come back in no particular order and cost a copy each.
 _LEASE_SELECT_SQL = """
-SELECT id, url, depth, priority, attempts, hops FROM urls
+SELECT id, url, depth, priority, attempts, hops, redirects FROM urls
 WHERE host = ? AND state = 0 AND not_before <= ?
 ORDER BY priority DESC, id
 LIMIT ?
@@ -171,8 +171,8 @@ class Frontier:
         core.count_record(record, LEASED, len(rows))
         # attempts + 1: this attempt, which _mark_leased counts in the row
         leases = [
-            Lease(row_id, url, host, depth, priority, attempts + 1, hops)
-            for row_id, url, depth, priority, attempts, hops in rows
+            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects)
+            for row_id, url, depth, priority, attempts, hops, redirects in rows
         ]
         core.leases.update(dict.fromkeys([lease.id for lease in leases], (record, expires)))
         return leases, None

@@ -11,7 +11,9 @@ from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.outbox import Outbox
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, UrlEntry
 
-_HOST_ROWS_SQL = "SELECT id, url, depth, priority, hops, state FROM urls WHERE host = ? AND state != ? LIMIT ?"
+_HOST_ROWS_SQL = (
+    "SELECT id, url, depth, priority, hops, redirects, state FROM urls WHERE host = ? AND state != ? LIMIT ?"
+)
 
 
 class Handoff:
@@ -31,13 +33,13 @@ class Handoff:
             if rows:
                 to_crawl: list[tuple[str, UrlEntry]] = []
                 fetched: list[tuple[str, UrlEntry]] = []
-                for _, url, depth, priority, hops, state in rows:
-                    item = (peer, UrlEntry(url, host, depth, priority, hops))
+                for _, url, depth, priority, hops, redirects, state in rows:
+                    item = (peer, UrlEntry(url, host, depth, priority, hops, redirects))
                     (to_crawl if state in (QUEUED, DEFERRED) else fetched).append(item)
                 self._outbox.put(to_crawl)
                 self._outbox.put(fetched, seen=True)
                 core.conn.executemany("DELETE FROM urls WHERE id = ?", [(row[0],) for row in rows])
-                for state, count in Counter(row[5] for row in rows).items():
+                for state, count in Counter(row[6] for row in rows).items():
                     core.count(host, state, -count)
                 core.forget_recent()  # rows are gone: their URLs are new again
             record = core.hosts.records.get(host)

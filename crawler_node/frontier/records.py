@@ -20,13 +20,18 @@ STATES = (QUEUED, LEASED, DONE, FAILED, DEFERRED)
 
 @dataclass(slots=True)
 class UrlEntry:
-    """A URL to crawl; `url` is already normalised. Higher priority is leased sooner."""
+    """A URL to crawl; `url` is already normalised. Higher priority is leased sooner.
+
+    `hops`: times the URL was forwarded on by nodes that disagreed on its owner.
+    `redirects`: redirects followed to reach it (0 for a link or a seed); it travels with a
+    redirect's target as depth does with a link, so a chain ends at --max-redirects."""
 
     url: str
     host: str
     depth: int = 0
     priority: int = 0
     hops: int = 0
+    redirects: int = 0
 
 
 @dataclass(slots=True)
@@ -40,6 +45,7 @@ class Lease:
     priority: int
     attempts: int
     hops: int
+    redirects: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ WAL_AUTOCHECKPOINT_BYTES = 32 * 1024 * 1024
 # Keeps the WAL file from staying huge on disk after a burst of writes.
 JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # PRAGMA user_version of the current layout. 1: `hosts` has the politeness columns and a row
-# for every host that has rows in `urls`.
-SCHEMA_VERSION = 1
+# for every host that has rows in `urls`. 2: `urls` and `outbox` have `redirects`.
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS urls (
     attempts INTEGER NOT NULL DEFAULT 0,
     not_before REAL NOT NULL DEFAULT 0,
     lease_expires REAL,
-    enqueued_at REAL NOT NULL
+    enqueued_at REAL NOT NULL,
+    redirects INTEGER NOT NULL DEFAULT 0  -- redirects followed to reach this URL (--max-redirects)
 );
 -- Leasing walks this in order; not_before rides along so waiting rows are skipped in the index.
 CREATE INDEX IF NOT EXISTS urls_ready ON urls(host, priority DESC, id, not_before)
@@ -75,7 +76,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     depth INTEGER NOT NULL,
     priority INTEGER NOT NULL,
     hops INTEGER NOT NULL,
-    seen INTEGER NOT NULL DEFAULT 0
+    seen INTEGER NOT NULL DEFAULT 0,
+    redirects INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
 -- URLs a neighbour on the ring has fetched, kept by its successor: if the neighbour dies and
@@ -85,11 +87,17 @@ CREATE TABLE IF NOT EXISTS replica (
 ) WITHOUT ROWID;
 """
 
-# Columns `hosts` gained after its first layout (host, next_eligible), as ALTER TABLE adds them.
-_HOSTS_COLUMNS_ADDED = {
-    "crawl_delay": "REAL NOT NULL DEFAULT 0",
-    "backoff_level": "INTEGER NOT NULL DEFAULT 0",
-    "last_throttle": "REAL",
+# Columns tables gained after their first layout, as ALTER TABLE adds them (at the end, which
+# is where SCHEMA puts them too, so old and new files have the same column order). Adding a
+# column with a constant default rewrites no row: it costs the same on a file of any size.
+_COLUMNS_ADDED = {
+    "hosts": {  # first layout: host, next_eligible
+        "crawl_delay": "REAL NOT NULL DEFAULT 0",
+        "backoff_level": "INTEGER NOT NULL DEFAULT 0",
+        "last_throttle": "REAL",
+    },
+    "urls": {"redirects": "INTEGER NOT NULL DEFAULT 0"},  # layout 2
+    "outbox": {"redirects": "INTEGER NOT NULL DEFAULT 0"},  # layout 2
 }
 
 
@@ -117,15 +125,15 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def migrate(conn: sqlite3.Connection) -> None:
     """Bring a database of an earlier layout to SCHEMA_VERSION, in one transaction."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(hosts)")}
-    missing = [name for name in _HOSTS_COLUMNS_ADDED if name not in columns]
+    missing = [(table, name, declaration) for table, added in _COLUMNS_ADDED.items()
+               for name, declaration in added.items() if name not in _columns(conn, table)]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if not missing and version >= SCHEMA_VERSION:
         return
     conn.execute("BEGIN")
     try:
-        for name in missing:
-            conn.execute(f"ALTER TABLE hosts ADD COLUMN {name} {_HOSTS_COLUMNS_ADDED[name]}")
+        for table, name, declaration in missing:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
         if version < 1:
             # Earlier layouts had a hosts row only for hosts given a next-eligible time. One
             # pass over urls, a primary-key probe per row; no DISTINCT, whose sorter would hold
@@ -141,3 +149,7 @@ def migrate(conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

@@ -80,7 +80,8 @@ class Intake:
 
     # ----------------------------------------------------------------- the path in
     def prepare(self, items: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> Prepared:
-        """Normalise and scope-check URLs (strings, or {"url", "depth"?, "priority"?, "hops"?})."""
+        """Normalise and scope-check URLs (strings, or {"url", "depth"?, "priority"?, "hops"?,
+        "redirects"?})."""
         prepared = Prepared()
         for index, item in enumerate(items):
             fields: Mapping = {"url": item} if isinstance(item, str) else item
@@ -97,7 +98,8 @@ class Intake:
                 continue
             prepared.entries.append(UrlEntry(url=url, host=host_of(url), depth=depth,
                                              priority=int(fields.get("priority", priority)),
-                                             hops=int(fields.get("hops") or 0)))
+                                             hops=int(fields.get("hops") or 0),
+                                             redirects=int(fields.get("redirects") or 0)))
         return prepared
 
     async def submit(self, urls: Iterable[str | Mapping], *,

@@ -138,6 +138,8 @@ class StoreStage:
         router = self._router
         single = router.is_single
         for page in pages:
+            if page.kind == "robots":
+                continue  # archived and logged; no lease of its own to finish
             verdict, lease = page.verdict, page.lease
             action = verdict.retry
             if action is RetryAction.DONE:
@@ -154,7 +156,8 @@ class StoreStage:
                 successor = router.successor_for(lease.host)
                 if successor is not None:
                     batch.replicate.append(
-                        (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops)))
+                        (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops,
+                                             lease.redirects)))
         return batch, retried
 
     def _route_links(self, batch: FrontierBatch, pages: list[PageResult]) -> None:
