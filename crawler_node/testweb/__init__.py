@@ -15,7 +15,8 @@ links and redirects, in canonical form (`http://site-1.test/p/3`, `http://site-1
 pages, the `/img/K.png` resources, redirecting pages (301/302) and their targets, the
 `/loop/a` and `/loop/b` redirect loop, and `/bomb` (a crawler fetches all of these). Left out:
 URLs that robots.txt disallows for `crawler-node` (protego's reading) and what is reachable only
-through them, the `/calendar/` spider trap, and `/robots.txt` itself.
+through them, the `/calendar/` spider trap, the `/trap/redirect/x...` redirect trap, and
+`/robots.txt` itself.
 
 What `GET /_testweb/stats` counts, per host: every request that reached the host, robots.txt,
 404s, 5xx and the host's own 429s included; requests refused by the paid-API layer (429 with

@@ -96,7 +96,8 @@ sizes: --hosts 200000 --pages 1 --images 0 --cross-link-prob 0 --history 0 is 20
   hosts (/ and robots.txt only), ready in seconds; poll it with GET /_testweb/stats?summary=1.
 settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_concurrency,
   retry_after_s (default 1), error_rate (0..1), error_status (default 503), robots (robots.txt
-  text), page_bytes, drip_bytes_per_s, redirects (0..1), trap (bool), gzip_bomb (bool or bytes).
+  text), page_bytes, drip_bytes_per_s, redirects (0..1), trap (bool), redirect_trap (bool: / links
+  /trap/redirect/x, which answers 302 to a path one /x longer, 250 hops deep), gzip_bomb (bool or bytes).
 ground truth (any Host): GET /_testweb/expected, GET /_testweb/stats, GET /_testweb/hosts,
   POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}.
   /_testweb/stats flags: ?summary=1 (totals only), ?host=H (repeatable: those hosts and their URLs),
@@ -165,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         host: HostFeatures(
             redirects=p.redirects,
             trap=p.trap,
+            redirect_trap=p.redirect_trap,
             gzip_bomb=p.gzip_bomb > 0,
             page_bytes=p.page_bytes,
             robots=p.robots,

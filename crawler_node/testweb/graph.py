@@ -8,7 +8,8 @@ Layout of one host (P pages): `/` and `/p/1` â€¦ `/p/{P-1}`, plus `/img/0.png` â
 Each page `i >= 1` hangs under a parent page chosen among the earlier non-redirecting pages, so
 a spanning tree makes every page reachable from `/`; extra random links are added on top.
 Optional features: redirecting pages and the `/loop/a` <-> `/loop/b` loop, the `/calendar/`
-spider trap, the `/bomb` gzip bomb, robots.txt rules (evaluated with protego).
+spider trap, the `/trap/redirect/x` redirect trap (each hop's path one `/x` longer, so no two
+URLs of the chain are alike), the `/bomb` gzip bomb, robots.txt rules (evaluated with protego).
 
 Links are written in many spellings (relative, `../`, root-relative, absolute, upper-case
 scheme and host, explicit `:80`, scheme-relative, `#fragment`, under a `<base href>`), while the
@@ -33,9 +34,14 @@ ROBOTS_AGENT = "crawler-node"
 IMAGES_PER_HOST = 3  # the default; `images=` picks 0 to MAX_IMAGES_PER_HOST
 MAX_IMAGES_PER_HOST = 10  # image paths are /img/0.png ... /img/9.png
 TRAP_ENTRY = "/calendar/2026/01"
+REDIRECT_TRAP_ENTRY = "/trap/redirect/x"
+# Hops of the redirect trap before its chain ends in a 404: a crawler without a hop limit
+# spends this many fetches on it (about what the real site of issue 13 cost: 202).
+REDIRECT_TRAP_HOPS = 250
 
 _PAGE_PATH = re.compile(r"/p/([1-9][0-9]{0,8})")
 _IMAGE_PATH = re.compile(r"/img/([0-9])\.png")
+_REDIRECT_TRAP_PATH = re.compile(r"/trap/redirect((?:/x)+)")
 _CALENDAR_PATH = re.compile(
     r"/calendar/([12][0-9]{3})/(0[1-9]|1[0-2])(?:/(0[1-9]|1[0-9]|2[0-8]))?"
 )
@@ -56,6 +62,7 @@ class HostFeatures:
 
     redirects: float = 0.0
     trap: bool = False
+    redirect_trap: bool = False
     gzip_bomb: bool = False
     page_bytes: int | None = None
     robots: str | None = None
@@ -140,6 +147,11 @@ class SyntheticWeb:
             return Resource("redirect", 0, 302, self._url(host, other))
         if features.trap and _CALENDAR_PATH.fullmatch(path):
             return Resource("calendar")
+        if features.redirect_trap and (match := _REDIRECT_TRAP_PATH.fullmatch(path)):
+            hop = len(match.group(1)) // 2  # /x per hop: the entry is hop 1
+            if hop >= REDIRECT_TRAP_HOPS:
+                return None
+            return Resource("redirect", hop, 302, self._url(host, path + "/x"))
         if features.gzip_bomb and path == "/bomb":
             return Resource("bomb")
         return None
@@ -150,7 +162,8 @@ class SyntheticWeb:
 
     def expected_urls(self) -> list[str]:
         """Every URL reachable from the host roots by links and redirects, minus robots-
-        disallowed URLs and the spider trap. A redirect's own URL is included (it is fetched)."""
+        disallowed URLs and the spider traps (calendar, redirect trap). A redirect's own URL is
+        included (it is fetched)."""
         robots = {
             host: Protego.parse(features.robots)
             for host, features in self._features.items()
@@ -163,7 +176,7 @@ class SyntheticWeb:
         while queue:
             host, path = queue.popleft()
             url = self._url(host, path)
-            if path.startswith("/calendar/"):
+            if path.startswith(("/calendar/", "/trap/")):
                 continue
             rules = robots.get(host)
             if rules is not None and not rules.can_fetch(url, ROBOTS_AGENT):
@@ -296,6 +309,8 @@ def _special_links(index: int, features: HostFeatures) -> list[str]:
         links.append("/")
     if features.trap:
         links.append(TRAP_ENTRY)
+    if index == 0 and features.redirect_trap:
+        links.append(REDIRECT_TRAP_ENTRY)
     if index == 0 and features.redirects > 0:
         links.append("/loop/a")
     if index == 0 and features.gzip_bomb:

@@ -48,6 +48,7 @@ class HostProfile:
     drip_bytes_per_s: int | None = None
     redirects: float = 0.0
     trap: bool = False
+    redirect_trap: bool = False
     gzip_bomb: int = 0  # inflated size of /bomb in bytes; 0 = no bomb
 
     @property
@@ -155,6 +156,7 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "drip_bytes_per_s": _integer(minimum=1),
     "redirects": _number(maximum=1.0),
     "trap": _boolean,
+    "redirect_trap": _boolean,
     "gzip_bomb": _bomb,
 }
 
