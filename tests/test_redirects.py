@@ -1,0 +1,274 @@
+"""A redirect's hop count travels with its target, like depth: through the frontier's rows (and a
+database of the layout before it), handoff, the outbox and the peer wire; and a real node ends a
+redirect trap at --max-redirects, counted by what testweb itself served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import aiohttp
+import msgpack
+import pytest
+from aiohttp import web
+from conftest import read_crawl_log
+from frontier_helpers import FakeClock, entry
+
+from crawler_node.cluster.membership import Membership
+from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.routing import Router
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, FrontierService, UrlEntry
+from crawler_node.frontier.schema import SCHEMA_VERSION
+from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.wakeup import Wakeup
+from crawler_node.testweb.graph import REDIRECT_TRAP_ENTRY
+
+# The frontier's tables as layout 1 made them (PRAGMA user_version = 1): no redirects columns.
+_LAYOUT_1 = """
+CREATE TABLE urls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    url TEXT NOT NULL UNIQUE,
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    hops INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    lease_expires REAL,
+    enqueued_at REAL NOT NULL
+);
+CREATE INDEX urls_ready ON urls(host, priority DESC, id, not_before) WHERE state = 0;
+CREATE INDEX urls_age ON urls(enqueued_at) WHERE state = 0;
+CREATE INDEX urls_deferred ON urls(host, priority DESC, id) WHERE state = 4;
+CREATE TABLE hosts (
+    host TEXT PRIMARY KEY,
+    next_eligible REAL NOT NULL DEFAULT 0,
+    crawl_delay REAL NOT NULL DEFAULT 0,
+    backoff_level INTEGER NOT NULL DEFAULT 0,
+    last_throttle REAL
+) WITHOUT ROWID;
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    peer TEXT NOT NULL,
+    url TEXT NOT NULL,
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    hops INTEGER NOT NULL,
+    seen INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX outbox_peer ON outbox(peer, id);
+CREATE TABLE replica (url TEXT PRIMARY KEY) WITHOUT ROWID;
+INSERT INTO hosts (host) VALUES ('a.test');
+INSERT INTO urls (url, host, depth, priority, hops, state, attempts, enqueued_at) VALUES
+    ('http://a.test/page/0', 'a.test', 2, 5, 1, 0, 0, 1.0),
+    ('http://a.test/page/1', 'a.test', 0, 0, 0, 2, 1, 1.0);
+INSERT INTO outbox (peer, url, host, depth, priority, hops, seen) VALUES
+    ('b', 'http://b.test/page/0', 'b.test', 1, 3, 0, 0);
+PRAGMA user_version = 1;
+"""
+
+
+def columns(path: Path, table: str) -> list[str]:
+    with closing(sqlite3.connect(path)) as db:
+        return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+
+
+# -- the frontier --------------------------------------------------------------------------------
+
+
+def test_a_layout_1_database_gains_the_redirects_columns(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    with closing(sqlite3.connect(path)) as db:
+        db.executescript(_LAYOUT_1)
+
+    with Frontier(path, clock=clock) as frontier:
+        # What the old file held reads back whole, with no redirects behind it.
+        assert frontier.totals()["queued"] == 1 and frontier.totals()["done"] == 1
+        [(_, owed, seen)] = frontier.outbox.peek("b", 10)
+        assert (owed, seen) == (UrlEntry("http://b.test/page/0", "b.test", 1, 3, 0, 0), False)
+        [old] = frontier.lease("a.test", 10)[0]
+        assert (old.url, old.depth, old.priority, old.hops, old.redirects) == ("http://a.test/page/0", 2, 5, 1, 0)
+        # and new rows keep theirs, in both tables
+        frontier.add([entry("a.test", 2, redirects=4)])
+        frontier.outbox.put([("b", entry("b.test", 1, redirects=7))])
+        assert [lease.redirects for lease in frontier.lease("a.test", 10)[0]] == [4]
+        assert [e.redirects for _, e, _ in frontier.outbox.peek("b", 10)] == [0, 7]
+
+    for table in ("urls", "outbox"):
+        assert columns(path, table)[-1] == "redirects", table
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    with Frontier(path, clock=clock) as reopened:  # migrated once: opening again changes nothing
+        assert [e.redirects for _, e, _ in reopened.outbox.peek("b", 10)] == [0, 7]
+    assert columns(path, "urls").count("redirects") == 1
+
+
+def test_a_new_database_has_the_columns_where_an_old_one_gets_them(tmp_path: Path, clock: FakeClock) -> None:
+    old = tmp_path / "old" / FRONTIER_FILENAME
+    old.parent.mkdir()
+    with closing(sqlite3.connect(old)) as db:
+        db.executescript(_LAYOUT_1)
+    Frontier(old, clock=clock).close()
+    new = tmp_path / "new"
+    new.mkdir()
+    Frontier(new, clock=clock).close()
+    for table in ("urls", "outbox", "hosts"):
+        assert columns(new / FRONTIER_FILENAME, table) == columns(old, table), table
+
+
+def test_the_hop_count_survives_a_return_a_handoff_and_a_reroute_back(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1, depth=2, redirects=3), entry("a.test", 2)])
+    leases, _ = frontier.lease("a.test", 10)
+    assert sorted(lease.redirects for lease in leases) == [0, 3]
+    frontier.apply(FrontierBatch(returned=[lease.id for lease in leases]))  # never attempted
+
+    assert frontier.handoff.handoff_host("a.test", "b") == 2
+    owed = {e.url: e for _, e, _ in frontier.outbox.peek("b", 10)}
+    assert owed["http://a.test/page/1"].redirects == 3 and owed["http://a.test/page/1"].depth == 2
+    assert owed["http://a.test/page/2"].redirects == 0
+
+    taken = frontier.outbox.reroute("b", lambda host: None)  # "b" is gone: this node takes them in
+    assert len(taken.accepted) == 2
+    leases, _ = frontier.lease("a.test", 10)
+    assert {lease.url: lease.redirects for lease in leases} == {"http://a.test/page/1": 3,
+                                                                "http://a.test/page/2": 0}
+
+
+def test_a_fetched_url_replicated_to_the_successor_keeps_its_hop_count(frontier: Frontier) -> None:
+    frontier.add([entry("a.test", 1, redirects=2)])
+    [lease] = frontier.lease("a.test", 1)[0]
+    frontier.apply(FrontierBatch(done=[lease.id], replicate=[
+        ("b", UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops, lease.redirects))]))
+    [(_, replica, seen)] = frontier.outbox.peek("b", 10)
+    assert seen and replica.redirects == 2
+
+
+# -- the peer wire -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[tuple[str, list[dict]]]:
+    """A peer that keeps every URL object it is sent, as decoded from the wire."""
+    received: list[dict] = []
+
+    async def take(request: web.Request) -> web.Response:
+        body = msgpack.unpackb(await request.read())
+        received.extend(body["urls"])
+        return web.json_response({"accepted": len(body["urls"])}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/urls", take)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", received
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.timeout(30)
+async def test_forwarded_urls_carry_their_hop_count_on_the_wire(tmp_path: Path, peer) -> None:
+    url, received = peer
+    frontier = FrontierService(path=tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0)
+    await frontier.open()
+    await frontier.outbox_put([("b", UrlEntry("http://b.test/r", "b.test", 1, 5, 0, 4)),
+                               ("b", UrlEntry("http://b.test/p", "b.test"))])
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
+    router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
+    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
+    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+                        capacity=1000, batch=100, linger_s=0.0, failure_pause_s=0.1,
+                        on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
+                        space=Wakeup(), clock=lambda: 0.0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await outboxes.start(session)
+            for _ in range(200):  # bounded: 10 s
+                if len(received) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            await supervisor.stop()
+    finally:
+        await frontier.close()
+    assert {item["url"]: item["redirects"] for item in received} == {"http://b.test/r": 4, "http://b.test/p": 0}
+    assert {item["url"]: item["depth"] for item in received} == {"http://b.test/r": 1, "http://b.test/p": 0}
+
+
+# -- a real node against testweb's redirect trap -------------------------------------------------
+
+
+def post_urls(node, items: list[dict]) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{node.url}/v1/urls", data=json.dumps({"urls": items}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def trap_url(host: str, hop: int) -> str:
+    """The trap's URL at `hop` (1 is the entry every / links to)."""
+    return f"http://{host}{REDIRECT_TRAP_ENTRY}" + "/x" * (hop - 1)
+
+
+def chain(log: list[dict], host: str) -> list[dict]:
+    """The crawl.log lines of the host's redirect trap, in hop order."""
+    return sorted((line for line in log if line["url"].startswith(f"http://{host}/trap/")),
+                  key=lambda line: len(line["url"]))
+
+
+@pytest.mark.timeout(180)
+def test_a_redirect_trap_ends_at_max_redirects(start_testweb, start_node) -> None:
+    limited, default = "site-0.test", "site-1.test"
+    web = start_testweb(hosts=2, pages=6, seed=3, profile={"site-*.test": {"redirect_trap": True}},
+                        extra_args=["--images", "0", "--cross-link-prob", "0"])
+    small = start_node("node-small", proxy=web.url, seeds=[f"http://{limited}/"],
+                       extra_args=["--max-redirects", "3"])
+    large = start_node("node-default", proxy=web.url, seeds=[f"http://{default}/"])
+    statuses = {node.node_id: node.wait_idle(timeout_s=90) for node in (small, large)}
+    served = web.stats()["urls"]
+
+    for node, host, limit in ((small, limited, 3), (large, default, 10)):
+        # What testweb served: the seed's hop and `limit` more, each once, and nothing past them.
+        trap_fetches = {url: n for url, n in served.items() if url.startswith(f"http://{host}/trap/")}
+        assert trap_fetches == {trap_url(host, hop): 1 for hop in range(1, limit + 2)}, node.node_id
+        lines = chain(read_crawl_log(node.data_dir), host)
+        assert [line["url"] for line in lines] == [trap_url(host, hop) for hop in range(1, limit + 2)]
+        # every hop's Location, the last one's too (the target that was not followed)
+        assert [line["location"] for line in lines] == [trap_url(host, hop + 1) for hop in range(1, limit + 2)]
+        assert [line["outcome"] for line in lines] == ["redirect"] * limit + ["too_many_redirects"]
+        assert all(line["status"] == 302 for line in lines)
+        status = statuses[node.node_id]
+        assert status["counters"]["outcomes"]["too_many_redirects"] == 1
+        # The chain's end is a result, not a failure: nothing failed, nothing was retried.
+        assert status["frontier"]["failed"] == 0 and status["counters"]["retries"] == 0
+        assert status["frontier"]["queued"] == 0
+        # The rest of the site is crawled as if the trap were not there.
+        logged = {line["url"] for line in read_crawl_log(node.data_dir)}
+        expected = {url for url in web.expected() if url.startswith(f"http://{host}/")}
+        assert expected and expected <= logged
+
+    # A URL submitted with a hop count already behind it (as a peer forwards a redirect's
+    # target) has only the rest of the budget: 2 hops taken, so its own fetch, one more, the end.
+    fresh = trap_url(limited, 20)
+    assert post_urls(small, [{"url": fresh, "redirects": 9, "depth": "one"}])[0] == 400
+    assert post_urls(small, [{"url": fresh, "redirects": -1}])[0] == 400
+    code, answer = post_urls(small, [{"url": fresh, "redirects": 2}])
+    assert (code, answer["accepted"]) == (202, 1)
+    small.wait_idle(timeout_s=30)
+    lines = chain(read_crawl_log(small.data_dir), limited)
+    assert [(line["url"], line["outcome"]) for line in lines[3 + 1:]] == [
+        (trap_url(limited, 20), "redirect"), (trap_url(limited, 21), "too_many_redirects")]
+    served = web.stats()["urls"]
+    assert served.get(trap_url(limited, 21)) == 1 and trap_url(limited, 22) not in served
