@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 from crawler_node.core.outcomes import ErrorKind
 
-# Errors that will fail the same way on every attempt.
-FATAL_ERRORS = frozenset({ErrorKind.TOO_LARGE, ErrorKind.NOT_ALLOWED})
+# Errors that will fail the same way on every attempt. TLS: a certificate that does not
+# verify (or a handshake the server's configuration refuses) is the site's setup, not a glitch.
+FATAL_ERRORS = frozenset({ErrorKind.TOO_LARGE, ErrorKind.NOT_ALLOWED, ErrorKind.TLS})
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 # 2 ** 62 seconds is far past any cap; stops the exponent from building huge ints.
 _MAX_EXPONENT = 62
@@ -71,8 +72,11 @@ class RetryPolicy:
         base_s: float = 1.0,
         cap_s: float = 60.0,
         retry_after_cap_s: float = 300.0,
+        dns_base_s: float | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        """``dns_base_s``: the first wait after a name did not resolve (default ``cap_s``);
+        see :meth:`dns_backoff_s`."""
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if base_s <= 0 or cap_s < base_s:
@@ -83,6 +87,9 @@ class RetryPolicy:
         self.base_s = base_s
         self.cap_s = cap_s
         self.retry_after_cap_s = retry_after_cap_s
+        self.dns_base_s = cap_s if dns_base_s is None else dns_base_s
+        if self.dns_base_s <= 0:
+            raise ValueError(f"dns_base_s must be > 0, got {dns_base_s}")
         self._rng = rng if rng is not None else random.Random()
 
     def decide(
@@ -103,15 +110,27 @@ class RetryPolicy:
             return RetryDecision(False, 0.0, _final_reason(status, error))
         if attempt > self.budget:
             return RetryDecision(False, 0.0, "budget_exhausted")
-        return RetryDecision(True, self._delay(attempt, retry_after_s), reason)
+        return RetryDecision(True, self._delay(attempt, retry_after_s, error), reason)
 
     def backoff_s(self, attempt: int) -> float:
         """Full jitter: uniform over [0, min(cap, base * 2**(attempt-1))]."""
         exponent = min(attempt - 1, _MAX_EXPONENT)
         return self._rng.uniform(0.0, min(self.cap_s, self.base_s * 2**exponent))
 
-    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
-        jittered = self.backoff_s(attempt)
+    def dns_backoff_s(self, attempt: int) -> float:
+        """After a DNS failure: uniform over [1/2, 1] x dns_base * 2**(attempt-1), at most 16
+        x dns_base. A failure that outlived the resolver's own retries is an NXDOMAIN (which
+        will not change in seconds) or an outage of a resolver or of the domain's servers,
+        which lasts minutes; and the failure is cached (fetch.dns, negative answers for ~30
+        s), so the connection schedule (1 s, 2 s, 4 s) would spend the whole budget on
+        answers from that cache. Starting at the cap of the ordinary schedule (60 s by
+        default) and never below half of it, three retries span 3.5 to 7 minutes. The jitter
+        keeps the floor: the URLs of one failed host are not retried as one burst."""
+        exponent = min(attempt - 1, 4)
+        return self.dns_base_s * 2**exponent * self._rng.uniform(0.5, 1.0)
+
+    def _delay(self, attempt: int, retry_after_s: float | None, error: ErrorKind | None = None) -> float:
+        jittered = self.dns_backoff_s(attempt) if error == ErrorKind.DNS else self.backoff_s(attempt)
         if retry_after_s is None:
             return jittered
         # The server said when; we never come back earlier, and never wait unboundedly.

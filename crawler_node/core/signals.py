@@ -44,6 +44,10 @@ _OUTCOME_OF_ERROR = {
     ErrorKind.CONNECTION: FetchOutcome.CONNECTION,
     ErrorKind.PROXY: FetchOutcome.PROXY,
     ErrorKind.NOT_ALLOWED: FetchOutcome.NOT_ALLOWED,
+    # Neither says anything about the server's capacity (Outcome.ERROR): a name that does not
+    # resolve, a certificate that does not verify.
+    ErrorKind.TLS: FetchOutcome.TLS,
+    ErrorKind.DNS: FetchOutcome.DNS,
 }
 
 

@@ -2,49 +2,58 @@
 
 The fetcher does not retry, redirect or decide politeness: it reports status, headers, body
 (capped) and a named error kind, and the node routes each signal to the limiter it describes.
+
+Trust (TLS): with ``ca_bundle`` (``--ca-bundle FILE``) the CAs of that PEM file are trusted,
+and only they. Without it, the system's: ``ssl.create_default_context()`` at start, which
+loads OpenSSL's default locations, and OpenSSL's own environment variables replace those:
+``SSL_CERT_FILE`` (a PEM bundle) and ``SSL_CERT_DIR`` (a directory of hashed certificates,
+``openssl rehash``). They are read when the fetcher is made, so they must be set in the node's
+environment before it starts. A certificate that fails verification (expired, self-signed, an
+unknown CA, another host's name) ends that URL with ErrorKind.TLS, OpenSSL's reason in the
+error, and is never retried.
 """
 
 from __future__ import annotations
 
-import socket
+import ssl
 import time
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from crawler_node.core.addresses import is_ip_literal, is_public_address
 from crawler_node.core.outcomes import ErrorKind
 from crawler_node.core.response import FetchResult
+from crawler_node.fetch.dns import PrivateAddressError, Resolver
+
+__all__ = ["ErrorKind", "Fetcher", "FetchResult", "PrivateAddressError", "decode_headers", "tls_context"]
 
 
-class PrivateAddressError(OSError):
-    def __init__(self, host: str, addresses: list[str]) -> None:
-        super().__init__(f"{host} resolves only to non-public addresses {addresses}")
-        self.host = host
-        self.addresses = addresses
+def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """The context every https request verifies with (see the module's docstring)."""
+    return ssl.create_default_context(cafile=ca_bundle) if ca_bundle else ssl.create_default_context()
 
 
-class PublicOnlyResolver(AbstractResolver):
-    """Drops private, loopback and link-local answers, so a hostile DNS name cannot point the
-    crawler at the machine's own network (SSRF). Used only for direct fetches."""
+class PeerResponse(aiohttp.ClientResponse):
+    """A response that remembers the address of the server that sent it.
 
-    def __init__(self) -> None:
-        self._inner = DefaultResolver()
+    ``start`` is handed the connection before the response is read; by the time the caller
+    sees the headers, aiohttp has often read a small body too and given the connection back
+    to the pool (or closed it), and the transport is gone from the response. Reading the peer
+    here works the same for new and pooled keep-alive connections, and costs one dict lookup
+    (asyncio keeps the peername of a socket transport from its creation)."""
 
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        answers = await self._inner.resolve(host, port, family)
-        public = [a for a in answers if is_public_address(a["host"])]
-        if not public:
-            raise PrivateAddressError(host, [a["host"] for a in answers])
-        return public
+    peer_address: str | None = None
 
-    async def close(self) -> None:
-        await self._inner.close()
+    async def start(self, connection):
+        transport = connection.transport
+        if transport is not None:
+            peer = transport.get_extra_info("peername")
+            if peer:
+                self.peer_address = peer[0]
+        return await super().start(connection)
 
 
 _PROXY_CREDENTIALS = ("Authorization", "Proxy-Authorization")  # looked up case-insensitively
@@ -90,7 +99,14 @@ class Fetcher:
         fetch_timeout_s: float,
         max_body_bytes: int,
         max_connections: int,
+        ca_bundle: str | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
+        """``resolver``: resolves the sites' names for direct fetches (fetch.dns), shared with
+        the per-IP gates; made here when not given; the fetcher closes it. Through a proxy,
+        the proxy resolves, and no resolver of ours is used."""
+        if proxy is not None and resolver is not None:
+            raise ValueError("through a proxy the proxy resolves names: pass no resolver")
         self._user_agent = user_agent
         self._proxy = proxy
         self._proxy_url = URL(proxy) if proxy else None  # parsed once, not on every request
@@ -98,18 +114,25 @@ class Fetcher:
         self._timeout = aiohttp.ClientTimeout(total=fetch_timeout_s, sock_connect=connect_timeout_s)
         self._max_body_bytes = max_body_bytes
         self._max_connections = max_connections
+        self._tls = tls_context(ca_bundle)  # made now: a bad bundle fails the node at its start
+        if proxy is None and resolver is None:
+            resolver = Resolver(server=None, allow_private=allow_private, cache_hosts=10_000, cache_s=300.0)
+        self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        resolver = None if self._allow_private else PublicOnlyResolver()
         connector = ProxyConnector(
             # aiohttp pools proxied connections per *target* host, so a cap below the number of
             # hosts would close and reopen connections all the time; concurrency is bounded by
             # the node's global in-flight limit instead.
             limit=0 if self._proxy else self._max_connections,
             limit_per_host=0,  # per-host politeness is the host table's job
-            resolver=resolver,
+            resolver=self._resolver,
+            # Our resolver caches each name for its TTL; aiohttp's cache would keep it for a
+            # fixed time. Through a proxy, aiohttp's resolver and cache find the proxy.
+            use_dns_cache=self._resolver is None,
             ttl_dns_cache=300,
+            ssl=self._tls,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -120,12 +143,16 @@ class Fetcher:
             skip_auto_headers=(),
             max_field_size=16_384,
             read_bufsize=2**16,
+            # Through a proxy, the peer is the proxy: no address is recorded.
+            response_class=aiohttp.ClientResponse if self._proxy else PeerResponse,
         )
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._resolver is not None:  # a resolver passed in is not the connector's to close
+            await self._resolver.close()
 
     async def fetch(self, url: str, *, max_body_bytes: int | None = None) -> FetchResult:
         assert self._session is not None, "Fetcher.start() must be awaited first"
@@ -137,6 +164,7 @@ class Fetcher:
             if is_ip_literal(host) and not is_public_address(host.strip("[]")):
                 result.error, result.error_detail = ErrorKind.NOT_ALLOWED, f"{host} is not a public address"
                 return result
+        chunks: list[bytes] = []  # the body so far: kept when a timeout or a reset cuts it
         try:
             async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False) as response:
                 result.headers_s = time.monotonic() - started
@@ -144,28 +172,68 @@ class Fetcher:
                 result.headers = decode_headers(response.raw_headers)
                 result._by_name = response.headers  # case-insensitive, first value first
                 result.request_headers = list(response.request_info.headers.items())
-                if self._proxy is None:  # through a proxy, the peer is the proxy: not recorded
-                    transport = response.connection.transport if response.connection else None
-                    peer = transport.get_extra_info("peername") if transport else None
-                    result.remote_addr = peer[0] if peer else None
-                result.body, cut = await _read_capped(response, limit)
-                if cut:
+                if self._proxy is None:
+                    result.remote_addr = response.peer_address  # type: ignore[attr-defined]
+                if await _read_capped(response, limit, chunks):
                     result.truncated = "length"
                     result.error, result.error_detail = ErrorKind.TOO_LARGE, f"body exceeds {limit} bytes"
+                    response.close()  # the rest of the body is unread: the connection cannot be reused
+                result.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         except TimeoutError:
             result.error, result.error_detail = ErrorKind.TIMEOUT, "timed out"
-        except PrivateAddressError as exc:
-            result.error, result.error_detail = ErrorKind.NOT_ALLOWED, str(exc)
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, PrivateAddressError):
-                result.error, result.error_detail = ErrorKind.NOT_ALLOWED, str(exc.os_error)
+            _keep_partial(result, chunks, "time")
+        except aiohttp.ClientConnectorCertificateError as exc:
+            result.error, result.error_detail = ErrorKind.TLS, _certificate_reason(exc.certificate_error)
+        except aiohttp.ClientConnectorSSLError as exc:
+            result.error, result.error_detail = _handshake_failure(exc.os_error)
+        except aiohttp.ClientConnectorDNSError as exc:
+            cause = exc.os_error
+            if isinstance(cause, PrivateAddressError):
+                result.error, result.error_detail = ErrorKind.NOT_ALLOWED, str(cause)
+            elif self._proxy is not None:  # the proxy's own name: the proxy cannot be reached
+                result.error, result.error_detail = ErrorKind.PROXY, f"proxy: {cause}"
             else:
-                result.error, result.error_detail = ErrorKind.CONNECTION, str(exc)
+                result.error, result.error_detail = ErrorKind.DNS, str(cause)
+        except aiohttp.ClientConnectorError as exc:
+            result.error, result.error_detail = ErrorKind.CONNECTION, str(exc)
+        except ssl.SSLCertVerificationError as exc:  # not wrapped by aiohttp (a tunnel's TLS, say)
+            result.error, result.error_detail = ErrorKind.TLS, _certificate_reason(exc)
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             # ValueError: aiohttp rejects some malformed headers or URLs that way.
             result.error, result.error_detail = ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}"
+            _keep_partial(result, chunks, "disconnect")
         result.elapsed_s = time.monotonic() - started
         return result
+
+
+def _keep_partial(result: FetchResult, chunks: list[bytes], why: str) -> None:
+    """The response began (its headers came) and was cut: keep what was read, and say so, so
+    the WARC record is marked WARC-Truncated and is never a complete, empty 200. "time" and
+    "disconnect" are WARC 1.1's words for a timeout and a connection lost mid-body."""
+    if result.status is not None:
+        result.body = b"".join(chunks)
+        result.truncated = why
+
+
+def _certificate_reason(error: BaseException) -> str:
+    """OpenSSL's reason: "certificate has expired", "self-signed certificate", "unable to get
+    local issuer certificate", "Hostname mismatch, certificate is not valid for 'x'."..."""
+    reason = getattr(error, "verify_message", None) or getattr(error, "reason", None) or str(error)
+    return f"certificate verify failed: {reason}"
+
+
+def _handshake_failure(error: BaseException) -> tuple[ErrorKind, str]:
+    """A TLS handshake that failed without a certificate verdict.
+
+    The peer closing mid-handshake (an EOF, a reset) is what an overloaded server or a
+    middlebox does for a while: a connection error, retried. Everything else (no common
+    protocol version or cipher, a plain-http server on the https port, a TLS alert such as
+    "unrecognized name") is how that server is configured and will fail the same way on every
+    attempt: TLS, final for the URL, like a certificate error."""
+    if isinstance(error, ssl.SSLEOFError | ssl.SSLZeroReturnError | ConnectionError):
+        return ErrorKind.CONNECTION, f"TLS handshake cut: {error}"
+    reason = getattr(error, "reason", None)
+    return ErrorKind.TLS, f"TLS handshake failed: {reason or error}"
 
 
 def decode_headers(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -186,21 +254,22 @@ def _request_url(url: str) -> URL | str:
     return url
 
 
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    """Read at most ``limit`` decoded bytes. aiohttp inflates gzip in bounded chunks, so a
-    gzip bomb costs at most about ``limit`` plus one chunk of memory before we stop."""
-    declared = response.content_length
-    if declared is not None and "Content-Encoding" not in response.headers:
-        if declared > limit:
-            return b"", True
-        # The framing bounds the body: aiohttp reads exactly the declared length, in one call
-        # rather than an async iteration per chunk.
-        return await response.read(), False
-    chunks: list[bytes] = []
+async def _read_capped(response: aiohttp.ClientResponse, limit: int, chunks: list[bytes]) -> bool:
+    """Append the decoded body to ``chunks`` up to ``limit`` bytes; True when there was more
+    (then exactly ``limit`` bytes were kept, also when Content-Length announced more). aiohttp
+    inflates gzip in bounded chunks, so a gzip bomb costs at most about ``limit`` plus one
+    chunk of memory before we stop. The chunks stay with the caller, so what was read before
+    a timeout is kept."""
+    content = response.content
     size = 0
-    async for chunk in response.content.iter_chunked(65_536):
+    while True:
+        # Whatever is buffered, in one piece: a small body that came with the headers is one
+        # call that does not wait.
+        chunk = await content.readany()
+        if not chunk:
+            return False
         size += len(chunk)
         if size > limit:
-            return b"".join(chunks), True
+            chunks.append(chunk[:len(chunk) - (size - limit)])
+            return True
         chunks.append(chunk)
-    return b"".join(chunks), False

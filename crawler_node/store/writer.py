@@ -301,8 +301,9 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None)
         request_line=f"GET {target} HTTP/1.1",
         request_headers=request_headers,
         ip_address=record.remote_addr,
-        # The node stopped reading at its cap.
-        truncated="length" if record.outcome == FetchOutcome.TOO_LARGE else None,
+        # The node stopped reading: at its cap ("length"), at its timeout ("time"), or the
+        # connection was lost mid-body ("disconnect"); the record holds what came before.
+        truncated=record.truncated or ("length" if record.outcome == FetchOutcome.TOO_LARGE else None),
         ids=ids,
     )
 
