@@ -50,6 +50,7 @@ def sample_status(node: NodeProcess, stop: threading.Event, samples: list[dict],
 def read_log(path: Path) -> list[dict]:
     """crawl.log lines, with fetched_at (ISO 8601) turned into epoch seconds."""
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in lines if line.get("kind", "page") == "page"]  # not the robots.txt exchanges
     for line in lines:
         line["fetched_at"] = datetime.fromisoformat(line["fetched_at"].replace("Z", "+00:00")).timestamp()
     return lines

@@ -103,7 +103,8 @@ class CrawlLogTail:
         self.offset += len(chunk)
         data = self.partial + chunk
         *complete, self.partial = data.split(b"\n")
-        return [json.loads(line) for line in complete if line.strip()]
+        lines = [json.loads(line) for line in complete if line.strip()]
+        return [line for line in lines if line.get("kind", "page") == "page"]  # not the robots.txt exchanges
 
 
 def start_nodes(ids: list[str], web: TestwebProcess, workdir: Path, stack: contextlib.ExitStack,

@@ -45,14 +45,21 @@ def start_node(tmp_path: Path):
         node.stop(timeout_s=15)
 
 
-def read_crawl_log(data_dir: Path) -> list[dict]:
+UNFETCHED_OUTCOMES = ("robots_disallowed", "robots_unavailable")
+
+
+def read_crawl_log(data_dir: Path, *, everything: bool = False) -> list[dict]:
+    """The crawl.log lines of requests for the frontier's URLs; with ``everything``, also the
+    robots.txt exchanges (kind "robots") and the URLs that ended without a request."""
     path = Path(data_dir) / "crawl.log"
     if not path.exists():
         return []
     lines = []
     for line in path.read_text().splitlines():
         if line.strip():
-            lines.append(json.loads(line))
+            entry = json.loads(line)
+            if everything or (entry.get("kind", "page") != "robots" and entry["outcome"] not in UNFETCHED_OUTCOMES):
+                lines.append(entry)
     return lines
 
 

@@ -125,7 +125,7 @@ def test_an_ip_gate_parks_hosts_and_a_release_wakes_them() -> None:
     assert woken == set(states) and gate.waiting == set()
     hosts.wake(woken, 0.0)
     state = hosts.next_host(0.0)
-    assert state is not None and hosts.next_step(state)[0] is Step.ROBOTS
+    assert state is not None and hosts.next_step(state, 0.0)[0] is Step.REFILL  # a lease first, then its robots.txt
 
 
 async def test_ip_gates_resolve_once_and_share_one_gate_per_address() -> None:

@@ -13,7 +13,8 @@ from crawler_node.core.response import FetchResult
 from crawler_node.core.robots import RobotsCache
 from crawler_node.core.verdict import ResponseRules, judge_page, judge_robots
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease, UrlEntry
-from crawler_node.node.hosts import HostState, HostTable, Place, Robots, Step
+from crawler_node.core.robots import RobotsStatus
+from crawler_node.node.hosts import HostState, HostTable, Place, Step
 from crawler_node.runtime.wakeup import Wakeup
 
 RULES = ResponseRules(retry=RetryPolicy(budget=3, rng=random.Random(1)),
@@ -31,15 +32,14 @@ def leases(host: str, n: int, first_id: int = 1) -> list[Lease]:
 
 
 def robots(table: HostTable, host: str, now: float = 0.0, body: bytes | None = None) -> HostState:
-    """Take the host and answer its robots.txt request (404 = no rules, or ``body``)."""
+    """Take the host and answer the robots.txt of its http authority (404 = no rules, or
+    ``body``), as if its first lease had asked for it."""
     state = table.next_host(now)
     assert state is not None and state.host == host
-    step, _ = table.next_step(state)
-    assert step is Step.ROBOTS
     ticket = table.start_request(state, now)
     table.settle(state, now)
     answer = FetchResult(url=f"http://{host}/robots.txt", status=404 if body is None else 200, body=body or b"")
-    table.finish_robots(state, ticket, judge_robots(answer, now=now, rules=RULES), now)
+    table.finish_robots(state, "http", ticket, judge_robots(answer, now=now, rules=RULES), now)
     return state
 
 
@@ -53,7 +53,7 @@ def send(table: HostTable, now: float = 0.0) -> tuple[HostState, int, Lease]:
     """Take the next host, lease and slot, as the dispatcher does."""
     state = table.next_host(now)
     assert state is not None
-    step, lease = table.next_step(state)
+    step, lease = table.next_step(state, now)
     assert step is Step.FETCH and lease is not None
     ticket = table.start_request(state, now)
     table.settle(state, now)
@@ -166,7 +166,7 @@ def test_robots_disallowed_leases_are_reported_not_fetched() -> None:
     state = robots(table, "h", body=b"User-agent: *\nDisallow: /1\n")
     fill(table, state, 2)
     taken = table.next_host(0.0)
-    step, lease = table.next_step(taken)
+    step, lease = table.next_step(taken, 0.0)
     assert step is Step.DISALLOWED and lease.url == "http://h/1"
     table.settle(taken, 0.0)
     assert send(table)[2].url == "http://h/2"
@@ -175,14 +175,17 @@ def test_robots_disallowed_leases_are_reported_not_fetched() -> None:
 def test_an_unreachable_robots_txt_means_ask_again_later() -> None:
     table = make_table()
     table.add_work("h", 2, now=0.0)
+    fill(table, table.get("h"), 2)
     state = table.next_host(0.0)
-    table.next_step(state)
+    step, lease = table.next_step(state, 0.0)
+    assert step is Step.ROBOTS and lease is not None and lease.url == "http://h/1"  # it stays buffered
     ticket = table.start_request(state, 0.0)
     table.settle(state, 0.0)
+    assert table.next_host(0.0) is None  # nothing of the host goes while its robots.txt is out
     answer_ = judge_robots(FetchResult(url="http://h/robots.txt", status=503), now=0.0, rules=RULES)
-    table.finish_robots(state, ticket, answer_, 0.0)
-    assert state.robots_state is Robots.UNKNOWN and table.next_host(29.9) is None
-    assert table.next_host(30.0) is state
+    table.finish_robots(state, "http", ticket, answer_, 0.0)
+    assert state.robots["http"].status is RobotsStatus.UNKNOWN and table.next_host(29.9) is None
+    assert table.next_host(30.0) is state and table.next_step(state, 30.0)[0] is Step.ROBOTS
 
 
 def test_a_host_no_longer_served_gives_its_buffered_leases_back() -> None:
@@ -250,12 +253,15 @@ def test_a_host_that_left_memory_keeps_its_robots_txt_answer_for_a_while() -> No
     assert table.collect(now=20.0) == 1 and table.get("h") is None
     table.add_work("h", 1, now=30.0)  # work again: no robots.txt request, the rules still hold
     back = table.get("h")
-    assert back.robots_state is Robots.READY and back.crawl_delay == 1.0
-    assert not back.robots.allowed("http://h/private/x") and back.robots.allowed("http://h/public")
+    cached = table.robots_of(back, "http", now=30.0)
+    assert cached.status is RobotsStatus.READY and back.crawl_delay == 1.0
+    assert not cached.rules.allowed("http://h/private/x") and cached.rules.allowed("http://h/public")
+    assert table.robots_of(back, "https", now=30.0).status is RobotsStatus.UNKNOWN  # another authority
     table.release_unserved(lambda host: False, now=31.0)  # (or any other way its work goes)
+    table.take_dirty()  # (the frontier would have handed its Crawl-delay back with the work)
     assert table.collect(now=40.0) == 1
     table.add_work("h", 1, now=200.0)  # a day's answer is not used for longer than ttl_s
-    assert table.get("h").robots_state is Robots.UNKNOWN
+    assert table.robots_of(table.get("h"), "http", now=200.0).status is RobotsStatus.UNKNOWN
 
 
 def test_the_robots_cache_is_bounded_in_bytes() -> None:

@@ -163,3 +163,25 @@ def test_private_addresses_are_refused_without_a_proxy(start_testweb, start_node
     lines = read_crawl_log(node.data_dir)
     assert [line["outcome"] for line in lines] == ["not_allowed"]
     assert web.stats()["hosts"] == {} or all(h["requests"] == 0 for h in web.stats()["hosts"].values())
+
+
+def test_robots_txt_exchanges_are_archived_and_disallowed_urls_have_their_own_line(finished_crawl):
+    node = finished_crawl["node"]
+    everything = read_crawl_log(node.data_dir, everything=True)
+    robots_lines = [line for line in everything if line["kind"] == "robots"]
+    # one robots.txt per host, each archived as Heritrix does (request + response records)
+    assert sorted(line["url"] for line in robots_lines) == sorted(f"{root}robots.txt" for root in roots(HOSTS))
+    archived = set()
+    for path in sorted((node.data_dir / "warc").glob("*.warc.gz")):
+        with path.open("rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type == "response":
+                    archived.add(record.rec_headers.get_header("WARC-Target-URI"))
+    assert {line["url"] for line in robots_lines} <= archived
+    # the URLs robots.txt kept out: never requested (testweb saw none), each logged once with why
+    disallowed = [line for line in everything if line["outcome"] == "robots_disallowed"]
+    stats = finished_crawl["stats"]["urls"]
+    assert disallowed and all(line["url"].startswith(("http://site-1.test/p/1", "http://site-1.test/p/2"))
+                              for line in disallowed)
+    assert all(stats.get(line["url"], 0) == 0 and line["status"] is None and line["error"] for line in disallowed)
+    assert len({line["url"] for line in disallowed}) == len(disallowed)

@@ -214,6 +214,16 @@ class Pressure:
         return self.full
 
 
+class Collected:
+    """A store that only keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.pages: list = []
+
+    async def put(self, page) -> None:
+        self.pages.append(page)
+
+
 class FakeFetch:
     """The fetch stage's part, answered at once: robots.txt says nothing, every page is a 200."""
 
@@ -222,9 +232,9 @@ class FakeFetch:
         self.fetched: list[str] = []
         self.answered = Wakeup()
 
-    async def fetch_robots(self, state: HostState, permit: Permit) -> None:
+    async def fetch_robots(self, state: HostState, permit: Permit, lease: Lease) -> None:
         answer = judge_robots(FetchResult(url=f"http://{state.host}/robots.txt", status=404), now=0.0, rules=RULES)
-        self._hosts.finish_robots(state, permit.host_ticket, answer, 0.0)
+        self._hosts.finish_robots(state, "http", permit.host_ticket, answer, 0.0)
 
     async def fetch_page(self, state: HostState, lease: Lease, permit: Permit) -> None:
         result = FetchResult(url=lease.url, status=200)
@@ -243,7 +253,7 @@ async def test_the_dispatcher_waits_for_admission_by_notification_then_leases_an
     store = Pressure()
     admission = FetchAdmission(api=None, ip_gates=None, pressure=[store])
     leases = LeaseKeeper(frontier=frontier, hosts=hosts, admission=admission, pressure=pressure,
-                         on_returned=lambda: None, clock=lambda: 0.0)
+                         on_returned=lambda: None, clock=lambda: 0.0, store=Collected())
     fetch = FakeFetch(hosts)
     dispatcher = Dispatcher(hosts=hosts, admission=admission, leases=leases, fetch=fetch,  # type: ignore[arg-type]
                             serves=lambda host: True, global_inflight=4, work=work, pressure=pressure,

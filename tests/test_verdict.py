@@ -12,6 +12,7 @@ from crawler_node.core.backoff import NO_BACKOFF, BackoffState, HostBackoffPolic
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.response import FetchResult
+from crawler_node.core.robots import AuthorityRobots, RobotsPolicy, RobotsStatus
 from crawler_node.core.signals import ApiSignal, LatencyLevel, LatencyModel
 from crawler_node.core.verdict import Pause, ResponseRules, RetryAction, judge_page, judge_robots
 
@@ -146,7 +147,7 @@ def test_latency_far_above_the_hosts_baseline_is_a_slow_down_signal() -> None:
 
 
 def test_robots_txt_answers() -> None:
-    r = rules(max_crawl_delay_s=30.0, robots_error_retry_s=30.0)
+    r = rules(max_crawl_delay_s=30.0, robots=RobotsPolicy(retry_s=30.0, retry_cap_s=100.0, max_attempts=3))
     parsed = judge_robots(FetchResult(url="http://a.test/robots.txt", status=200,
                                       body=b"User-agent: *\nDisallow: /x\nCrawl-delay: 100\n"), now=NOW, rules=r)
     assert parsed.ready and parsed.crawl_delay == 30.0 and parsed.next_eligible == NOW + 30.0
@@ -161,3 +162,33 @@ def test_robots_txt_answers() -> None:
     private = judge_robots(FetchResult(url="http://a.test/robots.txt", error=ErrorKind.NOT_ALLOWED),
                            now=NOW, rules=r)
     assert private.ready and private.rules is None
+    # RFC 9309 2.3.1.3: any 4xx but 429 is "unavailable", no restrictions; a 3xx left over after
+    # the redirects the fetch followed as well.
+    for status in (400, 401, 403, 410, 301):
+        assert judge_robots(FetchResult(url="http://a.test/robots.txt", status=status), now=NOW, rules=r).ready
+
+
+def test_an_unreachable_robots_txt_is_asked_again_later_and_then_given_up() -> None:
+    r = rules(robots=RobotsPolicy(retry_s=30.0, retry_cap_s=100.0, max_attempts=3))
+    failures, waits = 0, []
+    for error in (dict(status=429), dict(error=ErrorKind.TLS, error_detail="certificate has expired")):
+        answer = judge_robots(FetchResult(url="https://a.test/robots.txt", **error), now=NOW, rules=r,
+                              failures=failures)
+        assert answer.status is RobotsStatus.UNKNOWN and answer.failures == failures + 1
+        failures, waits = answer.failures, [*waits, answer.next_eligible - NOW]
+    assert waits == [30.0, 60.0] and answer.error == "certificate has expired"
+    final = judge_robots(FetchResult(url="https://a.test/robots.txt", status=500), now=NOW, rules=r, failures=2)
+    assert final.status is RobotsStatus.UNAVAILABLE and final.error == "HTTP 500"
+    # a Retry-After longer than the backoff is honoured (capped)
+    later = judge_robots(FetchResult(url="https://a.test/robots.txt", status=503, headers=[("Retry-After", "90")]),
+                         now=NOW, rules=r)
+    assert later.next_eligible == NOW + 90.0
+
+
+def test_robots_policy_refetches_after_the_ttl_and_retries_a_given_up_authority_later() -> None:
+    policy = RobotsPolicy(ttl_s=100.0, retry_cap_s=50.0)
+    ready = AuthorityRobots(status=RobotsStatus.READY, since=0.0)
+    assert not policy.due(ready, 100.0) and policy.due(ready, 100.1)
+    given_up = AuthorityRobots(status=RobotsStatus.UNAVAILABLE, since=0.0, failures=6)
+    assert not policy.due(given_up, 50.0) and policy.due(given_up, 50.1) and given_up.failures == 0
+    assert policy.due(AuthorityRobots(), 0.0) and not policy.due(AuthorityRobots(status=RobotsStatus.FETCHING), 0.0)

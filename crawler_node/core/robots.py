@@ -1,13 +1,23 @@
 """robots.txt rules (RFC 9309) through protego; this module only decides what a fetched
-robots.txt means, the fetching happens in the node like any other request."""
+robots.txt means and when to ask again, the fetching happens in the node like any other request.
+
+Rules belong to an authority: a scheme, a host and a port (RFC 9309 2.3). The node's per-host
+state is keyed by ``host[:port]``, so ``http://a.example/`` and ``https://a.example/`` share
+one host record, and each of the two schemes has its own :class:`AuthorityRobots` in it.
+"""
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from protego import Protego
+
+# RFC 9309 2.3.1.2: crawlers SHOULD follow at least five consecutive redirects; past that the
+# file MAY be taken as unavailable (no restrictions), which is what we do.
+MAX_ROBOTS_REDIRECTS = 5
 
 
 class RobotsVerdict(enum.Enum):
@@ -43,6 +53,71 @@ class RobotsRules:
         delay = self.parser.crawl_delay(self.agent)
         return float(delay) if delay else 0.0
 
+    def sitemaps(self) -> list[str]:
+        """The ``Sitemap:`` lines, as written (absolute URLs by the protocol)."""
+        return [] if self.parser is None else list(self.parser.sitemaps)
+
+
+def robots_url(url: str) -> str:
+    """The robots.txt of a URL's authority: same scheme, host and port (RFC 9309 2.3)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/robots.txt"
+
+
+def scheme_of(url: str) -> str:
+    """The scheme of a normalised URL (lower case already): "http" or "https"."""
+    return url[: url.find(":")]
+
+
+class RobotsStatus(enum.Enum):
+    UNKNOWN = "unknown"  # never asked, or time to ask again
+    FETCHING = "fetching"
+    READY = "ready"  # rules known (possibly "no restrictions")
+    UNAVAILABLE = "unavailable"  # could not be had robots_max_attempts times in a row: given up for now
+
+
+@dataclass(slots=True)
+class AuthorityRobots:
+    """One authority's robots.txt as the node knows it. Until it is READY nothing of that
+    authority is fetched (RFC 9309 2.3.1.4: unreachable means complete disallow)."""
+
+    status: RobotsStatus = RobotsStatus.UNKNOWN
+    rules: RobotsRules | None = None  # READY: None = no restrictions
+    crawl_delay: float = 0.0
+    since: float = 0.0  # READY: when the rules were had; UNAVAILABLE: when given up
+    failures: int = 0  # unavailable answers in a row
+    last_error: str | None = None  # why the last attempt gave no rules (for status and logs)
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsPolicy:
+    """When to ask an authority for its robots.txt again."""
+
+    ttl_s: float = 86_400.0  # rules are used this long (RFC 9309 2.4: SHOULD NOT exceed 24 h)
+    retry_s: float = 30.0  # first wait after a failed attempt, doubling
+    retry_cap_s: float = 1800.0  # the longest wait; also how long a give-up holds
+    max_attempts: int = 6  # failed attempts in a row before the authority's URLs are given up
+
+    def due(self, robots: AuthorityRobots, now: float) -> bool:
+        """Should robots.txt be fetched (again) before the authority's next URL?"""
+        status = robots.status
+        if status is RobotsStatus.READY:
+            return now - robots.since > self.ttl_s
+        if status is RobotsStatus.UNAVAILABLE:
+            if now - robots.since <= self.retry_cap_s:
+                return False
+            robots.failures = 0  # a new round of attempts for URLs that arrived since
+            return True
+        return status is RobotsStatus.UNKNOWN
+
+    def retry_in(self, failures: int, retry_after_s: float | None) -> float:
+        """The wait after the ``failures``-th failed attempt in a row (1 = the first)."""
+        backoff = min(self.retry_s * 2.0 ** max(0, failures - 1), self.retry_cap_s)
+        return max(backoff, min(retry_after_s or 0.0, self.retry_cap_s))
+
+    def gives_up(self, failures: int) -> bool:
+        return failures >= self.max_attempts
+
 
 class RobotsCache:
     """The robots.txt answers of hosts that are no longer in memory, so a host that gets work
@@ -77,8 +152,9 @@ class RobotsCache:
         while self._bytes > self._max_bytes:
             self._drop(next(iter(self._entries)))
 
-    def get(self, host: str, now: float) -> tuple[RobotsRules | None, float] | None:
-        """(rules or None for no restrictions, crawl delay), or None when not known (or stale)."""
+    def get(self, host: str, now: float) -> tuple[RobotsRules | None, float, float] | None:
+        """(rules or None for no restrictions, crawl delay, when it was stored), or None when
+        not known (or stale). ``host`` is the authority's key, ``scheme://host[:port]``."""
         entry = self._entries.get(host)
         if entry is None:
             return None
@@ -87,7 +163,7 @@ class RobotsCache:
             self._drop(host)
             return None
         self.hits += 1
-        return (RobotsRules.parse(body, self._agent) if body is not None else None), crawl_delay
+        return (RobotsRules.parse(body, self._agent) if body is not None else None), crawl_delay, stored_at
 
     def _drop(self, host: str) -> None:
         entry = self._entries.pop(host, None)

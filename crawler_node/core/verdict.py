@@ -16,11 +16,11 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from crawler_node.core.backoff import FINAL_ANSWER, BackoffState, HostBackoffPolicy, RetryPolicy
+from crawler_node.core.backoff import FINAL_ANSWER, NO_BACKOFF, BackoffState, HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.response import FetchResult
-from crawler_node.core.robots import RobotsRules, RobotsVerdict, verdict_for_status
+from crawler_node.core.robots import RobotsPolicy, RobotsRules, RobotsStatus, RobotsVerdict, verdict_for_status
 from crawler_node.core.signals import ApiSignal, LatencyLevel, LatencyModel, Signal, classify
 
 
@@ -63,7 +63,7 @@ class ResponseRules:
     api_limit_header: str = "X-Api-Limit"
     robots_agent: str = "crawler-node"
     max_crawl_delay_s: float = 30.0
-    robots_error_retry_s: float = 30.0
+    robots: RobotsPolicy = RobotsPolicy()
 
     def api_retry_delay(self, signal: Signal) -> float:
         """When to try again what the API refused: its Retry-After (capped), jittered."""
@@ -91,6 +91,22 @@ class Verdict:
     def reached_host(self) -> bool:
         """False when the fetch-through API refused the request: the host saw nothing."""
         return self.signal.api is ApiSignal.NONE
+
+
+def unfetched(outcome: FetchOutcome, *, gave_up: bool = False) -> Verdict:
+    """The verdict of a URL that ends without a request (robots.txt forbids it, or could not
+    be had): its crawl.log line says why, and the host learns nothing."""
+    signal = Signal(outcome, Outcome.NEUTRAL)
+    if gave_up:
+        return Verdict(signal, Outcome.NEUTRAL, RetryAction.GIVE_UP, None, str(outcome), 0.0, Pause.NONE, 0,
+                       NO_BACKOFF, None)
+    return Verdict(signal, Outcome.NEUTRAL, RetryAction.DONE, None, None, 0.0, Pause.NONE, 0, NO_BACKOFF, None)
+
+
+def record_only(signal: Signal) -> Verdict:
+    """The verdict of a request that is not a URL of the frontier (a robots.txt): archived and
+    logged as it was answered, nothing to finish."""
+    return Verdict(signal, signal.host, RetryAction.DONE, None, None, 0.0, Pause.NONE, 0, NO_BACKOFF, None)
 
 
 def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_round: bool, now: float,
@@ -179,28 +195,46 @@ class RobotsAnswer:
 
     signal: Signal
     limiter: Outcome
-    ready: bool  # the host's rules are known now (else: assume disallowed, ask again later)
-    rules: RobotsRules | None  # None with ready: no restrictions
+    status: RobotsStatus  # READY: rules known; UNKNOWN: assume disallowed, ask again; UNAVAILABLE: given up
+    rules: RobotsRules | None  # None when READY: no restrictions
     crawl_delay: float
     next_eligible: float
     api_refused: bool  # the API refused it: robots.txt was never asked for
     body: bytes | None = None  # the file as received, when its rules apply (None: no restrictions)
+    failures: int = 0  # failed attempts in a row, this one included
+    error: str | None = None  # why no rules came (a status or an error), for status and logs
+
+    @property
+    def ready(self) -> bool:
+        return self.status is RobotsStatus.READY
 
 
-def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules) -> RobotsAnswer:
+def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failures: int = 0) -> RobotsAnswer:
+    """The final answer of a robots.txt fetch (after its redirects). ``failures``: failed
+    attempts in a row before this one. RFC 9309 2.3.1: a 2xx is obeyed, another 4xx means no
+    restrictions, a 5xx, a 429 or no answer at all (network, DNS, TLS) means complete
+    disallow for now, asked again with a doubling wait, and given up after
+    ``rules.robots.max_attempts`` such answers in a row."""
     signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
     if signal.api is not ApiSignal.NONE:
-        return RobotsAnswer(signal, Outcome.NEUTRAL, False, None, 0.0, now + rules.api_retry_delay(signal), True)
+        return RobotsAnswer(signal, Outcome.NEUTRAL, RobotsStatus.UNKNOWN, None, 0.0,
+                            now + rules.api_retry_delay(signal), True, failures=failures)
     if result.error == ErrorKind.NOT_ALLOWED:
         # The host itself may not be fetched; its pages will fail the same way, for good.
         verdict = RobotsVerdict.ALLOW_ALL
     else:
         verdict = verdict_for_status(result.status if result.error is None or result.truncated else None)
     if verdict is RobotsVerdict.RETRY_LATER:
-        # RFC 9309: an unreachable robots.txt means "assume disallowed"; ask again later.
-        retry_in = signal.retry_after_s or rules.robots_error_retry_s
-        return RobotsAnswer(signal, signal.host, False, None, 0.0, now + retry_in, False)
+        failures += 1
+        error = f"HTTP {result.status}" if result.error is None else (result.error_detail or str(result.error))
+        policy = rules.robots
+        if policy.gives_up(failures):
+            return RobotsAnswer(signal, signal.host, RobotsStatus.UNAVAILABLE, None, 0.0, now, False,
+                                failures=failures, error=error)
+        retry_in = policy.retry_in(failures, signal.retry_after_s)
+        return RobotsAnswer(signal, signal.host, RobotsStatus.UNKNOWN, None, 0.0, now + retry_in, False,
+                            failures=failures, error=error)
     parsed = RobotsRules.parse(result.body, rules.robots_agent) if verdict is RobotsVerdict.PARSE else None
     crawl_delay = min(parsed.crawl_delay() if parsed else 0.0, rules.max_crawl_delay_s)
-    return RobotsAnswer(signal, signal.host, True, parsed, crawl_delay, now + crawl_delay, False,
+    return RobotsAnswer(signal, signal.host, RobotsStatus.READY, parsed, crawl_delay, now + crawl_delay, False,
                         result.body if parsed is not None else None)

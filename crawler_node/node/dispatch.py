@@ -14,10 +14,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.robots import scheme_of
+from crawler_node.frontier import Lease
 from crawler_node.node.admission import FetchAdmission
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostState, HostTable, Step
 from crawler_node.node.leases import LeaseKeeper
+from crawler_node.node.robots_txt import unfetched_page
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -137,19 +141,21 @@ class Dispatcher:
             if not self._serves(state.host):
                 self._leases.give_back(hosts.release_host(state, now))
                 return False
-            step, lease = hosts.next_step(state)
+            step, lease = hosts.next_step(state, now)
             if step is Step.REFILL:
                 self._leases.want_refill(state)
                 return False
-            if step is Step.DISALLOWED:
-                assert lease is not None
-                self._leases.disallowed(lease.id)
+            assert lease is not None
+            if step is Step.DISALLOWED or step is Step.UNAVAILABLE:
+                outcome, reason = robots_reason(state, lease, step)
+                self._leases.unfetched(unfetched_page(lease, outcome, reason, time.time()))
+                if hosts.wants_refill(state):
+                    self._leases.want_refill(state)
                 return False
             permit = self._admission.acquire(hosts.start_request(state, now), state.ip_gate)
             if step is Step.ROBOTS:
-                self._start(self._fetch.fetch_robots(state, permit), f"robots:{state.host}")
+                self._start(self._fetch.fetch_robots(state, permit, lease), f"robots:{state.host}")
                 return True
-            assert lease is not None
             self._start(self._fetch.fetch_page(state, lease, permit), f"fetch:{state.host}")
             if hosts.wants_refill(state):
                 self._leases.want_refill(state)
@@ -172,3 +178,12 @@ class Dispatcher:
             assert exc is not None
             log.error("fetch task %s failed; stopping the node", task.get_name(), exc_info=exc)
             self._on_fatal(exc)
+
+
+def robots_reason(state: HostState, lease: Lease, step: Step) -> tuple[FetchOutcome, str]:
+    """The outcome and crawl.log reason of a lease robots.txt keeps from being fetched."""
+    if step is Step.DISALLOWED:
+        return FetchOutcome.ROBOTS_DISALLOWED, "robots.txt disallows it"
+    robots = (state.robots or {}).get(scheme_of(lease.url))
+    error = robots.last_error if robots is not None else None
+    return FetchOutcome.ROBOTS_UNAVAILABLE, f"robots.txt could not be had: {error}"

@@ -11,19 +11,30 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
+from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
-from crawler_node.core.verdict import Pause, ResponseRules, RetryAction, Verdict, judge_page, judge_robots
+from crawler_node.core.verdict import (
+    Pause,
+    ResponseRules,
+    RetryAction,
+    RobotsAnswer,
+    Verdict,
+    judge_page,
+    judge_robots,
+)
 from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
 from crawler_node.node.pipeline import PageResult
+from crawler_node.node.robots_txt import redirect_target, robots_pages, sitemap_entries
 
 log = logging.getLogger("crawler_node.fetch")
 
@@ -39,10 +50,16 @@ class NextStage(Protocol):
 class FetchStage:
     def __init__(self, *, fetcher: Fetcher, hosts: HostTable, admission: FetchAdmission, rules: ResponseRules,
                  held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope, robots_max_bytes: int,
+                 sitemaps: str = "robots",
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], max_redirects: int = 10) -> None:
         """``on_api_paused``: the API's quota was just spent (the lease buffers go back);
-        ``returned``: a lease whose request was cancelled before its answer, to give back."""
+        ``returned``: a lease whose request was cancelled before its answer, to give back;
+        ``max_redirects``: redirects a chain may follow; the answer that would take one more
+        ends it (outcome too_many_redirects, its target not queued)."""
+        if max_redirects < 0:
+            raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
+        self._max_redirects = max_redirects
         self._fetcher = fetcher
         self._hosts = hosts
         self._admission = admission
@@ -52,6 +69,7 @@ class FetchStage:
         self._store = store
         self._scope = scope
         self._robots_max_bytes = robots_max_bytes
+        self._sitemaps = sitemaps
         self._on_api_paused = on_api_paused
         self._returned = returned
         self._clock = clock
@@ -78,7 +96,7 @@ class FetchStage:
         page = PageResult(lease=lease, fetch=result, verdict=verdict)
         outcome = verdict.signal.outcome
         if outcome is FetchOutcome.REDIRECT:
-            page.links = self._redirect_target(lease, result)
+            page.links = self._redirect_target(page)
         # Counted until the store has written it: the memory pressure source reads this.
         self._held.hold(len(result.body))
         if outcome is FetchOutcome.OK and result.is_html and result.body:
@@ -107,8 +125,12 @@ class FetchStage:
             log.info("%s keeps answering 429 without Retry-After: paused until %.1f (level %d)",
                      state.host, state.next_eligible, state.backoff.level)
 
-    def _redirect_target(self, lease: Lease, result: FetchResult) -> list[UrlEntry]:
-        location = result.header("Location")
+    def _redirect_target(self, page: PageResult) -> list[UrlEntry]:
+        """The redirect's target to queue, one hop further along its chain than the page. Past
+        max_redirects there is none, and the page's verdict says so: the URL is still done
+        (the answer was the site's last word on it), but its outcome is too_many_redirects."""
+        lease = page.lease
+        location = page.fetch.header("Location")
         if not location:
             return []
         try:
@@ -118,30 +140,71 @@ class FetchStage:
         # A redirect is not a step deeper into the site; keep the source's depth and priority.
         if self._scope.check(target, lease.depth) is not None:
             return []
-        return [UrlEntry(url=target, host=host_of(target), depth=lease.depth, priority=lease.priority)]
+        redirects = lease.redirects + 1
+        if redirects > self._max_redirects:
+            # Only the store stage reads the verdict from here on: the host table and the
+            # limiter have taken this answer as the success it was.
+            verdict = page.verdict
+            page.verdict = replace(verdict, signal=replace(verdict.signal, outcome=FetchOutcome.TOO_MANY_REDIRECTS))
+            self.outcomes[FetchOutcome.REDIRECT] -= 1
+            self.outcomes[FetchOutcome.TOO_MANY_REDIRECTS] += 1
+            return []
+        return [UrlEntry(url=target, host=host_of(target), depth=lease.depth, priority=lease.priority,
+                         redirects=redirects)]
 
     # ----------------------------------------------------------------- robots.txt
-    async def fetch_robots(self, state: HostState, permit: Permit) -> None:
-        url = f"http://{state.host}/robots.txt"
+    async def fetch_robots(self, state: HostState, permit: Permit, lease: Lease) -> None:
+        """The robots.txt of ``lease``'s authority (its scheme, host and port), following up to
+        five redirects (RFC 9309 2.3.1.2), wherever they lead. ``lease`` stays in the host's
+        buffer; it only says which authority, and at what depth its sitemaps enter."""
+        scheme = scheme_of(lease.url)
+        url = robots_url(lease.url)
+        failures = self._hosts.robots_of(state, scheme, self._clock()).failures
+        hops: list[FetchResult] = []
         try:
             if self._admission.ip_gates is not None and state.ip_gate is None:
-                if not await self._bind_ip_gate(state, permit):
+                if not await self._bind_ip_gate(state, permit, scheme):
                     return
             result = await self._fetcher.fetch(url, max_body_bytes=self._robots_max_bytes)
+            hops.append(result)
+            while len(hops) <= MAX_ROBOTS_REDIRECTS and (target := redirect_target(result, result.url)) is not None:
+                result = await self._fetcher.fetch(target, max_body_bytes=self._robots_max_bytes)
+                hops.append(result)
         except asyncio.CancelledError:
             self._release(state, permit, None, self._clock())
-            self._hosts.robots_not_sent(state, permit.host_ticket, self._clock())
+            self._hosts.robots_not_sent(state, scheme, permit.host_ticket, self._clock())
             raise
         now = self._clock()
-        answer = judge_robots(result, now=now, rules=self._rules)
+        # More than five redirects: the file counts as unavailable (a 3xx: no restrictions).
+        answer = judge_robots(result, now=now, rules=self._rules, failures=failures)
         self._release(state, permit, answer.signal, now)
-        self._hosts.finish_robots(state, permit.host_ticket, answer, now)
+        self._hosts.finish_robots(state, scheme, permit.host_ticket, answer, now)
         if answer.api_refused:
             self.counters[f"api_{answer.signal.api.value}"] += 1
-        else:
-            self.counters["robots_fetched"] += 1
+            return
+        self.counters["robots_fetched"] += 1
+        self._warn_if_held(state, scheme, url, answer)
+        pages = robots_pages(hops, for_lease=lease, attempt=failures + 1, through_api=self._rules.through_api)
+        if answer.ready:
+            pages[-1].links = sitemap_entries(answer.rules, lease=lease, mode=self._sitemaps, scope=self._scope)
+        for page in pages:
+            self._held.hold(len(page.fetch.body))
+            await self._store.put(page)
 
-    async def _bind_ip_gate(self, state: HostState, permit: Permit) -> bool:
+    def _warn_if_held(self, state: HostState, scheme: str, url: str, answer: RobotsAnswer) -> None:
+        """One warning when an authority's robots.txt first fails, one when it is given up: a
+        stuck host says why, without a line per retry."""
+        if answer.ready:
+            return
+        if answer.status is RobotsStatus.UNAVAILABLE:
+            self.counters["robots_given_up"] += 1
+            log.warning("%s could not be had %d times (%s): the queued %s URLs of %s end as robots_unavailable",
+                        url, answer.failures, answer.error, scheme, state.host)
+        elif answer.failures == 1:
+            log.warning("%s is unavailable (%s): nothing of %s://%s is fetched until it is (retried with backoff)",
+                        url, answer.error, scheme, state.host)
+
+    async def _bind_ip_gate(self, state: HostState, permit: Permit, scheme: str) -> bool:
         """First contact with a host on a direct fetch: find the gate of its address. If that
         gate is full, give the slots back; the host then waits on the gate like any request."""
         gates = self._admission.ip_gates
@@ -155,7 +218,7 @@ class FetchStage:
             return True
         now = self._clock()
         self._release(state, permit, None, now)
-        self._hosts.robots_not_sent(state, permit.host_ticket, now)
+        self._hosts.robots_not_sent(state, scheme, permit.host_ticket, now)
         return False
 
     # ----------------------------------------------------------------- slots
@@ -181,5 +244,6 @@ class FetchStage:
             "api_postponed": counters["api_postponed"],
             "host_backoffs": counters["host_backoffs"],
             "robots_fetched": counters["robots_fetched"],
+            "robots_given_up": counters["robots_given_up"],
             "gave_up": dict(self.gave_up),
         }

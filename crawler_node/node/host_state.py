@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState
 from crawler_node.core.limiter import AimdLimiter
-from crawler_node.core.robots import RobotsRules
+from crawler_node.core.robots import AuthorityRobots, RobotsStatus
 from crawler_node.core.signals import LatencyLevel
 from crawler_node.frontier import HostPoliteness, Lease
 
@@ -28,18 +28,13 @@ class Place(enum.Enum):
     BUSY = "busy"
 
 
-class Robots(enum.Enum):
-    UNKNOWN = "unknown"
-    FETCHING = "fetching"
-    READY = "ready"
-
-
 class Step(enum.Enum):
     """What the dispatcher does with a host the table offered (:meth:`HostTable.next_step`)."""
 
-    ROBOTS = "robots"  # fetch its robots.txt first
+    ROBOTS = "robots"  # fetch the robots.txt of this lease's authority first (the lease stays buffered)
     FETCH = "fetch"  # fetch this lease
     DISALLOWED = "disallowed"  # robots.txt forbids this lease: finish it unfetched
+    UNAVAILABLE = "unavailable"  # its authority's robots.txt could not be had: finish it unfetched
     REFILL = "refill"  # nothing leased for it yet: a lease request is on its way (or none is left)
 
 
@@ -51,8 +46,10 @@ class HostState:
     buffer: list[Lease] = field(default_factory=list)  # leased, not yet dispatched, in lease order
     next_eligible: float = 0.0
     crawl_delay: float = 0.0
-    robots: RobotsRules | None = None  # None: no restrictions
-    robots_state: Robots = Robots.UNKNOWN
+    # robots.txt per scheme ("http", "https"): the host key carries the port, so a scheme and
+    # this host make one authority (RFC 9309 2.3). None until the first lease asks.
+    robots: dict[str, AuthorityRobots] | None = None
+    robots_fetching: bool = False  # a robots.txt request of this host is on its way
     refilling: bool = False  # a lease request for this host is on its way to the frontier
     place: Place = Place.IDLE
     idle_since: float = 0.0  # when it last became IDLE (the collector's clock)
@@ -78,7 +75,7 @@ class HostState:
         # A Crawl-delay means one request at a time, spaced by the delay.
         if self.crawl_delay > 0 and self.limiter.in_flight > 0:
             return False
-        if self.robots_state is Robots.FETCHING or (self.refilling and not self.buffer):
+        if self.robots_fetching or (self.refilling and not self.buffer):
             return False
         # The IP gate last: a host it turns away is parked on it, and woken by its next release.
         return self.limiter.has_capacity() and (self.ip_gate is None or self.ip_gate.admits(self))
@@ -110,4 +107,24 @@ class HostState:
             "ip": self.ip_gate.address if self.ip_gate else None,
             "place": self.place.value,
             "next_eligible": self.next_eligible,
+            "robots": {scheme: robots_snapshot(robots) for scheme, robots in self.robots.items()}
+            if self.robots else {},
+            "held": self.held_reason(),
         }
+
+    def held_reason(self) -> str | None:
+        """Why the host's URLs wait or end unfetched, when robots.txt is the reason (DNS and TLS
+        failures of robots.txt show up here too: they are why it could not be had)."""
+        if not self.robots:
+            return None
+        for scheme, robots in self.robots.items():
+            if robots.status is RobotsStatus.UNAVAILABLE:
+                return f"{scheme} robots.txt unavailable ({robots.last_error}): URLs end as robots_unavailable"
+            if robots.failures and robots.status is not RobotsStatus.READY:
+                return f"{scheme} robots.txt unavailable ({robots.last_error}), attempt {robots.failures}: waiting"
+        return None
+
+
+def robots_snapshot(robots: AuthorityRobots) -> dict:
+    return {"status": robots.status.value, "failures": robots.failures, "error": robots.last_error,
+            "crawl_delay_s": robots.crawl_delay, "since": robots.since}

@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import BackoffState, HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
-from crawler_node.core.robots import RobotsCache
+from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy, RobotsStatus, scheme_of
 from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
-from crawler_node.node.host_state import HostState, Place, Robots, Step
+from crawler_node.node.host_state import HostState, Place, Step
 from crawler_node.node.rotation import Rotation
 from crawler_node.runtime.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from crawler_node.node.admission import IpGate
 
-__all__ = ["HostState", "HostTable", "Place", "Robots", "Step"]
+__all__ = ["HostState", "HostTable", "Place", "Step"]
 
 LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (limit) of URLs
 
@@ -49,11 +49,11 @@ LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (l
 class HostTable:
     def __init__(self, *, new_limiter: Callable[[], AimdLimiter], backoff_policy: HostBackoffPolicy,
                  work: Wakeup, started_at: float, idle_s: float = 60.0, memory_target: int = 10_000,
-                 robots_cache: RobotsCache | None = None) -> None:
+                 robots_cache: RobotsCache | None = None, robots_policy: RobotsPolicy | None = None) -> None:
         """``work`` is notified when a host may have become ready; ``started_at`` is when this
         process started (no request of an earlier run can have ended later); hosts idle for
         ``idle_s`` leave memory, sooner while more than ``memory_target`` are in it;
-        ``robots_cache`` keeps their robots.txt answers."""
+        ``robots_cache`` keeps their robots.txt answers; ``robots_policy`` says when to ask again."""
         if idle_s < 0 or memory_target < 0:
             raise ValueError(f"need idle_s >= 0 and memory_target >= 0, got {idle_s}, {memory_target}")
         self._new_limiter = new_limiter
@@ -63,6 +63,7 @@ class HostTable:
         self._idle_s = idle_s
         self._memory_target = memory_target
         self._robots_cache = robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0)
+        self._robots_policy = robots_policy if robots_policy is not None else RobotsPolicy()
         self._hosts: dict[str, HostState] = {}
         self._rotation = Rotation(work=work)
         self._dirty: dict[str, HostState] = {}
@@ -95,10 +96,6 @@ class HostTable:
         state = self._hosts.get(host)
         if state is None:
             state = self._hosts[host] = HostState(host=host, limiter=self._new_limiter())
-            cached = self._robots_cache.get(host, now)
-            if cached is not None:
-                state.robots, state.crawl_delay = cached
-                state.robots_state = Robots.READY
             if politeness is not None:
                 self._restore(state, politeness)
         return state
@@ -177,18 +174,40 @@ class HostTable:
                 self._rotation.settle(state, now)
 
     # ----------------------------------------------------------------- dispatch steps
-    def next_step(self, state: HostState) -> tuple[Step, Lease | None]:
-        """What to do with a BUSY host: fetch robots.txt, a lease, finish a disallowed lease,
-        or wait for a refill. The caller then settles the host."""
-        if state.robots_state is Robots.UNKNOWN:
-            state.robots_state = Robots.FETCHING
-            return Step.ROBOTS, None
+    def next_step(self, state: HostState, now: float) -> tuple[Step, Lease | None]:
+        """What to do with a BUSY host: wait for a refill, fetch the robots.txt of its next
+        lease's authority (the lease stays buffered), fetch a lease, or finish one unfetched
+        (robots.txt forbids it, or could not be had). The caller then settles the host."""
         if not state.buffer:
             return Step.REFILL, None
-        lease = state.buffer.pop(0)
-        if state.robots is not None and not state.robots.allowed(lease.url):
+        lease = state.buffer[0]
+        robots = self.robots_of(state, scheme_of(lease.url), now)
+        if self._robots_policy.due(robots, now):
+            robots.status = RobotsStatus.FETCHING
+            state.robots_fetching = True
+            return Step.ROBOTS, lease
+        state.buffer.pop(0)
+        if robots.status is RobotsStatus.UNAVAILABLE:
+            return Step.UNAVAILABLE, lease
+        if robots.rules is not None and not robots.rules.allowed(lease.url):
             return Step.DISALLOWED, lease
         return Step.FETCH, lease
+
+    def robots_of(self, state: HostState, scheme: str, now: float) -> AuthorityRobots:
+        """The robots.txt record of one of the host's authorities: from the cache of hosts that
+        left memory when it is there, else a new one to be fetched."""
+        slots = state.robots
+        if slots is None:
+            slots = state.robots = {}
+        robots = slots.get(scheme)
+        if robots is None:
+            robots = slots[scheme] = AuthorityRobots()
+            cached = self._robots_cache.get(f"{scheme}://{state.host}", now)
+            if cached is not None:
+                robots.rules, robots.crawl_delay, robots.since = cached
+                robots.status = RobotsStatus.READY
+                self._set_crawl_delay(state)
+        return robots
 
     def start_request(self, state: HostState, now: float) -> int:
         """Take the host's limiter slot for one request; returns its ticket."""
@@ -200,9 +219,10 @@ class HostTable:
     def bind_ip_gate(self, state: HostState, gate: IpGate | None) -> None:
         state.ip_gate = gate
 
-    def robots_not_sent(self, state: HostState, ticket: int, now: float) -> None:
+    def robots_not_sent(self, state: HostState, scheme: str, ticket: int, now: float) -> None:
         """A robots.txt request that never went out (cancelled, IP gate full): ask again."""
-        state.robots_state = Robots.UNKNOWN
+        self.robots_of(state, scheme, now).status = RobotsStatus.UNKNOWN
+        state.robots_fetching = False
         state.limiter.release(ticket, Outcome.NEUTRAL)
         self.settle_after_release(state, now)
 
@@ -310,19 +330,29 @@ class HostTable:
                 self._rotation.delay(state, verdict.next_eligible, now)
         self.settle_after_release(state, now)
 
-    def finish_robots(self, state: HostState, ticket: int, answer: RobotsAnswer, now: float) -> None:
+    def finish_robots(self, state: HostState, scheme: str, ticket: int, answer: RobotsAnswer, now: float) -> None:
         state.limiter.release(ticket, answer.limiter)
+        state.robots_fetching = False
+        robots = self.robots_of(state, scheme, now)
+        robots.failures, robots.last_error = answer.failures, answer.error
+        robots.status = answer.status
         if answer.ready:
-            state.robots = answer.rules
-            state.robots_state = Robots.READY
-            self._robots_cache.put(state.host, answer.body, answer.crawl_delay, now)
-            if answer.crawl_delay != state.crawl_delay:
-                state.crawl_delay = answer.crawl_delay
-                self._mark_dirty(state)
-        else:
-            state.robots_state = Robots.UNKNOWN
+            robots.rules, robots.crawl_delay, robots.since = answer.rules, answer.crawl_delay, now
+            self._robots_cache.put(f"{scheme}://{state.host}", answer.body, answer.crawl_delay, now)
+            self._set_crawl_delay(state)
+        elif answer.status is RobotsStatus.UNAVAILABLE:
+            robots.since = now
         self._rotation.delay(state, answer.next_eligible, now)
         self.settle_after_release(state, now)
+
+    def _set_crawl_delay(self, state: HostState) -> None:
+        """One Crawl-delay per host key: the largest its authorities ask for."""
+        assert state.robots is not None
+        delay = max((robots.crawl_delay for robots in state.robots.values()
+                     if robots.status is RobotsStatus.READY), default=0.0)
+        if delay != state.crawl_delay:
+            state.crawl_delay = delay
+            self._mark_dirty(state)
 
     # ----------------------------------------------------------------- persistence
     def _mark_dirty(self, state: HostState) -> None:
@@ -371,6 +401,6 @@ class HostTable:
 
     def _collectable(self, state: HostState, now: float) -> bool:
         return (not state.has_work() and not state.refilling and state.limiter.in_flight == 0
-                and not state.dirty and state.robots_state is not Robots.FETCHING
+                and not state.dirty and not state.robots_fetching
                 and now >= state.next_eligible and now >= state.paused_until
                 and self._backoff_policy.forgiven(state.backoff, now))

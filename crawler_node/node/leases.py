@@ -6,7 +6,8 @@ this keeper to top them up; one round trip to the frontier leases for up to ``RE
 hosts. While the pipeline is under pressure (or the API paused) nothing more is leased: the
 URLs stay in the frontier, where they cost no memory and another node could take them over.
 Leases that were never attempted (a host handed away, the API paused, a request cancelled
-at stop) go back with the attempt not counted; leases robots.txt forbids are finished.
+at stop) go back with the attempt not counted; leases robots.txt forbids, or whose robots.txt
+could not be had, go to the store as unfetched pages (a crawl.log line each, then finished).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 from crawler_node.frontier import FrontierBatch, FrontierService
 from crawler_node.node.admission import API_QUOTA, FetchAdmission
 from crawler_node.node.hosts import HostState, HostTable
+from crawler_node.node.pipeline import PageResult
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -26,12 +29,19 @@ log = logging.getLogger("crawler_node.leases")
 REFILL_HOSTS = 256  # hosts per batched lease round trip
 
 
+class Store(Protocol):
+    async def put(self, page: PageResult) -> None: ...
+
+
 class LeaseKeeper:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, admission: FetchAdmission,
-                 pressure: Wakeup, on_returned: Callable[[], None], clock: Callable[[], float]) -> None:
+                 pressure: Wakeup, on_returned: Callable[[], None], clock: Callable[[], float],
+                 store: Store) -> None:
         """``pressure`` is notified when admission's answer may have changed;
-        ``on_returned`` runs after leases went back (the cluster's sweep may move them)."""
+        ``on_returned`` runs after leases went back (the cluster's sweep may move them);
+        ``store`` takes the leases that end unfetched."""
         self._frontier = frontier
+        self._store = store
         self._hosts = hosts
         self._admission = admission
         self._pressure = pressure
@@ -39,7 +49,9 @@ class LeaseKeeper:
         self._clock = clock
         self._wanted: dict[str, HostState] = {}
         self._returned: list[int] = []  # never attempted: back to the queue, attempt not counted
-        self._disallowed: list[int] = []  # robots.txt forbids them: finished without a fetch
+        # robots.txt forbids them, or could not be had: finished without a fetch, through the
+        # store (one crawl.log line each); bounded by the leases handed out
+        self._unfetched: list[PageResult] = []
         self._wake = Wakeup()
         self._stopping = False
         self.counters: Counter[str] = Counter()
@@ -55,11 +67,11 @@ class LeaseKeeper:
             self._returned.extend(lease_ids)
             self._wake.notify()
 
-    def disallowed(self, lease_id: int) -> None:
-        """Never fetched, so no crawl.log line: finished in the frontier with the next round
-        (a list bounded by the leases handed out, never a waiting task)."""
-        self.counters["robots_disallowed"] += 1
-        self._disallowed.append(lease_id)
+    def unfetched(self, page: PageResult) -> None:
+        """A lease that ends without a request: to the store with the next round (a list
+        bounded by the leases handed out, never a waiting task)."""
+        self.counters[str(page.verdict.signal.outcome)] += 1
+        self._unfetched.append(page)
         self._wake.notify()
 
     def api_paused(self) -> None:
@@ -68,12 +80,13 @@ class LeaseKeeper:
         self.give_back(self._hosts.take_back_buffers())
 
     def idle(self) -> bool:
-        return not self._returned and not self._disallowed
+        return not self._returned and not self._unfetched
 
     def snapshot(self) -> dict:
         held = {key[len("lease_held_"):]: n for key, n in self.counters.items() if key.startswith("lease_held_")}
         return {"refill_wanted": len(self._wanted), "returned_pending": len(self._returned),
-                "disallowed_pending": len(self._disallowed), "robots_disallowed": self.counters["robots_disallowed"],
+                "unfetched_pending": len(self._unfetched), "robots_disallowed": self.counters["robots_disallowed"],
+                "robots_unavailable": self.counters["robots_unavailable"],
                 "lease_held": held}
 
     # ----------------------------------------------------------------- lifecycle
@@ -92,7 +105,7 @@ class LeaseKeeper:
     # ----------------------------------------------------------------- the loop
     async def _refill_loop(self) -> None:
         while not self._stopping:
-            if not (self._wanted or self._returned or self._disallowed):
+            if not (self._wanted or self._returned or self._unfetched):
                 await self._wake.wait()
                 continue
             await self._give_back_now()
@@ -100,9 +113,10 @@ class LeaseKeeper:
             await self._lease_round()
 
     async def _give_back_now(self) -> None:
-        if self._disallowed:
-            disallowed, self._disallowed = self._disallowed, []
-            await self._frontier.apply(FrontierBatch(failed=disallowed))
+        if self._unfetched:
+            unfetched, self._unfetched = self._unfetched, []
+            for page in unfetched:
+                await self._store.put(page)
         if self._returned:
             returned, self._returned = self._returned, []
             await self._frontier.apply(FrontierBatch(returned=returned))

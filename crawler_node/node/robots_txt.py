@@ -1,0 +1,76 @@
+"""What a robots.txt exchange leaves behind besides its rules: the pages the store archives and
+logs (every hop of its redirects, as Heritrix archives them), the sitemaps it names, and the
+URLs of an authority that end unfetched. Pure: no I/O, nothing of the host table.
+"""
+
+from __future__ import annotations
+
+from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.response import FetchResult
+from crawler_node.core.robots import RobotsRules, robots_url
+from crawler_node.core.scope import Scope
+from crawler_node.core.signals import classify
+from crawler_node.core.urls import InvalidURL, host_of, normalize_url
+from crawler_node.core.verdict import record_only, unfetched
+from crawler_node.frontier import Lease, UrlEntry
+from crawler_node.node.pipeline import PageResult
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+SITEMAP_PRIORITY = 0  # the URLs a sitemap names queue like discovered links
+
+
+def redirect_target(result: FetchResult, url: str) -> str | None:
+    """Where a robots.txt redirect points, normalised, or None (not a redirect, or no usable
+    Location: then the answer stands as it is)."""
+    if result.error is not None or result.status not in REDIRECT_STATUSES:
+        return None
+    location = result.header("Location")
+    if not location:
+        return None
+    try:
+        return normalize_url(location, base=url)
+    except InvalidURL:
+        return None
+
+
+def robots_pages(hops: list[FetchResult], *, for_lease: Lease, attempt: int, through_api: bool) -> list[PageResult]:
+    """The store's pages of one robots.txt fetch, one per request of its redirect chain. They
+    finish no lease: ``kind`` "robots" tells the store stage so."""
+    pages = []
+    for result in hops:
+        signal = classify(result, now=0.0, through_api=through_api)
+        lease = Lease(id=-1, url=result.url, host=host_of(result.url), depth=for_lease.depth, priority=0,
+                      attempts=attempt, hops=0)
+        pages.append(PageResult(lease=lease, fetch=result, verdict=record_only(signal), kind="robots"))
+    return pages
+
+
+def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope: Scope) -> list[UrlEntry]:
+    """The sitemaps an authority names in its robots.txt (``mode`` "robots"), and its
+    /sitemap.xml as well when ``mode`` is "probe". They are fetched like pages, through the
+    frontier, at the depth of the URL that asked for robots.txt; scoped like links."""
+    if mode == "off":
+        return []
+    listed = rules.sitemaps() if rules is not None else []
+    if mode == "probe":
+        listed = [*listed, robots_url(lease.url).removesuffix("robots.txt") + "sitemap.xml"]
+    entries: list[UrlEntry] = []
+    seen: set[str] = set()
+    for raw in listed[:100]:  # a robots.txt that lists thousands of sitemaps gets the first 100
+        try:
+            url = normalize_url(raw, base=lease.url)
+        except InvalidURL:
+            continue
+        if url in seen or scope.check(url, lease.depth) is not None:
+            continue
+        seen.add(url)
+        entries.append(UrlEntry(url=url, host=host_of(url), depth=lease.depth, priority=SITEMAP_PRIORITY))
+    return entries
+
+
+def unfetched_page(lease: Lease, outcome: FetchOutcome, reason: str, now: float) -> PageResult:
+    """A leased URL that ends without a request: robots.txt forbids it (done), or its robots.txt
+    could not be had (given up). One crawl.log line, no WARC record (no exchange happened)."""
+    result = FetchResult(url=lease.url, started_at=now, error_detail=reason)
+    verdict = unfetched(outcome, gave_up=outcome is FetchOutcome.ROBOTS_UNAVAILABLE)
+    return PageResult(lease=lease, fetch=result, verdict=verdict)
