@@ -29,11 +29,12 @@ from pathlib import Path
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
-from crawler_node.core.robots import RobotsCache
+from crawler_node.core.robots import RobotsCache, RobotsPolicy
 from crawler_node.core.scope import Scope
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
+from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates
@@ -74,11 +75,12 @@ def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRul
         api_limit_header=s.api_limit_header,
         robots_agent=s.robots_agent,
         max_crawl_delay_s=s.max_crawl_delay_s,
-        robots_error_retry_s=s.robots_error_retry_s,
+        robots=RobotsPolicy(ttl_s=s.robots_ttl_s, retry_s=s.robots_error_retry_s, retry_cap_s=s.robots_retry_cap_s,
+                            max_attempts=s.robots_max_attempts),
     )
 
 
-def build_admission(s: Settings, *, pressure: list) -> FetchAdmission:
+def build_admission(s: Settings, *, pressure: list, resolver: Resolver | None = None) -> FetchAdmission:
     """The global gates of rule 5: the fetch-through API's limiter, per-IP gates, pressure."""
     api = None
     if s.proxy:
@@ -89,7 +91,11 @@ def build_admission(s: Settings, *, pressure: list) -> FetchAdmission:
     ip_gates = None
     if not s.proxy and s.ip_inflight_limit:
         # With a proxy we never learn the sites' addresses: no per-IP limit there.
-        ip_gates = IpGates(limit=s.ip_inflight_limit, cache_s=s.dns_cache_s, clock=time.monotonic)
+        # The fetcher's resolver: a gate and the fetch it admits agree on the address, and
+        # the name is asked once. IpGates keeps its own small cache, asked once per host (at
+        # its first contact): cache_s is the resolver's cap, so the two agree.
+        ip_gates = IpGates(limit=s.ip_inflight_limit, cache_s=s.dns_cache_s, clock=time.monotonic,
+                           resolve=resolver.first_address if resolver is not None else None)
     return FetchAdmission(api=api, ip_gates=ip_gates, pressure=pressure)
 
 
@@ -116,7 +122,8 @@ class Node:
                                             ceiling=s.host_limit_ceiling),
             backoff_policy=rules.host_backoff, work=work, started_at=clock(), idle_s=s.host_idle_s,
             memory_target=s.host_memory_target,
-            robots_cache=RobotsCache(agent=s.robots_agent, max_bytes=s.robots_cache_bytes))
+            robots_cache=RobotsCache(agent=s.robots_agent, max_bytes=s.robots_cache_bytes, ttl_s=s.robots_ttl_s),
+            robots_policy=rules.robots)
         self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
                                supervisor=self.supervisor, on_change=self._membership_changed,
                                on_taken=self._taken, outbox_space=pressure, clock=clock)
@@ -134,16 +141,24 @@ class Node:
                                 nice=s.worker_nice, queue_size=s.parse_queue, store=self.store,
                                 ring_generation=lambda: self.cluster.membership.version, taken=pressure,
                                 delay_s=s.parse_delay_s, crash_url=s.parse_crash_url)
-        self.admission = build_admission(s, pressure=[self.parse, self.store, self.held, self.cluster.outboxes])
+        # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
+        self.resolver = None if s.proxy else Resolver(server=s.dns_server, allow_private=s.allow_private,
+                                                      cache_hosts=s.dns_cache_hosts, cache_s=s.dns_cache_s)
+        self.admission = build_admission(s, pressure=[self.parse, self.store, self.held, self.cluster.outboxes],
+                                         resolver=self.resolver)
         self.leases = LeaseKeeper(frontier=self.frontier, hosts=self.hosts, admission=self.admission,
-                                  pressure=pressure, on_returned=self._leases_returned, clock=clock)
+                                  pressure=pressure, on_returned=self._leases_returned, clock=clock,
+                                  store=self.store)
         self.fetcher = Fetcher(user_agent=s.user_agent, proxy=s.proxy, allow_private=s.allow_private,
                                connect_timeout_s=s.connect_timeout_s, fetch_timeout_s=s.fetch_timeout_s,
-                               max_body_bytes=s.max_body_bytes, max_connections=s.global_inflight + 8)
+                               max_body_bytes=s.max_body_bytes, max_connections=s.global_inflight + 8,
+                               ca_bundle=s.ca_bundle, resolver=self.resolver)
         self.fetch = FetchStage(fetcher=self.fetcher, hosts=self.hosts, admission=self.admission, rules=rules,
                                 held=self.held, parse=self.parse, store=self.store, scope=scope,
-                                robots_max_bytes=s.robots_max_bytes, on_api_paused=self.leases.api_paused,
-                                returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock)
+                                robots_max_bytes=s.robots_max_bytes, sitemaps=s.sitemaps,
+                                on_api_paused=self.leases.api_paused,
+                                returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock,
+                                max_redirects=s.max_redirects)
         self.dispatcher = Dispatcher(hosts=self.hosts, admission=self.admission, leases=self.leases,
                                      fetch=self.fetch, serves=self.cluster.serves, global_inflight=s.global_inflight,
                                      work=work, pressure=pressure, on_fatal=self._fatal, clock=clock)

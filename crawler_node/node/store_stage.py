@@ -30,8 +30,13 @@ log = logging.getLogger("crawler_node.store")
 STORE_BATCH = 256  # pages per store write and frontier transaction, at most
 
 # The outcomes whose body is archived: an answer of the site (not an error of ours).
+_UNFETCHED = frozenset({FetchOutcome.ROBOTS_DISALLOWED, FetchOutcome.ROBOTS_UNAVAILABLE})
+# A body cut by the size cap, a timeout or a lost connection is archived as far as it came,
+# marked WARC-Truncated (the fetcher says why in FetchResult.truncated); before the headers
+# these have no status, and no WARC record.
 _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.HTTP_ERROR, FetchOutcome.THROTTLED,
-                       FetchOutcome.SERVER_ERROR})
+                       FetchOutcome.SERVER_ERROR, FetchOutcome.TOO_LARGE, FetchOutcome.TIMEOUT,
+                       FetchOutcome.CONNECTION})
 
 
 class Router(Protocol):
@@ -84,7 +89,8 @@ class StoreStage:
     def snapshot(self) -> dict:
         return {"queue": self.queue.snapshot(), "busy": self._busy, "last_stored_at": self.last_stored_at,
                 "fetched": self.counters["fetched"], "pages_done": self.counters["pages_done"],
-                "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"]}
+                "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"],
+                "unfetched": self.counters["unfetched"], "robots_records": self.counters["robots_records"]}
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
@@ -123,7 +129,10 @@ class StoreStage:
         if batch.forward or batch.replicate:
             self._outboxes.note_outboxed(Counter(peer for peer, _ in batch.forward + batch.replicate))
         counters = self.counters
-        counters["fetched"] += len(pages)
+        for page in pages:  # fetched: the frontier's URLs a request was sent for
+            kind = ("robots_records" if page.kind == "robots" else
+                    "unfetched" if page.verdict.signal.outcome in _UNFETCHED else "fetched")
+            counters[kind] += 1
         counters["pages_done"] += len(batch.done)
         counters["failed"] += len(batch.failed)
         self.last_stored_at = time.time()
