@@ -35,7 +35,7 @@ import pytest
 from realweb_certs import make_certificates
 from realweb_sites import CERT_SITES, DOMAIN, MISSING, OCTETS, WRONG_NAME, SiteTruth, nginx_config, write_sites
 
-__all__ = ["DOMAIN", "MISSING", "Access", "RealWeb", "SiteTruth", "realweb", "start_realweb"]
+__all__ = ["DOMAIN", "MISSING", "Access", "RealWeb", "SiteTruth", "peak_concurrency", "realweb", "start_realweb"]
 
 DNS_TTL_S = 3
 _START_TIMEOUT_S = 15.0
@@ -82,6 +82,17 @@ def _die_with_parent() -> None:
     change credentials at start, which clears this; they hold only ephemeral ports.)"""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def peak_concurrency(records: list[Access]) -> int:
+    """The most requests in progress at one moment among ``records``, from their [start, end]
+    intervals (a request ending at the instant another starts does not overlap it)."""
+    events = sorted([(record.start, 1) for record in records] + [(record.end, -1) for record in records])
+    current = peak = 0
+    for _, change in events:  # ends sort before starts at the same instant: -1 < 1
+        current += change
+        peak = max(peak, current)
+    return peak
 
 
 class _Server:

@@ -16,7 +16,7 @@ import aiodns
 import aiohttp
 import pytest
 from aiohttp.resolver import AsyncResolver
-from realweb import DNS_TTL_S, RealWeb, realweb  # noqa: F401 - realweb is the fixture
+from realweb import DNS_TTL_S, RealWeb, peak_concurrency, realweb  # noqa: F401 - realweb is the fixture
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -133,6 +133,8 @@ async def test_shared_address_rate_limits_each_request(realweb: RealWeb):  # noq
     logged = [r for r in realweb.accesses("shared") if r.uri == "/p/01.html"]
     assert {r.server_port for r in logged} >= set(truth.ports)
     assert all(r.end - r.start >= 0.1 and r.bytes >= 50_000 for r in logged)
+    # Six requests at once to one address, as a per-IP limit would count them from the log.
+    assert peak_concurrency(logged) == len(truth.ports)
 
 
 async def test_scheme_and_port_layout(realweb: RealWeb):  # noqa: F811
