@@ -87,8 +87,12 @@ class HostTable:
         places: dict[str, int] = {}
         for state in self._hosts.values():
             places[state.place.value] = places.get(state.place.value, 0) + 1
+        held = [(state.host, reason) for state in self._hosts.values()
+                if state.robots is not None and (reason := state.held_reason()) is not None]
         return {"in_memory": len(self._hosts), "collected": self.collected, "places": places,
                 "robots_cache": self._robots_cache.snapshot(),
+                # hosts whose robots.txt keeps their URLs back, and why (the first `top`)
+                "held": {"count": len(held), "hosts": [{"host": host, "reason": reason} for host, reason in held[:top]]},
                 "busiest": [state.snapshot() for state in self.busiest(top)]}
 
     # ----------------------------------------------------------------- work

@@ -36,7 +36,7 @@ _UNFETCHED = frozenset({FetchOutcome.ROBOTS_DISALLOWED, FetchOutcome.ROBOTS_UNAV
 # these have no status, and no WARC record.
 _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.HTTP_ERROR, FetchOutcome.THROTTLED,
                        FetchOutcome.SERVER_ERROR, FetchOutcome.TOO_LARGE, FetchOutcome.TIMEOUT,
-                       FetchOutcome.CONNECTION})
+                       FetchOutcome.CONNECTION, FetchOutcome.TOO_MANY_REDIRECTS})
 
 
 class Router(Protocol):
