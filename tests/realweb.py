@@ -35,7 +35,10 @@ import pytest
 from realweb_certs import make_certificates
 from realweb_sites import CERT_SITES, DOMAIN, MISSING, OCTETS, WRONG_NAME, SiteTruth, nginx_config, write_sites
 
-__all__ = ["DOMAIN", "MISSING", "Access", "RealWeb", "SiteTruth", "peak_concurrency", "realweb", "start_realweb"]
+__all__ = [
+    "DOMAIN", "MISSING", "Access", "RealWeb", "ServerProcess", "SiteTruth",
+    "peak_concurrency", "realweb", "start_realweb",
+]
 
 DNS_TTL_S = 3
 _START_TIMEOUT_S = 15.0
@@ -95,10 +98,10 @@ def peak_concurrency(records: list[Access]) -> int:
     return peak
 
 
-class _Server:
+class ServerProcess:
     """One child process, started by Popen, ready when its TCP ports accept, stopped by PID."""
 
-    def __init__(self, name: str, command: list[str], log: Path) -> None:
+    def __init__(self, *, name: str, command: list[str], log: Path) -> None:
         self.name, self.command, self.log = name, command, log
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -150,7 +153,7 @@ class RealWeb:
         self.dns_server = ""  # set once dnsmasq is up: "127.0.0.1:PORT"
         self.proxy_url: str | None = None  # "http://127.0.0.1:PORT" once squid is up
         self._truths = truths
-        self._servers: list[_Server] = []
+        self._servers: list[ServerProcess] = []
         self._cleanup: list[Path] = []
 
     def address(self, site: str) -> str:
@@ -261,7 +264,7 @@ def _start_nginx(web: RealWeb, root: Path, certs, addresses: dict[str, str]) -> 
         }},
     ))
     command = [str(_which("nginx")), "-c", str(conf), "-p", str(prefix), "-e", str(prefix / "error.log")]
-    nginx = _Server("nginx", command, prefix / "stderr.log")
+    nginx = ServerProcess(name="nginx", command=command, log=prefix / "stderr.log")
     web._servers.append(nginx)
     ready = [(addresses["redirect"], 80), (addresses["altport"], 8443), (addresses["shared"], 8006)]
     ready += [(addresses[name], 443) for name in OCTETS if name not in ("altport", "shared")]
@@ -282,7 +285,7 @@ def _start_dnsmasq(web: RealWeb, root: Path, addresses: dict[str, str]) -> None:
     command += [f"--address=/{site}.{DOMAIN}/{address}" for site, address in addresses.items()]
     if os.geteuid() == 0:
         command.append("--user=root")  # its log is our file; nothing to protect by dropping to nobody
-    dnsmasq = _Server("dnsmasq", command, root / "dnsmasq.log")
+    dnsmasq = ServerProcess(name="dnsmasq", command=command, log=root / "dnsmasq.log")
     web._servers.append(dnsmasq)
     dnsmasq.start([("127.0.0.1", port)])
     web.dns_server = f"127.0.0.1:{port}"
@@ -316,7 +319,7 @@ def _start_squid(web: RealWeb, addresses: dict[str, str]) -> None:
         f"netdb_filename none\nshutdown_lifetime 0 seconds\ncache_effective_user {user.pw_name if user else 'nobody'}\n"
     )
     name = f"realweb{os.getpid()}x{port}"
-    proxy = _Server("squid", [squid, "-N", "-n", name, "-f", str(conf)], state / "stderr.log")
+    proxy = ServerProcess(name="squid", command=[squid, "-N", "-n", name, "-f", str(conf)], log=state / "stderr.log")
     web._servers.append(proxy)
     proxy.start([("127.0.0.1", port)])
     web.proxy_url = f"http://127.0.0.1:{port}"

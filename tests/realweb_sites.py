@@ -263,7 +263,7 @@ def write_sites(sites_root: Path, addresses: dict[str, str]) -> dict[str, SiteTr
     return {truth.name: truth for truth in truths}
 
 
-_LOG_FORMAT = (
+LOG_FORMAT = (  # nginx log_format fields that Access.from_json reads
     '{"msec":"$msec","request_time":"$request_time","server_addr":"$server_addr",'
     '"server_port":"$server_port","scheme":"$scheme","host":"$host","method":"$request_method",'
     '"uri":"$request_uri","status":"$status","bytes":"$body_bytes_sent","user_agent":"$http_user_agent"}'
@@ -318,7 +318,7 @@ def nginx_config(
         "http {\n"
         "  types { text/html html; text/plain txt; application/xml xml; application/gzip gz; }\n"
         "  default_type application/octet-stream;\n"
-        f"  log_format realweb escape=json '{_LOG_FORMAT}';\n"
+        f"  log_format realweb escape=json '{LOG_FORMAT}';\n"
         f"  access_log {access_log} realweb;\n"
         f"{temp}"
         "  sendfile on;\n  keepalive_timeout 30s;\n  server_tokens off;\n"
