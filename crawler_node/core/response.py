@@ -47,3 +47,28 @@ class FetchResult:
     @property
     def is_html(self) -> bool:
         return self.content_type in ("text/html", "application/xhtml+xml")
+
+    @property
+    def charset(self) -> str | None:
+        """The ``charset`` parameter of the Content-Type as sent (a label; the parser maps it
+        to an encoding), or None. The first one counts, as in WHATWG MIME type parsing."""
+        value = self.header("Content-Type")
+        if not value or "charset" not in value.lower():
+            return None
+        for parameter in value.split(";")[1:]:
+            name, _, label = parameter.partition("=")
+            if name.strip().lower() == "charset":
+                return label.strip().strip('"').strip() or None
+        return None
+
+    @property
+    def may_be_sitemap(self) -> bool:
+        """Worth showing the sitemap parser (which decides by the root element): an XML or gzip
+        type, or a path ending in .xml or .xml.gz (servers send .gz as octet-stream)."""
+        if self.content_type in _SITEMAP_TYPES:
+            return True
+        path = self.url.partition("#")[0].partition("?")[0].lower()
+        return path.endswith((".xml", ".xml.gz"))
+
+
+_SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/gzip", "application/x-gzip"})

@@ -1,4 +1,5 @@
-"""The parse stage: batches of pages to the parser workers, which return the links in scope.
+"""The parse stage: batches of pages to the parser workers, which return the links in scope
+(of an HTML page, or the URLs of a sitemap: see parse.worker.parse_page).
 
 A parser process that dies (killed for memory, or crashed by a page) is replaced, and the
 batches it held are parsed again one page at a time on a worker of their own: a page that
@@ -11,13 +12,15 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 from crawler_node.core.scope import Scope
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
 from crawler_node.node.pipeline import PageResult
 from crawler_node.node.queues import StageQueue
-from crawler_node.parse.worker import PageLinks, ParseContext, parse_pages
+from crawler_node.parse.links import MAX_PARSE_BYTES
+from crawler_node.parse.worker import PageReport, ParseAnswer, ParseContext, ParseJob, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker
@@ -31,7 +34,6 @@ PARSE_BATCH = 32
 PARSE_BATCH_BYTES = 4_000_000  # ... unless they are big: then fewer
 PARSER_DIED = "the parser process died on this page"
 
-ParseJob = tuple[bytes, str, int]  # body, URL, depth
 Parser = ProcessWorker | ThreadWorker
 
 
@@ -40,12 +42,18 @@ class ParseStage:
 
     def __init__(self, *, scope: Scope, max_links: int, workers: int, nice: int, queue_size: int,
                  store: NextStage, ring_generation: Callable[[], int], taken: Wakeup,
+                 max_parse_bytes: int = MAX_PARSE_BYTES, read_sitemaps: bool = True,
+                 sitemap_max_urls: int = 50_000, sitemap_max_bytes: int = 52_428_800,
                  delay_s: float = 0.0, crash_url: str = "") -> None:
         """``workers``: parser processes (0: one thread in this process); ``ring_generation``:
         the cluster's membership version, which tells the parsers when to hand links over
         again; ``taken`` is notified whenever a page leaves the queue or a batch is done;
+        ``read_sitemaps=False``: a page that is not HTML goes to the store unread;
         ``delay_s`` and ``crash_url`` are test hooks (see parse.worker.ParseContext)."""
-        self._context_args = (scope, max_links, delay_s, crash_url)
+        self._context = partial(ParseContext, scope=scope, max_links=max_links, delay_s=delay_s,
+                                crash_url=crash_url, max_parse_bytes=max_parse_bytes,
+                                sitemap_max_urls=sitemap_max_urls, sitemap_max_bytes=sitemap_max_bytes)
+        self._read_sitemaps = read_sitemaps
         self._in_process = workers > 0
         self._nice = nice
         self._store = store
@@ -65,12 +73,21 @@ class ParseStage:
         return self.queue.empty() and not self._busy
 
     async def put(self, page: PageResult) -> None:
+        """``page``: an HTML page, or a sitemap candidate (see FetchResult.may_be_sitemap)."""
+        if not self._read_sitemaps and not page.fetch.is_html:
+            await self._store.put(page)
+            return
         await self.queue.put(page)
 
     def snapshot(self) -> dict:
+        counters = self.counters
         return {"queue": self.queue.snapshot(), "busy_batches": self._busy,
-                "parse_errors": self.counters["parse_errors"], "parser_restarts": self.counters["parser_restarts"],
-                "links_discovered": self.counters["links_discovered"],
+                "parse_errors": counters["parse_errors"], "parser_restarts": counters["parser_restarts"],
+                "links_discovered": counters["links_discovered"],
+                # pages whose links came from their first max_parse_bytes only
+                "parse_truncated": counters["parse_truncated"],
+                "sitemaps": counters["sitemaps"], "sitemap_urls": counters["sitemap_urls"],
+                "sitemaps_truncated": counters["sitemaps_truncated"], "sitemap_errors": counters["sitemap_errors"],
                 "parser_pids": [parser.pid for parser in self._parsers]}
 
     # ----------------------------------------------------------------- lifecycle
@@ -86,8 +103,7 @@ class ParseStage:
             await parser.close()
 
     def _new_parser(self, name: str) -> Parser:
-        return make_worker(name, in_process=self._in_process, init=ParseContext, init_args=self._context_args,
-                           nice=self._nice)
+        return make_worker(name, in_process=self._in_process, init=self._context, nice=self._nice)
 
     # ----------------------------------------------------------------- the loop
     async def _parse_loop(self, index: int) -> None:
@@ -101,8 +117,7 @@ class ParseStage:
                 batch_bytes += len(batch[-1].fetch.body)
             self._busy += 1
             try:
-                results = await self._parse(index, [(page.fetch.body, page.lease.url, page.lease.depth)
-                                                    for page in batch])
+                results = await self._parse(index, [_job(page) for page in batch])
                 self._attach_links(batch, results)
                 for page in batch:
                     await self._store.put(page)
@@ -110,23 +125,50 @@ class ParseStage:
                 self._busy -= 1
                 self._idle.notify()
 
-    def _attach_links(self, batch: list[PageResult], results: list[PageLinks | str]) -> None:
+    def _attach_links(self, batch: list[PageResult], results: list[ParseAnswer]) -> None:
         discovered = 0
         for page, parsed in zip(batch, results, strict=True):
             if isinstance(parsed, str):
                 log.warning("could not parse %s: %s", page.lease.url, parsed)
                 self.counters["parse_errors"] += 1
                 continue
+            if isinstance(parsed, PageReport):
+                links, found = parsed.links, parsed.found
+                self._note(page, parsed)
+            else:
+                links, found = parsed
             depth = page.lease.depth + 1
-            links, found = parsed
             page.links = [UrlEntry(url, host, depth, -depth) for url, host in links]
             discovered += found
         self.counters["links_discovered"] += discovered
 
-    async def _parse(self, index: int, jobs: list[ParseJob]) -> list[PageLinks | str]:
+    def _note(self, page: PageResult, report: PageReport) -> None:
+        counters = self.counters
+        page.parse_truncated = report.truncated is not None
+        if report.kind != "sitemap":
+            if report.truncated:
+                counters["parse_truncated"] += 1
+            elif report.error:
+                # An XML or gzip response that is no sitemap (nor well-formed XML): nothing to read.
+                log.debug("%s is not a sitemap: %s", page.lease.url, report.error)
+            return
+        page.kind = "sitemap"
+        counters["sitemaps"] += 1
+        counters["sitemap_urls"] += report.found
+        if report.truncated:
+            counters["sitemaps_truncated"] += 1
+            log.info("sitemap %s is over its limit (%s); read %d URLs of it", page.lease.url,
+                     "more URLs than sitemap_max_urls" if report.truncated == "urls" else
+                     "larger than sitemap_max_bytes uncompressed", report.found)
+        if report.error:
+            counters["sitemap_errors"] += 1
+            log.warning("sitemap %s could not be read to its end (%d URLs before): %s", page.lease.url,
+                        report.found, report.error)
+
+    async def _parse(self, index: int, jobs: list[ParseJob]) -> list[ParseAnswer]:
         parser = self._parsers[index]
         try:
-            result: list[PageLinks | str] = await parser.call(parse_pages, jobs, self._ring_generation())
+            result: list[ParseAnswer] = await parser.call(parse_pages, jobs, self._ring_generation())
             return result
         except WorkerDied as exc:
             log.error("%s; replacing it and parsing its %d pages one by one", exc, len(jobs))
@@ -144,9 +186,9 @@ class ParseStage:
             self.counters["parser_restarts"] += 1
             await dead.close()
 
-    async def _parse_alone(self, jobs: list[ParseJob]) -> list[PageLinks | str]:
+    async def _parse_alone(self, jobs: list[ParseJob]) -> list[ParseAnswer]:
         """Each page on a worker of its own, so a death names the page that caused it."""
-        results: list[PageLinks | str] = []
+        results: list[ParseAnswer] = []
         worker = None
         try:
             for job in jobs:
@@ -163,3 +205,9 @@ class ParseStage:
             if worker is not None:
                 await asyncio.shield(worker.close())
         return results
+
+
+def _job(page: PageResult) -> ParseJob:
+    # The charset label, not the headers, travels: the job is pickled to the parser process.
+    fetch = page.fetch
+    return (fetch.body, page.lease.url, page.lease.depth, fetch.charset, fetch.is_html)

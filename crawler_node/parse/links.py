@@ -7,16 +7,15 @@ HTML parser sees it every tag that cannot carry a link is stripped (see :func:`_
 
 from __future__ import annotations
 
-import codecs
 import enum
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Final
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from crawler_node.core.urls import InvalidURL, directory_of, normalize_url, origin_of, resolve_plain
+from crawler_node.parse.charset import decode_document
 
 MAX_PARSE_BYTES = 5_000_000
 MAX_TITLE_CHARS = 1_000
@@ -72,19 +71,6 @@ _UNNEEDED_MARKUP = re.compile(
 # a long quoted value (a pattern that could fail would rescan it from every "<a").
 _KEPT_TAG = re.compile(rf"</?(?:{_KEPT_NAMES})(?=[\s/>]){_TAG_BODY}", re.DOTALL)
 
-_META_CHARSET = re.compile(rb"""<meta[^>]+?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.I)
-_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
-# WHATWG Encoding Standard labels whose meaning differs from Python's codec of that name.
-_ENCODING_ALIASES = {
-    "iso-8859-1": "cp1252",
-    "latin1": "cp1252",
-    "latin-1": "cp1252",
-    "us-ascii": "cp1252",
-    "ascii": "cp1252",
-    "gb2312": "gbk",
-    "x-sjis": "shift_jis",
-    "utf-16": "utf-8",  # a meta tag cannot truthfully declare UTF-16 (it was read as ASCII)
-}
 _REFRESH = re.compile(r"\s*[\d.]+\s*[;,]?\s*(?:url\s*=\s*)?(.*)", re.IGNORECASE | re.DOTALL)
 
 
@@ -144,6 +130,7 @@ class ParsedPage:
     links: list[str]
     title: str | None
     nofollow: bool
+    truncated: bool = False  # the body was longer than max_parse_bytes: links come from its start only
 
 
 def extract_links(
@@ -158,52 +145,30 @@ def extract_links(
 ) -> ParsedPage:
     """Canonical, deduplicated outgoing links of the page at ``url`` (in document order).
 
-    ``encoding`` is the charset from the HTTP Content-Type, if any. Invalid or non-http(s)
-    links are dropped silently. Raises :class:`InvalidURL` only if ``url`` itself is invalid.
-    With ``with_title=False`` the title is not extracted (None): the crawl never reads it.
+    ``encoding`` is the charset label of the HTTP Content-Type, if any (see
+    parse.charset.decode_document for the order in which it counts). Only the first
+    ``max_parse_bytes`` of ``body`` are read. Invalid or non-http(s) links are dropped
+    silently. Raises :class:`InvalidURL` only if ``url`` itself is invalid. With
+    ``with_title=False`` the title is not extracted (None): the crawl never reads it.
     """
     # The crawl hands over canonical URLs, which are plain: the shortcut, when it applies,
     # gives what normalize_url gives (see urls.resolve_plain).
     page_url = (resolve_plain(url, "", "") if url.startswith(("http://", "https://")) else None) or normalize_url(url)
-    text = _flatten(decode_html(body[:max_parse_bytes], encoding))
+    truncated = len(body) > max_parse_bytes
+    text = _flatten(decode_document(body[:max_parse_bytes] if truncated else body, encoding,
+                                    complete=not truncated).text)
     markup = _scan(LexborHTMLParser(text))
     title = _title(markup.title_node) if with_title else None
     if markup.nofollow:
-        return ParsedPage(links=[], title=title, nofollow=True)
+        return ParsedPage(links=[], title=title, nofollow=True, truncated=truncated)
     base = _base_url(markup.base_href, page_url)
     links = _collect_links(markup.targets, base, max_links, memo if memo is not None else LinkMemo())
-    return ParsedPage(links=links, title=title, nofollow=False)
+    return ParsedPage(links=links, title=title, nofollow=False, truncated=truncated)
 
 
 def decode_html(body: bytes, encoding: str | None = None) -> str:
-    """Decode a page: BOM, then the HTTP charset, then a ``<meta>`` charset, then UTF-8."""
-    for bom, bom_encoding in _BOMS:
-        if body.startswith(bom):
-            return body[len(bom) :].decode(bom_encoding, errors="replace")
-    for candidate in (encoding, _meta_charset(body)):
-        codec = _codec_name(candidate)
-        if codec is not None:
-            return body.decode(codec, errors="replace")
-    return body.decode("utf-8", errors="replace")
-
-
-def _meta_charset(body: bytes) -> str | None:
-    # The HTML standard's prescan looks at the first 1024 bytes only; so do we.
-    match = _META_CHARSET.search(body, 0, 1024)
-    return match.group(1).decode("ascii") if match else None
-
-
-@lru_cache(maxsize=64)
-def _codec_name(label: str | None) -> str | None:
-    # Cached: codecs.lookup costs a microsecond, and a crawl meets a handful of labels.
-    if not label:
-        return None
-    label = label.strip().lower()
-    label = _ENCODING_ALIASES.get(label, label)
-    try:
-        return codecs.lookup(label).name
-    except LookupError:
-        return None  # an unknown charset label is ignored, as browsers do
+    """A page's text, decoded in the HTML standard's order (see parse.charset.decode_document)."""
+    return decode_document(body, encoding).text
 
 
 def _flatten(text: str) -> str:

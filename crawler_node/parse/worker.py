@@ -1,5 +1,5 @@
-"""The parse stage's unit of work, run in a worker process so CPU spent on HTML never stalls
-the event loop that drives the fetches. The scope check runs here too: it is per-link CPU
+"""The parse stage's unit of work, run in a worker process so CPU spent on HTML (and on
+sitemaps) never stalls the event loop that drives the fetches. The scope check runs here too: it is per-link CPU
 work, and the node then receives only the links it will keep, each once (see ReturnedLinks)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from crawler_node.core.bounded import TwoGenerationSet
 from crawler_node.core.scope import Scope
-from crawler_node.core.urls import host_of
-from crawler_node.parse.links import LinkMemo, extract_links
+from crawler_node.core.urls import InvalidURL, directory_of, host_of, normalize_url, origin_of, resolve_plain
+from crawler_node.parse.links import MAX_PARSE_BYTES, LinkMemo, extract_links
+from crawler_node.parse.sitemap import read_sitemap
 
 
 class ReturnedLinks:
@@ -48,47 +49,105 @@ class ParseContext:
     max_links: int
     delay_s: float = 0.0  # a test hook that stages a slow parser; zero in production
     crash_url: str = ""  # a test hook: the worker process dies on this page; empty in production
+    max_parse_bytes: int = MAX_PARSE_BYTES  # links come from this much of an HTML page
+    sitemap_max_urls: int = 50_000  # <loc>s read per sitemap file (sitemaps.org's limit)
+    sitemap_max_bytes: int = 52_428_800  # uncompressed, per sitemap file (sitemaps.org: 50 MiB)
     memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
     returned: ReturnedLinks = field(default_factory=ReturnedLinks)
 
 
+# One page to parse: body, URL, depth, and optionally the charset label of its Content-Type
+# (a label, not the headers: the job is pickled) and whether it is HTML (else it is a
+# sitemap candidate: an XML or gzip type, or a .xml/.xml.gz path).
+ParseJob = tuple[bytes, str, int] | tuple[bytes, str, int, str | None, bool]
+
 # What a page yields: the (url, host) of its links in scope, normalised, that this worker has
 # not handed over before (see ReturnedLinks), and how many links the page had in all. A
 # plain tuple: it crosses the process boundary, where a tuple pickles in a fraction of a
-# dataclass's time.
+# dataclass's time. A page with more to say returns a PageReport instead.
 PageLinks = tuple[list[tuple[str, str]], int]
 
 
-def parse_page(context: ParseContext, body: bytes, url: str, depth: int) -> PageLinks:
-    """The in-scope links of one HTML page found at ``depth`` (see links.extract_links) that
-    were not handed over before."""
+@dataclass(frozen=True, slots=True)
+class PageReport:
+    """What a page yields when it is more than an HTML page read whole: a sitemap, a page
+    cut at max_parse_bytes, or a sitemap candidate that could not be read. Rare, so the
+    common case keeps the plain tuple."""
+
+    links: list[tuple[str, str]]  # as in PageLinks
+    found: int
+    kind: str = "page"  # "sitemap": read as one (its URLs are the links)
+    truncated: str | None = None  # "bytes": the page or sitemap was cut at its size limit; "urls": at sitemap_max_urls
+    error: str | None = None  # why a sitemap candidate could not be read (in whole or to its end)
+
+
+def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset: str | None = None,
+               html: bool = True) -> PageLinks | PageReport:
+    """The in-scope links of one page found at ``depth`` (see links.extract_links; for a
+    sitemap, the URLs it lists: see parse.sitemap) that were not handed over before."""
     if context.delay_s:
         time.sleep(context.delay_s)
     if context.crash_url and url == context.crash_url:
         os._exit(70)  # no cleanup, no answer: what a crash in the HTML parser's C code looks like
-    found = extract_links(
-        body, url, max_links=context.max_links, memo=context.memo, with_title=False
-    ).links
+    if not html:
+        return _sitemap_links(context, body, url, depth)
+    page = extract_links(body, url, max_links=context.max_links, encoding=charset,
+                         max_parse_bytes=context.max_parse_bytes, memo=context.memo, with_title=False)
+    links = _fresh_in_scope(context, page.links, depth)
+    if page.truncated:
+        return PageReport(links, len(page.links), truncated="bytes")
+    return links, len(page.links)
+
+
+def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> PageLinks | PageReport:
+    """A sitemap's URLs, as links one level deeper than the sitemap: a sitemap index's are
+    sitemaps, a urlset's are pages, and both are scoped and handed over like a page's links.
+    An XML document that is no sitemap yields nothing."""
+    sitemap = read_sitemap(body, max_urls=context.sitemap_max_urls, max_bytes=context.sitemap_max_bytes)
+    if sitemap.kind is None:
+        return ([], 0) if sitemap.error is None else PageReport([], 0, error=sitemap.error)
+    origin = origin_of(url)
+    directory = directory_of(url, origin)
+    found: list[str] = []
+    for loc in sitemap.urls:
+        # A <loc> must be absolute (sitemaps.org); a relative one is resolved, as a link is.
+        link = resolve_plain(loc, origin, directory) or _normalized_or_none(loc, url)
+        if link is not None:
+            found.append(link)
+    return PageReport(_fresh_in_scope(context, found, depth), len(sitemap.urls), kind="sitemap",
+                      truncated=sitemap.truncated, error=sitemap.error)
+
+
+def _normalized_or_none(raw: str, base: str) -> str | None:
+    try:
+        return normalize_url(raw, base)
+    except InvalidURL:
+        return None
+
+
+def _fresh_in_scope(context: ParseContext, found: list[str], depth: int) -> list[tuple[str, str]]:
     # The scope first: a link out of scope at this depth may be in scope at another.
     scope = context.scope
     if scope.too_deep(depth + 1):
-        return [], len(found)
+        return []
     in_scope = [link for link in found if scope.check(link, depth + 1) is None] if scope.allow_hosts else found
-    return [(link, host_of(link)) for link in context.returned.fresh(in_scope)], len(found)
+    return [(link, host_of(link)) for link in context.returned.fresh(in_scope)]
 
 
-def parse_pages(
-    context: ParseContext, pages: list[tuple[bytes, str, int]], generation: int = 0
-) -> list[PageLinks | str]:
+# A page's answer from the worker: its links, a report, or why it could not be parsed.
+ParseAnswer = PageLinks | PageReport | str
+
+
+def parse_pages(context: ParseContext, pages: list[ParseJob], generation: int = 0) -> list[ParseAnswer]:
     """Parse a batch in one round trip to the worker: crossing a process boundary costs far
     more than parsing one small page, so the parse stage sends pages in batches. A page that
     cannot be parsed yields its error message instead of failing the batch. ``generation``
     is the cluster's membership version: when it changes, links are handed over again."""
     context.returned.new_generation(generation)
-    results: list[PageLinks | str] = []
-    for body, url, depth in pages:
+    results: list[ParseAnswer] = []
+    for job in pages:
         try:
-            results.append(parse_page(context, body, url, depth))
+            results.append(parse_page(context, *job))
         except Exception as exc:  # noqa: BLE001 - one hostile page must not sink its batch
             results.append(f"{type(exc).__name__}: {exc}")
     return results
