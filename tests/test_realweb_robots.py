@@ -90,6 +90,11 @@ def test_an_unavailable_robots_txt_means_nothing_is_fetched_then_its_urls_end_lo
     assert "HTTP 503" in ended[-1]["error"]
     assert crawl["status"]["idle"]  # the crawl ended instead of waiting for the host forever
     assert "robots_unavailable" in crawl["node_log"] and "robots503" in crawl["node_log"]
+    # and status says which host is held back, and why
+    held = {entry["host"]: entry["reason"] for entry in crawl["status"]["host_table"]["held"]["hosts"]}
+    assert "HTTP 503" in held[realweb.host("robots503")]
+    assert crawl["status"]["counters"]["robots_given_up"] == 1
+    assert crawl["status"]["counters"]["robots_unavailable"] == len(ended) == 1  # its one known URL
 
 
 def test_every_sitemap_only_page_is_fetched(crawl, realweb: RealWeb) -> None:  # noqa: F811

@@ -54,6 +54,9 @@ async def node_status(node: Node) -> dict[str, Any]:
             "submitted": intake["submitted"],
             "rejected": intake["rejected"],
             "robots_disallowed": leases["robots_disallowed"],
+            "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
+            "robots_fetched": fetch["robots_fetched"],
+            "robots_given_up": fetch["robots_given_up"],  # authorities given up
             "links_discovered": parse["links_discovered"],
             "parse_errors": parse["parse_errors"],
             "parser_restarts": parse["parser_restarts"],
