@@ -10,7 +10,7 @@ from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
-from crawler_node.core.robots import RobotsCache
+from crawler_node.core.robots import RobotsCache, RobotsPolicy
 from crawler_node.core.verdict import ResponseRules, judge_page, judge_robots
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease, UrlEntry
 from crawler_node.core.robots import RobotsStatus
@@ -283,3 +283,30 @@ def test_over_its_memory_target_the_table_drops_the_longest_idle_hosts_first() -
     assert table.collect(now=10.0) == 3  # far from idle_s, but over the target
     assert sorted(state.host for state in table) == ["h3", "h4", "h5"]
     assert table.collect(now=11.0) == 0
+
+
+def test_robots_txt_is_per_authority_and_asked_again_after_its_ttl() -> None:
+    table = HostTable(new_limiter=lambda: AimdLimiter(start=4, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, robots_policy=RobotsPolicy(ttl_s=100.0))
+    table.add_work("h", 3, now=0.0)
+    state = robots(table, "h", body=b"User-agent: *\nDisallow: /2\n")  # the http authority's rules
+    assert table.request_refill(state)
+    table.refilled(state, [Lease(1, "http://h/1", "h", 0, 0, 1, 0), Lease(2, "https://h/2", "h", 0, 0, 1, 0),
+                           Lease(3, "http://h/2", "h", 0, 0, 1, 0)], None, 0.0)
+    assert send(table)[2].url == "http://h/1"
+    taken = table.next_host(0.0)
+    step, lease = table.next_step(taken, 0.0)
+    assert step is Step.ROBOTS and lease.url == "https://h/2"  # https is another authority: its own robots.txt
+    ticket = table.start_request(taken, 0.0)
+    table.settle(taken, 0.0)
+    table.finish_robots(taken, "https", ticket, judge_robots(FetchResult(url="https://h/robots.txt", status=404),
+                                                             now=0.0, rules=RULES), 0.0)
+    assert send(table)[2].url == "https://h/2"  # no rules there
+    taken = table.next_host(0.0)
+    assert table.next_step(taken, 0.0) == (Step.DISALLOWED, Lease(3, "http://h/2", "h", 0, 0, 1, 0))
+    table.settle(taken, 0.0)
+    table.add_work("h", 1, now=200.0)
+    assert table.request_refill(taken)
+    table.refilled(taken, [Lease(4, "http://h/4", "h", 0, 0, 1, 0)], None, 200.0)
+    taken = table.next_host(200.0)
+    assert table.next_step(taken, 200.0)[0] is Step.ROBOTS  # the rules are a day old (ttl_s): asked again
