@@ -99,7 +99,8 @@ class FetchStage:
             page.links = self._redirect_target(page)
         # Counted until the store has written it: the memory pressure source reads this.
         self._held.hold(len(result.body))
-        if outcome is FetchOutcome.OK and result.is_html and result.body:
+        # HTML, and what may be a sitemap (cheap checks here; the parser reads the root element).
+        if outcome is FetchOutcome.OK and result.body and (result.is_html or result.may_be_sitemap):
             await self._parse.put(page)
         else:
             await self._store.put(page)
