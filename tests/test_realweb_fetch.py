@@ -213,3 +213,24 @@ async def test_a_timeout_or_a_reset_after_the_headers_keeps_what_came() -> None:
         assert record.http_headers.get_header("Content-Length") == "3000"
         assert record.http_headers.get_header("X-Crawler-Original-Content-Length") == "10000"
         assert record.content_stream().read() == result.body
+
+
+async def test_certificate_errors_through_the_proxy_are_tls_too(realweb: RealWeb) -> None:  # noqa: F811
+    """Through CONNECT the TLS session is still ours, end to end with the site: squid only
+    carries the bytes, so a bad certificate is the same final TLS error, with its reason."""
+    if realweb.proxy_url is None:
+        pytest.skip("squid is not installed")
+    fetcher = Fetcher(user_agent="realweb-fetch-proxy-tls/1", proxy=realweb.proxy_url, allow_private=False,
+                      connect_timeout_s=5, fetch_timeout_s=15, max_body_bytes=100_000, max_connections=4,
+                      ca_bundle=str(realweb.ca_file))
+    await fetcher.start()
+    try:
+        good = await fetcher.fetch(realweb.url("httpsonly", "/page-1.html"))
+        bad = {site: await fetcher.fetch(realweb.url(site, "/page-1.html")) for site in TLS_REASONS}
+    finally:
+        await fetcher.close()
+    assert (good.status, good.error, good.remote_addr) == (200, None, None)
+    for site, result in bad.items():
+        assert (result.status, result.error) == (None, ErrorKind.TLS), (site, result.error, result.error_detail)
+        assert TLS_REASONS[site] in (result.error_detail or ""), result.error_detail
+        assert not [a for a in realweb.accesses(site) if a.user_agent == "realweb-fetch-proxy-tls/1"]
