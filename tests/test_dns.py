@@ -23,7 +23,7 @@ from crawler_node.core.backoff import RetryPolicy
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.response import FetchResult
 from crawler_node.core.signals import classify
-from crawler_node.fetch.dns import DnsCache, DnsLookupError, PrivateAddressError, Resolver
+from crawler_node.fetch.dns import DnsCache, DnsLookupError, PrivateAddressError, Resolver, nameserver
 from crawler_node.fetch.fetcher import Fetcher
 
 pytestmark = pytest.mark.timeout(60)
@@ -222,3 +222,11 @@ async def test_the_fetcher_resolves_through_the_node_resolver(dnsmasq: Dnsmasq) 
         for fetcher in fetchers:
             await fetcher.close()
         await runner.cleanup()
+
+
+def test_the_dns_server_is_an_address_with_an_optional_port() -> None:
+    assert [nameserver(text) for text in ("127.0.0.1", "127.0.0.1:5353", "::1", "[::1]:5353")] == [
+        "127.0.0.1:53", "127.0.0.1:5353", "[::1]:53", "[::1]:5353"]
+    for bad in ("dns.example", "dns.example:53", "127.0.0.1:0", "127.0.0.1:x", "[::1]5353"):
+        with pytest.raises(ValueError):
+            Resolver(server=bad, allow_private=True, cache_hosts=10, cache_s=60)

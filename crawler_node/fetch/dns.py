@@ -12,12 +12,18 @@ that meets many new hosts behind a slow resolver would wait for threads. c-ares 
 event loop, any number of lookups at once. What it does not do is nsswitch (mDNS, LDAP...),
 which a crawler of public names does not need.
 
+c-ares (1.23 and later) also keeps a query cache of its own, by TTL as well (at most an hour):
+``dns_cache_s`` bounds how long this cache keeps an answer, and a name asked again after that
+may still be answered from c-ares' cache while its TTL lasts. Neither keeps an answer past its
+TTL.
+
 Through ``--proxy`` the proxy resolves the sites' names, and this resolver is not used.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import time
 from collections import OrderedDict
@@ -128,6 +134,7 @@ class Resolver(AbstractResolver):
         if timeout_s <= 0 or tries < 1:
             raise ValueError(f"need timeout_s > 0 and tries >= 1, got {timeout_s}, {tries}")
         self.server = server
+        self._nameservers = None if server is None else [nameserver(server)]
         self.allow_private = allow_private
         self.cache = DnsCache(max_hosts=cache_hosts, max_ttl_s=cache_s, negative_ttl_s=negative_s)
         self._timeout_s = timeout_s
@@ -142,9 +149,8 @@ class Resolver(AbstractResolver):
 
     def _resolver(self) -> aiodns.DNSResolver:
         if self._channel is None:
-            kwargs: dict = {"timeout": self._timeout_s, "tries": self._tries}
-            # c-ares takes "host:port" (and "[v6]:port") as a server.
-            self._channel = aiodns.DNSResolver(nameservers=[self.server] if self.server else None, **kwargs)
+            self._channel = aiodns.DNSResolver(nameservers=self._nameservers, timeout=self._timeout_s,
+                                               tries=self._tries)
         return self._channel
 
     async def answer(self, host: str) -> Answer:
@@ -238,6 +244,32 @@ class Resolver(AbstractResolver):
     def snapshot(self) -> dict:
         return {"server": self.server or "system", "cached_names": len(self.cache), "lookups": self.lookups,
                 "hits": self.hits, "failures": self.failures, "evicted": self.cache.evicted}
+
+
+def nameserver(server: str) -> str:
+    """``--dns-server`` as c-ares takes it: "IPv4[:PORT]", "[IPv6]:PORT" or a bare IPv6
+    address in, "addr:port" / "[addr]:port" out. A DNS server is named by its address (its
+    name would need a resolver first): anything else is a ValueError, raised when the node is
+    built rather than on every lookup."""
+    text = server.strip()
+    port = "53"
+    if text.startswith("["):
+        address, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"dns server {server!r}: expected [IPv6]:PORT")
+            port = rest[1:]
+    elif text.count(":") == 1:
+        address, port = text.split(":")
+    else:
+        address = text
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"dns server {server!r} must be an IP address with an optional port") from None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"dns server {server!r}: bad port {port!r}")
+    return f"[{parsed}]:{port}" if parsed.version == 6 else f"{parsed}:{port}"
 
 
 def _ipv4_first(addresses: Iterable[tuple[int, str]]) -> tuple[tuple[int, str], ...]:
