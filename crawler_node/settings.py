@@ -84,6 +84,7 @@ class Settings:
     ca_bundle: str | None = None  # PEM file of the CAs to trust instead of the system's
     dns_server: str | None = None  # HOST[:PORT] of the resolver for direct fetches (default: the system's)
     dns_cache_hosts: int = 10_000  # names whose answers are cached (each for its TTL, at most dns_cache_s)
+    ip_limit_per_node: bool = False  # each node applies --ip-inflight-limit alone (no shares agreed in the cluster)
     # retries
     retry_budget: int = 3
     retry_base_s: float = 1.0

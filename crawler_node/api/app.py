@@ -202,7 +202,7 @@ async def get_ring(request: web.Request) -> web.Response:
 async def get_members(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
-                              "leaving": node.cluster.leaving})
+                              "leaving": node.cluster.leaving, "ips": node.cluster.ip_announcement()})
 
 
 async def _member_body(request: web.Request) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from crawler_node.cluster.heartbeats import Heartbeats
+from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.routing import Router
@@ -96,6 +96,17 @@ class Cluster:
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
         self.events: list[dict] = []  # membership changes, newest last (bounded)
+        self._ip: IpShareLink | None = None
+
+    def share_ips(self, link: IpShareLink) -> None:
+        """Agree per-IP shares with the peers through the heartbeats (cluster.ipshare)."""
+        self._ip = link
+        self.heartbeats.share_ips(link)
+        link.peers_live(self.membership.live_ids() - {self.node_id})
+
+    def ip_announcement(self) -> dict | None:
+        """The ``ips`` of this node's heartbeat answers (None: it does not share)."""
+        return self._ip.announcement() if self._ip is not None else None
 
     # ----------------------------------------------------------------- routing
     @property
@@ -134,6 +145,8 @@ class Cluster:
     # ----------------------------------------------------------------- changes
     def _changed(self, why: str) -> None:
         self.router.refresh()
+        if self._ip is not None:  # a peer down releases its shares; one back is waited for
+            self._ip.peers_live(self.membership.live_ids() - {self.node_id})
         live = sorted(self.membership.live_ids())
         self.events.append({"at": self._clock(), "event": why, "live": live})
         del self.events[:-EVENTS_KEPT]

@@ -6,6 +6,10 @@ all the others through their next heartbeat). An answer that is not what a membe
 wrong shape, wrong types, not JSON — counts as a failed heartbeat and is logged; it never
 ends the heartbeats. The round is a recurring job: whatever fails, it runs again, so a dead
 peer is always detected.
+
+The answers also carry each member's per-IP announcement (``"ips"``, cluster.ipshare): the
+addresses it fetches from and its acknowledgement of the others'. A heartbeat hands the
+peer's announcement to the :class:`IpShareLink`; one of the wrong shape is a bad answer.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import aiohttp
 
+from crawler_node.cluster.ipshare import Announcement, BadAnnouncement, parse_announcement
 from crawler_node.cluster.membership import Membership, PeerState, member_problem, parse_view
 from crawler_node.runtime.supervisor import Supervisor
 
@@ -31,6 +37,18 @@ class BadPeerAnswer(ValueError):
     """A peer's answer to a membership call does not have the shape of one."""
 
 
+class IpShareLink(Protocol):
+    """The per-IP shares' side of the heartbeats (node.ip_gates.IpGates)."""
+
+    def announcement(self) -> dict | None: ...  # what this node's answers carry; None: it does not share
+
+    def heard(self, peer_id: str, announcement: Announcement | None) -> None: ...
+
+    def peers_live(self, live: Iterable[str]) -> None: ...
+
+    def refresh(self) -> None: ...  # once per round: addresses no longer used leave the announcement
+
+
 def parse_members_answer(answer: object) -> tuple[list[tuple[str, str]], bool]:
     """``{"members": [...], "leaving": bool?}`` as (members, leaving); BadPeerAnswer otherwise."""
     if not isinstance(answer, dict):
@@ -41,6 +59,15 @@ def parse_members_answer(answer: object) -> tuple[list[tuple[str, str]], bool]:
     try:
         return parse_view(answer.get("members")), leaving
     except ValueError as exc:
+        raise BadPeerAnswer(str(exc)) from exc
+
+
+def parse_ips_answer(answer: object) -> Announcement | None:
+    """The per-IP announcement of a member list answer (already checked to be an object)."""
+    assert isinstance(answer, dict)
+    try:
+        return parse_announcement(answer.get("ips"))
+    except BadAnnouncement as exc:
         raise BadPeerAnswer(str(exc)) from exc
 
 
@@ -69,6 +96,10 @@ class Heartbeats:
         self._session: aiohttp.ClientSession | None = None
         self.failures: Counter[str] = Counter()  # failed heartbeats, by peer
         self.bad_answers: Counter[str] = Counter()  # answers that were not member lists, by peer
+        self._ip: IpShareLink | None = None
+
+    def share_ips(self, link: IpShareLink) -> None:
+        self._ip = link
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self._session = session
@@ -84,6 +115,8 @@ class Heartbeats:
         await asyncio.gather(*(self._heartbeat(m.node_id, m.url) for m in peers))
         if self._membership.tick(self._clock()):
             self._on_changed("liveness changed")
+        if self._ip is not None:
+            self._ip.refresh()
         await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
 
     async def _heartbeat(self, node_id: str, url: str) -> None:
@@ -92,7 +125,9 @@ class Heartbeats:
             async with self._session.get(f"{url}/v1/members", timeout=self._timeout) as response:
                 if response.status != 200:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
-                members, leaving = parse_members_answer(await _json(response))
+                answer = await _json(response)
+                members, leaving = parse_members_answer(answer)
+                ips = parse_ips_answer(answer) if self._ip is not None else None
         except BadPeerAnswer as exc:
             self.bad_answers[node_id] += 1
             if self.bad_answers[node_id] in (1, 10, 100) or self.bad_answers[node_id] % 1000 == 0:
@@ -111,6 +146,8 @@ class Heartbeats:
             return
         if self._membership.observe_ok(node_id, now, returning=True):
             self._on_changed(f"{node_id} is alive")
+        if self._ip is not None:
+            self._ip.heard(node_id, ips)
         new = self._membership.merge(members, now)
         for peer in new:
             self._on_member(peer)

@@ -12,7 +12,8 @@ hosts lives here, and each signal reaches only the gate it describes:
 - a fetch-through API (``--proxy`` pointed at a paid scraping API): its 429s cut a global
   AIMD limiter on requests in flight through it, never a host's limit; its 509 (quota spent)
   pauses all fetching until the plan resets or an operator resumes it;
-- per-IP gates for direct fetches: hosts that resolve to one address share its limit.
+- per-IP gates for direct fetches (node.ip_gates): hosts that resolve to one address share
+  its limit, and in a cluster each node takes its share of it (cluster.ipshare).
 
 A :class:`Permit` bundles the slots one request holds (host, API, IP), taken together when
 the request is dispatched and released together when it ends; the host's slot is taken and
@@ -21,22 +22,19 @@ given back through the host table, the others here.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
-from crawler_node.core.addresses import is_ip_literal
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
-from crawler_node.core.urls import bare_host
+from crawler_node.node.ip_gates import IpGate, IpGates
 
-# What an IP gate parks and wakes: a host of the host table (node.host_state.HostState).
-H = TypeVar("H", bound=Hashable)
+__all__ = ["API_LIMIT", "API_QUOTA", "AdmissionStats", "ApiGate", "FetchAdmission", "IpGate", "IpGates",
+           "Permit", "PressureSource"]
 
 log = logging.getLogger("crawler_node.admission")
 
@@ -51,127 +49,6 @@ class PressureSource(Protocol):
 
 API_QUOTA = "api_quota"  # blocked reason: the API's quota is spent
 API_LIMIT = "api_limit"  # blocked reason: the API limiter has no free slot
-
-
-class IpGate(Generic[H]):
-    """The in-flight requests to one IP address, shared by every host that resolves to it.
-
-    A fixed cap rather than AIMD: the hosts' own limiters already adapt; this only stops many
-    small sites on one shared server from adding up to more than it should take from us.
-    """
-
-    __slots__ = ("address", "limit", "in_flight", "hosts", "waiting", "refusals", "_gone")
-
-    def __init__(self, address: str, limit: int) -> None:
-        self.address = address
-        self.limit = limit
-        self.in_flight = 0
-        self.hosts = 0  # hosts bound to this address
-        self.waiting: set[H] = set()  # hosts parked because this gate was full
-        self.refusals = 0
-        self._gone: Callable[[IpGate[H]], None] | None = None  # told when no host uses it any more
-
-    def admits(self, state: H) -> bool:
-        """Room for one more request; when there is none, the host waits for a release."""
-        if self.in_flight < self.limit:
-            return True
-        if state not in self.waiting:
-            self.waiting.add(state)
-            self.refusals += 1
-        return False
-
-    def acquire(self) -> None:
-        self.in_flight += 1
-
-    def release(self) -> set[H]:
-        """Return a slot; the hosts that were waiting for one must be re-placed by the caller."""
-        self.in_flight -= 1
-        woken, self.waiting = self.waiting, set()
-        if not self.hosts and not self.in_flight and self._gone is not None:
-            self._gone(self)
-        return woken
-
-    def unbind(self, state: H) -> None:
-        """A host left memory (node.hosts.HostTable.collect): it no longer counts here."""
-        self.hosts -= 1
-        self.waiting.discard(state)
-        if not self.hosts and not self.in_flight and self._gone is not None:
-            self._gone(self)
-
-
-class IpGates:
-    """Resolves hosts (cached) and hands out one shared :class:`IpGate` per address."""
-
-    def __init__(self, *, limit: int, cache_s: float, clock: Callable[[], float],
-                 resolve: Callable[[str], Awaitable[str | None]] | None = None) -> None:
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
-        self.limit = limit
-        self.cache_s = cache_s
-        self._clock = clock
-        self._resolve = resolve or _first_address
-        self._gates: dict[str, IpGate[Any]] = {}
-        self._cache: dict[str, tuple[str | None, float]] = {}
-        self.lookups = 0
-        self.failures = 0
-        self.refused_before = 0  # refusals of gates no host uses any more
-
-    async def gate_for(self, host: str) -> IpGate[Any] | None:
-        """The gate of the address ``host`` resolves to; None when it does not resolve (the
-        fetch will then fail by itself, and there is no address to be polite to)."""
-        address = await self.address_of(host)
-        if address is None:
-            return None
-        gate = self._gates.get(address)
-        if gate is None:
-            gate = self._gates[address] = IpGate(address, self.limit)
-            gate._gone = self._drop
-        gate.hosts += 1
-        return gate
-
-    def _drop(self, gate: IpGate[Any]) -> None:
-        if self._gates.get(gate.address) is gate:
-            self.refused_before += gate.refusals
-            del self._gates[gate.address]
-
-    async def address_of(self, host: str) -> str | None:
-        bare = bare_host(host).strip("[]")
-        if is_ip_literal(bare):
-            return bare
-        now = self._clock()
-        cached = self._cache.get(bare)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        self.lookups += 1
-        try:
-            address = await self._resolve(bare)
-        except OSError:
-            self.failures += 1
-            address = None
-        if len(self._cache) > 100_000:  # bounded: a crawl meets many hosts, most of them once
-            self._cache.clear()
-        self._cache[bare] = (address, now + self.cache_s)
-        return address
-
-    def busiest(self, n: int) -> list[IpGate[Any]]:
-        return sorted(self._gates.values(), key=lambda g: (g.in_flight, g.hosts), reverse=True)[:n]
-
-    def shared(self) -> int:
-        """Addresses that more than one host resolves to."""
-        return sum(1 for gate in self._gates.values() if gate.hosts > 1)
-
-    @property
-    def refusals(self) -> int:
-        return self.refused_before + sum(gate.refusals for gate in self._gates.values())
-
-    def snapshot(self) -> dict:
-        return {"enabled": True, "limit": self.limit, "shared_addresses": self.shared(), "refusals": self.refusals,
-                "busiest": [{"ip": g.address, "in_flight": g.in_flight, "hosts": g.hosts} for g in self.busiest(10)]}
-
-
-async def _first_address(host: str) -> str | None:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, 80, type=socket.SOCK_STREAM)
-    return str(infos[0][4][0]) if infos else None
 
 
 class ApiGate:
