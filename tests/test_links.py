@@ -127,8 +127,8 @@ def test_encoding_from_argument_meta_and_fallback() -> None:
     # The HTTP charset wins over a wrong meta declaration.
     latin = '<meta charset="utf-8"><title>café</title>'.encode("latin-1")
     assert extract_links(latin, PAGE, encoding="ISO-8859-1").title == "café"
-    # Undecodable bytes and unknown labels fall back to UTF-8 with replacement.
-    assert extract_links(b"<title>a\xffb</title>", PAGE, encoding="no-such-charset").title == "a\ufffdb"
+    # Undecodable bytes and unknown labels fall back to windows-1252 (WHATWG's default).
+    assert extract_links(b"<title>a\xffb</title>", PAGE, encoding="no-such-charset").title == "aÿb"
 
 
 def test_decode_html_honours_a_bom() -> None:

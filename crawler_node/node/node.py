@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
+from crawler_node.cluster.ipshare import ip_shares_for
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache, RobotsPolicy
@@ -95,7 +96,8 @@ def build_admission(s: Settings, *, pressure: list, resolver: Resolver | None = 
         # the name is asked once. IpGates keeps its own small cache, asked once per host (at
         # its first contact): cache_s is the resolver's cap, so the two agree.
         ip_gates = IpGates(limit=s.ip_inflight_limit, cache_s=s.dns_cache_s, clock=time.monotonic,
-                           resolve=resolver.first_address if resolver is not None else None)
+                           resolve=resolver.first_address if resolver is not None else None,
+                           shares=ip_shares_for(s))
     return FetchAdmission(api=api, ip_gates=ip_gates, pressure=pressure)
 
 
@@ -140,12 +142,18 @@ class Node:
         self.parse = ParseStage(scope=scope, max_links=s.max_links_per_page, workers=s.parse_workers,
                                 nice=s.worker_nice, queue_size=s.parse_queue, store=self.store,
                                 ring_generation=lambda: self.cluster.membership.version, taken=pressure,
+                                max_parse_bytes=s.max_parse_bytes, read_sitemaps=s.sitemaps != "off",
+                                sitemap_max_urls=s.sitemap_max_urls, sitemap_max_bytes=s.sitemap_max_bytes,
                                 delay_s=s.parse_delay_s, crash_url=s.parse_crash_url)
         # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
         self.resolver = None if s.proxy else Resolver(server=s.dns_server, allow_private=s.allow_private,
                                                       cache_hosts=s.dns_cache_hosts, cache_s=s.dns_cache_s)
         self.admission = build_admission(s, pressure=[self.parse, self.store, self.held, self.cluster.outboxes],
                                          resolver=self.resolver)
+        if self.admission.ip_gates is not None and self.admission.ip_gates.shares is not None:
+            # Per-IP shares agreed through the heartbeats; hosts parked on a grown share go again.
+            self.admission.ip_gates.wake_with(lambda states: self.hosts.wake(states, clock()))
+            self.cluster.share_ips(self.admission.ip_gates)
         self.leases = LeaseKeeper(frontier=self.frontier, hosts=self.hosts, admission=self.admission,
                                   pressure=pressure, on_returned=self._leases_returned, clock=clock,
                                   store=self.store)
