@@ -43,8 +43,8 @@ Limits:
 - A peer counts until the membership says it is down (a suspect peer still counts, and holds
   back new addresses until it answers or is down). A member declared down while it still has
   requests open (frozen, cut off, or leaving the cluster with requests in flight) can overlap
-  with the shares the others take then: by at most its own share, until those requests end
-  (``fetch_timeout_s`` bounds them on a node that runs).
+  with the shares the others take then: by what it has in flight then (its share, more while
+  it drains), until those requests end (``fetch_timeout_s`` bounds them on a node that runs).
 - A new address, a member that joins and one that comes back cost one acknowledgement: about
   one to two heartbeat intervals before new requests start (on every address, for a member
   that joins or returns).
@@ -52,8 +52,10 @@ Limits:
   run with ``--ip-limit-per-node``) are not counted: their requests add to the limit.
 - Addresses are what each node resolves: nodes that resolve one name differently count
   different addresses.
+- The split is even, not by need: a sharer with little work left keeps its share until it
+  stops using the address (plus ``linger_s``), and the others cannot borrow it meanwhile.
 
-Pure: no I/O and no clock; times are passed in.
+Pure: no I/O and no clock; times are passed in (only :func:`ip_shares_for` draws an epoch).
 """
 
 from __future__ import annotations
