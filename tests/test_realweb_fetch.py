@@ -65,12 +65,12 @@ def _host_of(uri: str) -> str:
 
 
 def test_certificate_errors_end_each_url_once_as_tls_with_the_reason(realweb: RealWeb, start_node) -> None:  # noqa: F811
-    """robots.txt comes first (RFC 9309: a TLS failure is "unreachable"); with one attempt
-    allowed, each site's robots.txt is asked once, fails with its reason, and the site's URLs
-    end without a request. nginx sees no HTTP request at all: the handshake failed first."""
+    """robots.txt comes first; its certificate failure is final for the authority (with the
+    default robots_max_attempts): robots.txt is asked once, fails with its reason, and the
+    site's URLs end as tls with that reason, once each, without a handshake of their own.
+    nginx sees no HTTP request at all: the handshake failed first."""
     seeds = [realweb.url(site, path) for site in TLS_REASONS for path in ("/", "/page-1.html")]
-    node = start_node("tls", seeds=seeds, extra_args=_direct_args(
-        realweb, "--robots-max-attempts", "1", "--robots-error-retry-s", "0.2"))
+    node = start_node("tls", seeds=seeds, extra_args=_direct_args(realweb))
     node.wait_idle(timeout_s=90)
     lines = read_crawl_log(node.data_dir, everything=True)
     for site, reason in TLS_REASONS.items():
@@ -81,7 +81,8 @@ def test_certificate_errors_end_each_url_once_as_tls_with_the_reason(realweb: Re
         assert robots[0]["status"] is None
         pages = [line for line in lines if line["kind"] == "page" and line["host"] == host]
         assert sorted(line["url"] for line in pages) == sorted(realweb.url(site, p) for p in ("/", "/page-1.html"))
-        assert {line["outcome"] for line in pages} == {FetchOutcome.ROBOTS_UNAVAILABLE.value}, pages
+        assert {line["outcome"] for line in pages} == {FetchOutcome.TLS.value}, pages
+        assert all(reason in line["error"] for line in pages), pages
         assert realweb.accesses(site) == []  # not one HTTP request reached nginx
     # No exchange, no WARC record.
     assert not [r for r in _warc_responses(node.data_dir) if _host_of(r["uri"]) in map(realweb.host, TLS_REASONS)]

@@ -171,14 +171,22 @@ def test_robots_txt_answers() -> None:
 def test_an_unreachable_robots_txt_is_asked_again_later_and_then_given_up() -> None:
     r = rules(robots=RobotsPolicy(retry_s=30.0, retry_cap_s=100.0, max_attempts=3))
     failures, waits = 0, []
-    for error in (dict(status=429), dict(error=ErrorKind.TLS, error_detail="certificate has expired")):
+    for error in (dict(status=429), dict(error=ErrorKind.DNS, error_detail="DNS: name not found")):
         answer = judge_robots(FetchResult(url="https://a.test/robots.txt", **error), now=NOW, rules=r,
                               failures=failures)
         assert answer.status is RobotsStatus.UNKNOWN and answer.failures == failures + 1
         failures, waits = answer.failures, [*waits, answer.next_eligible - NOW]
-    assert waits == [30.0, 60.0] and answer.error == "certificate has expired"
+    assert waits == [30.0, 60.0] and answer.error == "DNS: name not found"
     final = judge_robots(FetchResult(url="https://a.test/robots.txt", status=500), now=NOW, rules=r, failures=2)
     assert final.status is RobotsStatus.UNAVAILABLE and final.error == "HTTP 500"
+    # a certificate that fails verification fails every request alike: given up at once
+    tls = judge_robots(FetchResult(url="https://a.test/robots.txt", error=ErrorKind.TLS,
+                                   error_detail="certificate has expired"), now=NOW, rules=r)
+    assert tls.status is RobotsStatus.UNAVAILABLE and tls.certificate_failed and tls.error == "certificate has expired"
+    # robots.txt cut by a timeout may have lost its rules: not obeyed as it came
+    cut = judge_robots(FetchResult(url="https://a.test/robots.txt", status=200, body=b"User-agent: *\n",
+                                   error=ErrorKind.TIMEOUT, truncated="time"), now=NOW, rules=r)
+    assert cut.status is RobotsStatus.UNKNOWN
     # a Retry-After longer than the backoff is honoured (capped)
     later = judge_robots(FetchResult(url="https://a.test/robots.txt", status=503, headers=[("Retry-After", "90")]),
                          now=NOW, rules=r)

@@ -22,7 +22,9 @@ class FetchResult:
     elapsed_s: float = 0.0
     headers_s: float | None = None  # time to the response headers: the server's latency
     remote_addr: str | None = None
-    truncated: str | None = None  # the body was cut: "length" (the size cap) or "time" (a timeout)
+    # the body was cut: "length" (the size cap), "time" (a timeout) or "disconnect" (the
+    # connection was lost mid-body), the WARC-Truncated reasons
+    truncated: str | None = None
     # Header lookup by name, case-insensitive (a fetch's result is read by several stages:
     # classification, content type, retry policy, redirects): the fetcher hands over the
     # multidict aiohttp parsed anyway; otherwise a dict is built on the first lookup.

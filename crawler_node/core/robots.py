@@ -87,6 +87,7 @@ class AuthorityRobots:
     since: float = 0.0  # READY: when the rules were had; UNAVAILABLE: when given up
     failures: int = 0  # unavailable answers in a row
     last_error: str | None = None  # why the last attempt gave no rules (for status and logs)
+    certificate_failed: bool = False  # UNAVAILABLE because TLS failed: its URLs end as outcome tls
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,6 +203,7 @@ class RobotsAnswer:
     body: bytes | None = None  # the file as received, when its rules apply (None: no restrictions)
     failures: int = 0  # failed attempts in a row, this one included
     error: str | None = None  # why no rules came (a status or an error), for status and logs
+    certificate_failed: bool = False  # given up because TLS failed: the URLs end as outcome tls
 
     @property
     def ready(self) -> bool:
@@ -223,11 +224,19 @@ def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failu
         # The host itself may not be fetched; its pages will fail the same way, for good.
         verdict = RobotsVerdict.ALLOW_ALL
     else:
-        verdict = verdict_for_status(result.status if result.error is None or result.truncated else None)
+        # A file cut at the size cap is read as far as it came (RFC 9309 2.5: at least 500 KiB
+        # must be parsed); one cut by a timeout or a lost connection may have lost its rules.
+        verdict = verdict_for_status(result.status if result.error is None or result.truncated == "length" else None)
     if verdict is RobotsVerdict.RETRY_LATER:
         failures += 1
         error = f"HTTP {result.status}" if result.error is None else (result.error_detail or str(result.error))
         policy = rules.robots
+        if result.error == ErrorKind.TLS:
+            # A certificate that fails verification fails every request the same way: the
+            # authority is given up at once, and its URLs end as outcome tls with the reason,
+            # once each, without a handshake of their own (it is asked again after retry_cap_s).
+            return RobotsAnswer(signal, signal.host, RobotsStatus.UNAVAILABLE, None, 0.0, now, False,
+                                failures=failures, error=error, certificate_failed=True)
         if policy.gives_up(failures):
             return RobotsAnswer(signal, signal.host, RobotsStatus.UNAVAILABLE, None, 0.0, now, False,
                                 failures=failures, error=error)

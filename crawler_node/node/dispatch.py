@@ -186,4 +186,6 @@ def robots_reason(state: HostState, lease: Lease, step: Step) -> tuple[FetchOutc
         return FetchOutcome.ROBOTS_DISALLOWED, "robots.txt disallows it"
     robots = (state.robots or {}).get(scheme_of(lease.url))
     error = robots.last_error if robots is not None else None
+    if robots is not None and robots.certificate_failed:
+        return FetchOutcome.TLS, f"{error} (found fetching robots.txt; not retried)"
     return FetchOutcome.ROBOTS_UNAVAILABLE, f"robots.txt could not be had: {error}"

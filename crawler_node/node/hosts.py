@@ -339,6 +339,7 @@ class HostTable:
         state.robots_fetching = False
         robots = self.robots_of(state, scheme, now)
         robots.failures, robots.last_error = answer.failures, answer.error
+        robots.certificate_failed = answer.certificate_failed
         robots.status = answer.status
         if answer.ready:
             robots.rules, robots.crawl_delay, robots.since = answer.rules, answer.crawl_delay, now

@@ -70,7 +70,8 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
 
 def unfetched_page(lease: Lease, outcome: FetchOutcome, reason: str, now: float) -> PageResult:
     """A leased URL that ends without a request: robots.txt forbids it (done), or its robots.txt
-    could not be had (given up). One crawl.log line, no WARC record (no exchange happened)."""
+    could not be had (given up; outcome tls when its certificate failed). One crawl.log line,
+    no WARC record (no exchange happened)."""
     result = FetchResult(url=lease.url, started_at=now, error_detail=reason)
-    verdict = unfetched(outcome, gave_up=outcome is FetchOutcome.ROBOTS_UNAVAILABLE)
+    verdict = unfetched(outcome, gave_up=outcome is not FetchOutcome.ROBOTS_DISALLOWED)
     return PageResult(lease=lease, fetch=result, verdict=verdict)

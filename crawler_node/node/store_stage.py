@@ -30,7 +30,6 @@ log = logging.getLogger("crawler_node.store")
 STORE_BATCH = 256  # pages per store write and frontier transaction, at most
 
 # The outcomes whose body is archived: an answer of the site (not an error of ours).
-_UNFETCHED = frozenset({FetchOutcome.ROBOTS_DISALLOWED, FetchOutcome.ROBOTS_UNAVAILABLE})
 # A body cut by the size cap, a timeout or a lost connection is archived as far as it came,
 # marked WARC-Truncated (the fetcher says why in FetchResult.truncated); before the headers
 # these have no status, and no WARC record.
@@ -129,9 +128,10 @@ class StoreStage:
         if batch.forward or batch.replicate:
             self._outboxes.note_outboxed(Counter(peer for peer, _ in batch.forward + batch.replicate))
         counters = self.counters
-        for page in pages:  # fetched: the frontier's URLs a request was sent for
+        for page in pages:  # fetched: the frontier's URLs a request was sent for (it has an answer or an error)
+            fetch = page.fetch
             kind = ("robots_records" if page.kind == "robots" else
-                    "unfetched" if page.verdict.signal.outcome in _UNFETCHED else "fetched")
+                    "unfetched" if fetch.status is None and fetch.error is None else "fetched")
             counters[kind] += 1
         counters["pages_done"] += len(batch.done)
         counters["failed"] += len(batch.failed)

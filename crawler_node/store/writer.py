@@ -71,7 +71,7 @@ class FetchRecord:
     remote_addr: str | None = None
     elapsed_s: float = 0.0
     location: str | None = None  # a redirect's target, as the Location header gave it
-    truncated: str | None = None  # the body was cut: "length" (max_body_bytes) or "time" (WARC-Truncated)
+    truncated: str | None = None  # the body was cut: "length", "time" or "disconnect" (WARC-Truncated)
     parse_truncated: bool = False  # links were extracted from the first max_parse_bytes only
     kind: str = "page"  # "page", "robots" or "sitemap"
 
