@@ -10,10 +10,9 @@ from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
-from crawler_node.core.robots import RobotsCache, RobotsPolicy
+from crawler_node.core.robots import RobotsCache, RobotsPolicy, RobotsStatus
 from crawler_node.core.verdict import ResponseRules, judge_page, judge_robots
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease, UrlEntry
-from crawler_node.core.robots import RobotsStatus
 from crawler_node.node.hosts import HostState, HostTable, Place, Step
 from crawler_node.runtime.wakeup import Wakeup
 

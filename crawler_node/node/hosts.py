@@ -92,7 +92,8 @@ class HostTable:
         return {"in_memory": len(self._hosts), "collected": self.collected, "places": places,
                 "robots_cache": self._robots_cache.snapshot(),
                 # hosts whose robots.txt keeps their URLs back, and why (the first `top`)
-                "held": {"count": len(held), "hosts": [{"host": host, "reason": reason} for host, reason in held[:top]]},
+                "held": {"count": len(held),
+                         "hosts": [{"host": host, "reason": reason} for host, reason in held[:top]]},
                 "busiest": [state.snapshot() for state in self.busiest(top)]}
 
     # ----------------------------------------------------------------- work
