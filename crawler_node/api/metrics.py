@@ -60,6 +60,12 @@ class NodeCollector:
             ("crawler_parse_errors", "parse_errors",
              "HTML pages stored without links: unparsable, or fatal to the parser"),
             ("crawler_parser_restarts", "parser_restarts", "Parser processes replaced after they died"),
+            ("crawler_robots_unavailable", "robots_unavailable",
+             "URLs ended unfetched because their robots.txt could not be had"),
+            ("crawler_robots_fetched", "robots_fetched", "robots.txt requests (each redirect chain once)"),
+            ("crawler_parse_truncated", "parse_truncated", "Pages whose links were read from max_parse_bytes only"),
+            ("crawler_sitemaps", "sitemaps", "Sitemap files read"),
+            ("crawler_sitemap_urls", "sitemap_urls", "URLs listed by the sitemaps read"),
         ):
             yield _single(CounterMetricFamily, name, help_text, counters[key])
         yield _single(GaugeMetricFamily, "crawler_retry_ratio", "Retries per request that reached a host",

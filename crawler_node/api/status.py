@@ -58,6 +58,11 @@ async def node_status(node: Node) -> dict[str, Any]:
             "robots_fetched": fetch["robots_fetched"],
             "robots_given_up": fetch["robots_given_up"],  # authorities given up
             "links_discovered": parse["links_discovered"],
+            "parse_truncated": parse["parse_truncated"],  # pages read only to max_parse_bytes
+            "sitemaps": parse["sitemaps"],
+            "sitemap_urls": parse["sitemap_urls"],
+            "sitemap_errors": parse["sitemap_errors"],
+            "too_many_redirects": fetch["outcomes"].get("too_many_redirects", 0),
             "parse_errors": parse["parse_errors"],
             "parser_restarts": parse["parser_restarts"],
             "outcomes": fetch["outcomes"],
@@ -78,6 +83,7 @@ async def node_status(node: Node) -> dict[str, Any]:
         "members": cluster["members"],
         "cluster": {"counters": cluster["counters"], "events": cluster["events"],
                     "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"]},
+        "dns": node.resolver.snapshot() if node.resolver is not None else None,
         "supervisor": node.supervisor.snapshot(),
         "leases_expired": upkeep["leases_expired"],
     }
