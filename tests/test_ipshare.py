@@ -26,6 +26,10 @@ def shares(node_id: str, limit: int = 4, epoch: str = "e1", **kwargs) -> IpShare
     return IpShares(self_id=node_id, limit=limit, epoch=epoch, **kwargs)
 
 
+def claim(node: IpShares, address: str, now: float = 0.0, in_flight: dict[str, int] | None = None) -> bool:
+    return node.claim(address, now, in_use=lambda other: bool((in_flight or {}).get(other)))[0]
+
+
 def pull(asker: IpShares, peer: IpShares, in_flight: dict[str, int] | None = None) -> None:
     """One heartbeat: ``asker`` reads ``peer``'s answer (through the parser, as on the wire)."""
     asker.heard(peer.self_id, parse_announcement(peer.payload(in_flight or {})))
@@ -66,13 +70,13 @@ def test_the_remainder_does_not_always_go_to_the_same_member() -> None:
 def test_alone_a_node_takes_the_whole_limit_at_once() -> None:
     a = shares("a")
     assert a.cap(X) == 0  # not announced
-    assert a.claim(X, now=0.0) and a.cap(X) == 4
+    assert claim(a, X) and a.cap(X) == 4
 
 
 def test_a_new_sharer_waits_for_the_others_to_lower_and_drain() -> None:
     a, b = shares("a"), shares("b")
     a.peers_live([]), b.peers_live([])
-    a.claim(X, 0.0)
+    claim(a, X, 0.0)
     a_in_flight = {X: 4}  # a alone had the whole limit, and uses it
     a.peers_live(["b"]), b.peers_live(["a"])  # b joins
     assert a.cap(X) == 0  # a now waits for b's acknowledgement too (b could be busy there)
@@ -80,7 +84,7 @@ def test_a_new_sharer_waits_for_the_others_to_lower_and_drain() -> None:
     assert a.cap(X) == 0  # b answered, but holds nothing of a's yet
     pull(b, a, a_in_flight), pull(a, b)
     assert a.cap(X) == 4  # b announces nothing on X
-    b.claim(X, 0.0)
+    claim(b, X, 0.0)
     assert b.cap(X) == 0  # nobody has acknowledged b yet
     pull(b, a, a_in_flight)
     assert b.cap(X) == 0  # a has not even heard of b on X
@@ -98,12 +102,12 @@ def test_an_acknowledgement_holds_while_the_peer_drains_for_someone_else() -> No
     a, b, c = shares("a"), shares("b"), shares("c")
     for node, others in ((a, "bc"), (b, "ac"), (c, "ab")):
         node.peers_live(others)
-    a.claim(X, 0.0), b.claim(X, 0.0)
+    claim(a, X, 0.0), claim(b, X, 0.0)
     for _ in range(2):
         for asker, peer in itertools.permutations((a, b, c), 2):
             pull(asker, peer)
     assert a.cap(X) + b.cap(X) == 4 and a.cap(X) > 0 and b.cap(X) > 0
-    c.claim(X, 0.0)
+    claim(c, X, 0.0)
     pull(a, c), pull(b, c)  # a and b hear c and lower
     caps = {node.self_id: node.cap(X) for node in (a, b)}
     pull(a, b, {X: 3})  # b drains for c: a keeps what b acknowledged before
@@ -113,7 +117,7 @@ def test_an_acknowledgement_holds_while_the_peer_drains_for_someone_else() -> No
 def test_a_peer_down_releases_its_share_and_one_back_is_waited_for() -> None:
     a, b = shares("a"), shares("b")
     a.peers_live(["b"]), b.peers_live(["a"])
-    a.claim(X, 0.0), b.claim(X, 0.0)
+    claim(a, X, 0.0), claim(b, X, 0.0)
     for _ in range(2):
         pull(a, b), pull(b, a)
     assert a.cap(X) == 2 and b.cap(X) == 2
@@ -128,12 +132,12 @@ def test_a_peer_down_releases_its_share_and_one_back_is_waited_for() -> None:
 def test_acknowledgements_from_before_a_restart_do_not_count() -> None:
     a, b = shares("a", epoch="first"), shares("b")
     a.peers_live(["b"]), b.peers_live(["a"])
-    a.claim(X, 0.0)
+    claim(a, X, 0.0)
     pull(b, a), pull(a, b)
     assert a.cap(X) == 4
     a2 = shares("a", epoch="second")  # a restarted: its versions start again
     a2.peers_live(["b"])
-    a2.claim(X, 0.0)
+    claim(a2, X, 0.0)
     pull(a2, b)  # b still holds the first a's announcement
     assert a2.cap(X) == 0
     pull(b, a2), pull(a2, b)
@@ -144,7 +148,7 @@ def test_a_late_answer_does_not_take_back_what_a_newer_one_said() -> None:
     a, b = shares("a"), shares("b")
     a.peers_live(["b"]), b.peers_live(["a"])
     old = parse_announcement(b.payload({}))
-    b.claim(X, 0.0)
+    claim(b, X, 0.0)
     pull(a, b)
     a.heard("b", old)
     assert a.sharers(X) == ["a", "b"]
@@ -153,7 +157,7 @@ def test_a_late_answer_does_not_take_back_what_a_newer_one_said() -> None:
 def test_peers_that_do_not_share_are_not_waited_for() -> None:
     a = shares("a")
     a.peers_live(["old"])
-    a.claim(X, 0.0)
+    claim(a, X, 0.0)
     assert a.cap(X) == 0
     a.heard("old", None)  # an answer without "ips": an older version, or a node behind a proxy
     assert a.cap(X) == 4
@@ -161,7 +165,7 @@ def test_peers_that_do_not_share_are_not_waited_for() -> None:
 
 def test_addresses_in_use_stay_announced_and_idle_ones_leave_after_the_linger() -> None:
     a = shares("a", max_addresses=1, linger_s=5.0)
-    assert a.claim(X, 0.0) and not a.claim(Y, 0.0)  # full: Y waits for room
+    assert claim(a, X, 0.0) and not claim(a, Y, 0.0, {X: 1})  # full, and X in use: Y waits for room
     assert a.update([Activity(X, 1, True), Activity(Y, 1, True)], now=1.0) == []
     assert sorted(a.addresses()) == [X, Y]  # in flight: announced over the cap, the others must count it
     assert a.update([Activity(X, 0, False), Activity(Y, 0, False)], now=5.5) == []
@@ -169,14 +173,22 @@ def test_addresses_in_use_stay_announced_and_idle_ones_leave_after_the_linger() 
     assert a.update([], now=7.0) == [] and a.addresses() == []
 
 
+def test_a_full_announcement_makes_room_with_the_address_idle_longest() -> None:
+    a = shares("a", max_addresses=2)
+    assert claim(a, X, 0.0) and claim(a, Y, 1.0)
+    assert a.claim("192.0.2.30", 2.0, in_use=lambda address: address == X) == (True, Y)
+    assert a.claim("192.0.2.40", 3.0, in_use=lambda address: False) == (True, X)  # idle since 0.0
+    assert sorted(a.addresses()) == ["192.0.2.30", "192.0.2.40"] and a.cap(Y) == 0
+
+
 def test_a_dropped_address_needs_a_new_acknowledgement() -> None:
     a, b = shares("a"), shares("b")
     a.peers_live(["b"]), b.peers_live(["a"])
-    a.claim(X, 0.0)
+    claim(a, X, 0.0)
     pull(b, a), pull(a, b)
     assert a.cap(X) == 4
     a.update([], now=1.0)  # X leaves the announcement
-    a.claim(X, 2.0)
+    claim(a, X, 2.0)
     assert a.cap(X) == 0  # b's acknowledgement was of the earlier announcement
     pull(b, a), pull(a, b)
     assert a.cap(X) == 4
@@ -207,8 +219,8 @@ class Simulation:
     """Members exchanging announcements with delays (in order per pair, as one heartbeat at a
     time per peer does), starting and ending requests, going down and coming back."""
 
-    def __init__(self, rng: random.Random, *, members: int, limit: int, addresses: list[str]) -> None:
-        self.rng, self.limit, self.addresses = rng, limit, addresses
+    def __init__(self, rng: random.Random, *, members: int, limit: int, addresses: list[str], room: int) -> None:
+        self.rng, self.limit, self.addresses, self.room = rng, limit, addresses, room
         self.ids = [f"n{i}" for i in range(members)]
         self.epochs = itertools.count()
         self.nodes = {node_id: self._fresh(node_id) for node_id in self.ids}
@@ -224,7 +236,7 @@ class Simulation:
 
     def _fresh(self, node_id: str) -> IpShares:
         return IpShares(self_id=node_id, limit=self.limit, epoch=f"ep{next(self.epochs)}",
-                        max_addresses=len(self.addresses), linger_s=3.0)
+                        max_addresses=self.room, linger_s=3.0)
 
     def step(self) -> None:
         rng, self.now = self.rng, self.now + 0.1
@@ -246,8 +258,9 @@ class Simulation:
         elif action < 0.7:  # a request starts where the gate admits it
             address = rng.choice(self.addresses)
             self.wants[node_id].add(address)
-            if in_flight[address] < node.cap(address) or (node.claim(address, self.now)
-                                                         and in_flight[address] < node.cap(address)):
+            if in_flight[address] < node.cap(address) or (
+                    node.claim(address, self.now, in_use=lambda other: in_flight[other] > 0)[0]
+                    and in_flight[address] < node.cap(address)):
                 in_flight[address] += 1
                 self.served += 1
         elif action < 0.9:  # a request ends
@@ -290,10 +303,13 @@ class Simulation:
 
 @pytest.mark.parametrize(("members", "limit"), [(2, 4), (3, 4), (3, 8), (3, 2), (5, 3), (4, 1)])
 @pytest.mark.parametrize("seed", range(6))
-def test_no_schedule_puts_more_than_the_limit_in_flight(members: int, limit: int, seed: int) -> None:
-    simulation = Simulation(random.Random(seed * 100 + members * 10 + limit), members=members, limit=limit,
-                            addresses=[X, Y])
+@pytest.mark.parametrize("room", [2, 1])  # 1: addresses make room for each other in the announcement
+def test_no_schedule_puts_more_than_the_limit_in_flight(members: int, limit: int, seed: int, room: int) -> None:
+    simulation = Simulation(random.Random(seed * 100 + members * 10 + limit + room), members=members, limit=limit,
+                            addresses=[X, Y], room=room)
     for _ in range(10_000):
         simulation.step()
-    # Not vacuous: the members did fetch, and together reached the limit at some moment.
-    assert simulation.served > 200 and simulation.peak == limit, (simulation.served, simulation.peak)
+    # Not vacuous: the members did fetch, and together reached the limit at some moment (with
+    # room for one address, they keep making room for each other: requests overlapped at least).
+    assert simulation.served > 100 and simulation.peak >= (limit if room == 2 else min(limit, 2)), \
+        (simulation.served, simulation.peak)

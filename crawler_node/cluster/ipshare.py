@@ -8,10 +8,10 @@ and the shares are agreed through the heartbeats: no message per request.
 What travels. Every answer to ``GET /v1/members`` carries this node's *announcement*
 (``"ips"``, :meth:`IpShares.payload`): the addresses it is active on (requests in flight,
 hosts waiting for a slot, or used in the last ``linger_s``; at most ``max_addresses``
-besides those with requests in flight), which of them it is *draining* (more requests in
-flight than its share now allows), and, for each peer, the version of that peer's
-announcement it holds: its acknowledgement. A node hears each peer's announcement through its
-own heartbeat to that peer.
+besides those with requests in flight, the longest idle making room for a new one), which
+of them it is *draining* (more requests in flight than its share now allows), and, for each
+peer, the version of that peer's announcement it holds: its acknowledgement. A node hears
+each peer's announcement through its own heartbeat to that peer.
 
 The share. The *sharers* of address X are this node and the live peers whose announcement
 lists X. :func:`split_limit` gives each ``floor(L / n)`` and one more to the first
@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from crawler_node.settings import Settings
@@ -182,15 +182,23 @@ class IpShares:
     def announced(self, address: str) -> bool:
         return address in self._mine
 
-    def claim(self, address: str, now: float) -> bool:
-        """Announce ``address`` from now on (a host wants a slot there); False when the
-        announcement is full (the host waits, and the address gets in when there is room)."""
+    def claim(self, address: str, now: float, *, in_use: Callable[[str], bool]) -> tuple[bool, str | None]:
+        """Announce ``address`` from now on (a host wants a slot there). When the announcement
+        is full, the address idle longest without requests in flight (``in_use`` says which
+        have some) makes room; returns (announced, the address that made room). Not
+        announced only when every one has requests in flight: the host then waits, and the
+        address gets in when there is room."""
         if address in self._mine:
-            return True
+            return True, None
+        evicted = None
         if len(self._mine) >= self.max_addresses:
-            return False
+            idle = [other for other in self._mine if not in_use(other)]
+            if not idle:
+                return False, None
+            evicted = min(idle, key=lambda other: self._last_busy.get(other, now))
+            self._drop(evicted)
         self._add(address, now)
-        return True
+        return True, evicted
 
     def update(self, activity: Iterable[Activity], now: float) -> list[str]:
         """Re-derive the announced set from the gates; returns the addresses dropped. An

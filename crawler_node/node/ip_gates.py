@@ -128,10 +128,19 @@ class IpGates:
     def _claim(self, gate: IpGate[Any]) -> bool:
         # Asked from admits(), inside the host rotation: no waking from here.
         shares = self.shares
-        if shares is None or shares.announced(gate.address) or not shares.claim(gate.address, self._clock()):
+        if shares is None or shares.announced(gate.address):
+            return False
+        claimed, evicted = shares.claim(gate.address, self._clock(), in_use=self._in_use)
+        if evicted is not None and (idle := self._gates.get(evicted)) is not None:
+            idle.limit = 0  # no longer announced: no request there until it is again
+        if not claimed:
             return False
         gate.limit = shares.cap(gate.address)  # a node without live peers may go at once
         return gate.in_flight < gate.limit
+
+    def _in_use(self, address: str) -> bool:
+        gate = self._gates.get(address)
+        return gate is not None and gate.in_flight > 0
 
     def refresh(self) -> None:
         """Re-derive the announced addresses from the gates, then every gate's cap."""
