@@ -259,7 +259,8 @@ class Simulation:
             address = rng.choice(self.addresses)
             self.wants[node_id].add(address)
             if in_flight[address] < node.cap(address) or (
-                    node.claim(address, self.now, in_use=lambda other: in_flight[other] > 0)[0]
+                    node.claim(address, self.now,
+                               in_use=lambda other: in_flight[other] > 0 or other in self.wants[node_id])[0]
                     and in_flight[address] < node.cap(address)):
                 in_flight[address] += 1
                 self.served += 1
@@ -313,3 +314,39 @@ def test_no_schedule_puts_more_than_the_limit_in_flight(members: int, limit: int
     # room for one address, they keep making room for each other: requests overlapped at least).
     assert simulation.served > 100 and simulation.peak >= (limit if room == 2 else min(limit, 2)), \
         (simulation.served, simulation.peak)
+
+
+# ---------------------------------------------------------------- many addresses, a small announcement
+async def test_a_broad_crawl_gets_round_every_address_through_a_small_announcement() -> None:
+    """Far more addresses than the announcement holds, each host coming round in turn: every
+    host is admitted in the end (addresses do not push each other out before a peer
+    acknowledged them), and the announcement never outgrows its bound."""
+    from crawler_node.node.ip_gates import IpGates
+
+    now = [0.0]
+    peer = shares("b")
+    peer.peers_live(["a"])
+    gates = IpGates(limit=4, cache_s=60.0, clock=lambda: now[0],
+                    shares=shares("a", max_addresses=8, linger_s=1.0))
+    woken: set = set()
+    gates.wake_with(woken.update)
+    gates.peers_live(["b"])
+    hosts = [f"h{i}" for i in range(200)]
+    gate_of = {host: await gates.gate_for(f"198.51.100.{i}:80") for i, host in enumerate(hosts)}
+    fetched: set[str] = set()
+    for _ in range(400):  # rounds of the rotation, each followed by one heartbeat each way
+        now[0] += 0.25
+        for host in hosts:
+            gate = gate_of[host]
+            if host not in fetched and gate.admits(host):
+                gate.acquire()
+                fetched.add(host)
+                gate.release()  # short requests: done within the round
+        announcement = gates.announcement()
+        assert announcement is not None and len(announcement["addresses"]) <= 8
+        peer.heard("a", parse_announcement(announcement))
+        gates.heard("b", parse_announcement(peer.payload({})))
+        if len(fetched) == len(hosts):
+            break
+    assert fetched == set(hosts)
+    assert woken  # parked hosts were handed back when their address was acknowledged

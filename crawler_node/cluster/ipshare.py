@@ -184,10 +184,10 @@ class IpShares:
 
     def claim(self, address: str, now: float, *, in_use: Callable[[str], bool]) -> tuple[bool, str | None]:
         """Announce ``address`` from now on (a host wants a slot there). When the announcement
-        is full, the address idle longest without requests in flight (``in_use`` says which
-        have some) makes room; returns (announced, the address that made room). Not
-        announced only when every one has requests in flight: the host then waits, and the
-        address gets in when there is room."""
+        is full, the address idle longest of those not in use (``in_use``: requests in flight
+        or hosts waiting there) makes room; returns (announced, the address that made room).
+        Not announced when all are in use: the host then waits, and the address gets in when
+        there is room (:meth:`update`)."""
         if address in self._mine:
             return True, None
         evicted = None

@@ -139,8 +139,10 @@ class IpGates:
         return gate.in_flight < gate.limit
 
     def _in_use(self, address: str) -> bool:
+        # Hosts waiting count as use: else, in a broad crawl, each host that comes round
+        # would push the previous one's address out before any peer acknowledged it.
         gate = self._gates.get(address)
-        return gate is not None and gate.in_flight > 0
+        return gate is not None and (gate.in_flight > 0 or bool(gate.waiting))
 
     def refresh(self) -> None:
         """Re-derive the announced addresses from the gates, then every gate's cap."""
