@@ -36,6 +36,8 @@ _HELP = {
     "max_parse_bytes": "bytes of a page that links are extracted from (default 5000000)",
     "sitemaps": "off, robots (read the Sitemap: lines of robots.txt, default) or probe (also /sitemap.xml)",
     "robots_ttl_s": "seconds a robots.txt is obeyed before it is fetched again (default 86400)",
+    "ip_limit_per_node": "apply --ip-inflight-limit per node, not shared out over the cluster's members",
+    "ip_inflight_limit": "requests in flight to one IP address, over the whole cluster (default 8; 0 = none)",
     "robots_max_attempts": "failed robots.txt fetches in a row (5xx, 429, network) before the host's "
                            "queued URLs end as robots_unavailable (default 6)",
 }
