@@ -182,8 +182,9 @@ class RealWeb:
         (matched by the site's address, so requests by IP literal count too)."""
         if not self.access_log.exists():
             return []
-        lines = self.access_log.read_text(errors="replace").splitlines()
-        records = [Access.from_json(line) for line in lines if line.strip()]
+        # nginx writes each line with one write(); a line not yet ended by "\n" is still coming.
+        complete = self.access_log.read_text(errors="replace").rpartition("\n")[0]
+        records = [Access.from_json(line) for line in complete.split("\n") if line.strip()]
         if site is None:
             return records
         address = self.address(site)
