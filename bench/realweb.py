@@ -51,7 +51,7 @@ from realweb_certs import make_certificates  # noqa: E402
 from realweb_sites import LOG_FORMAT  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DOC_SETS = (Path("/usr/share/doc/postgresql-doc-15/html"), Path("/usr/share/doc/python3/html"))
+DOC_SETS = (Path("/usr/share/doc/postgresql-doc-15/html"),)  # then python3-doc's, whichever version
 ADDRESS = "127.0.0.1"
 AGENTS = {"wget": "bench-wget/1", "bare": "bench-bare/1"}  # the node sends its own
 
@@ -156,7 +156,7 @@ def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple
 def missing_tools(docs: Path | None) -> list[str]:
     missing = [tool for tool in ("nginx", "wget") if not (shutil.which(tool) or shutil.which(tool, path="/usr/sbin"))]
     if docs is None:
-        missing.append("a documentation set (postgresql-doc-15 or python3-doc; or --docs DIR)")
+        missing.append("a documentation set with an index.html (postgresql-doc-15 or python3-doc; or --docs DIR)")
     return missing
 
 
@@ -166,7 +166,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--node-arg", action="append", default=[], help="extra option for crawler-node run")
     args = parser.parse_args()
-    docs = args.docs or next((d for d in DOC_SETS if (d / "index.html").exists()), None)
+    candidates = [*DOC_SETS, *sorted(Path("/usr/share/doc").glob("python3*/html"))]
+    docs = next((d for d in ([args.docs] if args.docs else candidates) if (d / "index.html").exists()), None)
     missing = missing_tools(docs)
     if missing:
         print(f"bench/realweb.py skipped: missing {'; '.join(missing)}")
