@@ -89,8 +89,11 @@ def _die_with_parent() -> None:
 
 def peak_concurrency(records: list[Access]) -> int:
     """The most requests in progress at one moment among ``records``, from their [start, end]
-    intervals (a request ending at the instant another starts does not overlap it)."""
-    events = sorted([(record.start, 1) for record in records] + [(record.end, -1) for record in records])
+    intervals (a request ending at the instant another starts does not overlap it). Counted in
+    whole milliseconds, the resolution nginx logs: in floats, ``msec - request_time`` of two
+    requests that merely touch can come out a hair apart and look overlapping."""
+    events = sorted([(round(record.start * 1000), 1) for record in records]
+                    + [(round(record.end * 1000), -1) for record in records])
     current = peak = 0
     for _, change in events:  # ends sort before starts at the same instant: -1 < 1
         current += change
