@@ -21,6 +21,8 @@ _HELP = {
     "advertise": "URL peers use to reach this node (default: http://LISTEN)",
     "peers": "a cluster member as ID=URL (repeatable; may include this node)",
     "secret": "cluster token required on peer endpoints",
+    "peer_dns": "NAME[:PORT] whose A/AAAA records are members to join (a compose service, a headless Service)",
+    "peer_dns_interval_s": "seconds between lookups of --peer-dns",
     "data_dir": "directory for the frontier, WARC files and crawl.log",
     "seeds": "a URL to start from (repeatable)",
     "proxy": "fetch through this HTTP proxy (e.g. testweb)",

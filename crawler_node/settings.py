@@ -139,6 +139,9 @@ class Settings:
     ring_weights: list[str] = field(default_factory=list)
     ring_key_by: str = "host"  # or "domain": one registrable domain per arc
     handoff_on_exit: bool = False  # on SIGTERM, drain the queue to the successors first
+    # NAME[:PORT] whose A/AAAA records are candidate members (a compose service, a headless Service)
+    peer_dns: str | None = None
+    peer_dns_interval_s: float = 5.0  # how often NAME is resolved again
     # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
     parse_delay_s: float = 0.0
     # test hook: the parser process dies (as on a page that crashes lexbor) on this exact URL
@@ -202,6 +205,15 @@ class Settings:
             parts = urlsplit(self.proxy)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 problems.append(f"proxy {self.proxy!r} must be an http:// URL")
+        if self.peer_dns is not None:
+            from crawler_node.cluster.peerdns import parse_peer_dns  # one parser; lazy: no cycle
+
+            try:
+                parse_peer_dns(self.peer_dns, 8080)
+            except ValueError as exc:
+                problems.append(str(exc))
+        if self.peer_dns_interval_s <= 0:
+            problems.append("peer_dns_interval_s must be > 0")
         try:
             self.peer_map()
             self.weight_map()

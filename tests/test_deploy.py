@@ -33,6 +33,7 @@ import pytest
 import yaml  # PyYAML, from the test extra
 
 from crawler_node.cli import build_parser
+from crawler_node.cluster.peerdns import parse_peer_dns
 from crawler_node.settings import Settings, SettingsError, load_settings, settings_fields
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -311,7 +312,13 @@ def compose() -> dict:
 
 
 def node_services(compose: dict) -> dict[str, dict]:
-    return {name: svc for name, svc in compose["services"].items() if svc.get("command") == ["run"]}
+    """The fixed nodes (node1..node3, no profile: what `docker compose up` starts)."""
+    return {name: svc for name, svc in compose["services"].items()
+            if svc.get("command") == ["run"] and not svc.get("profiles")}
+
+
+def network_aliases(service: dict) -> set[str]:
+    return set(((service.get("networks") or {}).get("default") or {}).get("aliases") or [])
 
 
 def compose_env(service: dict, host_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -329,7 +336,7 @@ def healthcheck_code(service: dict) -> str:
 
 def test_compose_services_run_real_subcommands(compose):
     services = compose["services"]
-    assert set(services) == {"testweb", "node1", "node2", "node3"}
+    assert set(services) == {"testweb", "node1", "node2", "node3", "node"}
     images = {(svc.get("image"), json.dumps(svc.get("build"), sort_keys=True)) for svc in services.values()}
     assert len(images) == 1, "every service runs the one image built from the Dockerfile"
     assert all(svc["build"]["context"] == "." for svc in services.values())
@@ -377,10 +384,31 @@ def test_compose_nodes_load_valid_settings_and_find_themselves(compose):
         assert settings.secret, "nodes share a cluster token"
         if settings.seeds:
             seeded.append(name)
+        assert settings.peer_dns in network_aliases(svc), "fixed nodes also find DNS-found replicas"
         code = healthcheck_code(svc)
         assert f"http://127.0.0.1:{port_of(settings.listen)}/healthz" in code
     assert len(peer_lists) == 1, "the same CRAWLER_PEERS on every node"
     assert seeded == ["node1"], "seeds on node1 only"
+
+
+def test_compose_scalable_node_finds_its_peers_by_dns(compose):
+    """The `node` service (profile dns) has no id, no address and no peer list to edit: its id
+    is the container's hostname, its URL its address, its peers what CRAWLER_PEER_DNS names,
+    an alias every node (fixed or scaled) carries on the compose network."""
+    services = compose["services"]
+    scalable = services["node"]
+    assert scalable["profiles"] == ["dns"] and scalable["command"] == ["run"]
+    env = compose_env(scalable)
+    assert not {"CRAWLER_NODE_ID", "CRAWLER_ADVERTISE", "CRAWLER_SEEDS"} & set(env)
+    settings = load_settings({}, env=env)
+    assert settings.peer_map() == {} and settings.peer_dns
+    name, port = parse_peer_dns(settings.peer_dns, port_of(settings.listen))
+    assert port == port_of(settings.listen)
+    for node_name in [*node_services(compose), "node"]:
+        assert name in network_aliases(services[node_name]), f"{node_name} answers to {name}"
+    assert "volumes" not in scalable, "one anonymous /data per replica (the image's VOLUME)"
+    assert scalable["ports"] == ["127.0.0.1::8080"], "replicas publish on free loopback ports"
+    assert scalable["stop_grace_period"] == "30s" and "healthcheck" in scalable
 
 
 def test_compose_secret_comes_from_the_users_environment(compose):
@@ -405,8 +433,10 @@ def test_compose_nodes_have_distinct_volumes_healthchecks_and_graceful_stop(comp
         assert svc["depends_on"]["testweb"]["condition"] == "service_healthy"
         assert svc["stop_grace_period"] == "30s"
         assert "healthcheck" in svc
-    published = [p for p in nodes["node1"].get("ports", []) if str(p).endswith("8080:8080")]
-    assert published, "node1 publishes the dashboard on 8080"
+    published = [interpolate(str(p), {}) for p in nodes["node1"].get("ports", [])]
+    assert published == ["127.0.0.1:8080:8080"], "node1 publishes the dashboard on 8080 (DASHBOARD_PORT)"
+    assert interpolate(str(nodes["node1"]["ports"][0]), {"DASHBOARD_PORT": ""}) == "127.0.0.1::8080", \
+        "DASHBOARD_PORT= (empty) picks a free port"
 
 
 def _start(argv: list[str], env: dict[str, str], cwd: Path, ready_prefix: str, timeout: float = 30.0):

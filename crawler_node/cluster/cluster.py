@@ -15,12 +15,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
 from crawler_node.frontier import AddResult, FrontierService
@@ -53,15 +55,20 @@ class ClusterConfig:
     outbox_capacity: int
     forward_batch: int
     forward_linger_s: float
+    peer_dns: str | None = None  # NAME[:PORT] to find members by (cluster.peerdns)
+    peer_dns_interval_s: float = 5.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> ClusterConfig:
-        return cls(node_id=s.node_id, advertise_url=s.advertise_url, peers=s.peer_map(), weights=s.weight_map(),
+        # Found by DNS with no --advertise: this machine's address, not the 0.0.0.0 listened on.
+        advertise_url = advertised_url(s.advertise_url) if s.peer_dns and not s.advertise else s.advertise_url
+        return cls(node_id=s.node_id, advertise_url=advertise_url, peers=s.peer_map(), weights=s.weight_map(),
                    secret=s.secret, vnodes=s.ring_vnodes, key_by=s.ring_key_by,
                    heartbeat_interval_s=s.heartbeat_interval_s, heartbeat_timeout_s=s.heartbeat_timeout_s,
                    suspect_after_s=s.suspect_after_s, down_after_s=s.down_after_s,
                    outbox_capacity=s.outbox_capacity, forward_batch=s.forward_batch,
-                   forward_linger_s=s.forward_linger_s)
+                   forward_linger_s=s.forward_linger_s, peer_dns=s.peer_dns,
+                   peer_dns_interval_s=s.peer_dns_interval_s)
 
 
 class Cluster:
@@ -97,6 +104,13 @@ class Cluster:
         self.leaving_done = False  # drained: refuse new URLs
         self.events: list[dict] = []  # membership changes, newest last (bounded)
         self._ip: IpShareLink | None = None
+        self.peer_dns: PeerDns | None = None
+        if config.peer_dns:
+            name, port = parse_peer_dns(config.peer_dns, default_port=urlsplit(config.advertise_url).port or 8080)
+            self.peer_dns = PeerDns(name=name, port=port, interval_s=config.peer_dns_interval_s,
+                                    node_id=config.node_id, advertise_url=config.advertise_url,
+                                    membership=self.membership, learn=self._learnt, supervisor=supervisor,
+                                    own=own_addresses())
 
     def share_ips(self, link: IpShareLink) -> None:
         """Agree per-IP shares with the peers through the heartbeats (cluster.ipshare)."""
@@ -134,6 +148,8 @@ class Cluster:
         if self.joining:
             await self.heartbeats.join(self._session)
         await self.outboxes.start(self._session)
+        if self.peer_dns is not None:  # the first lookup before the first lease: find the others
+            await self.peer_dns.start(self._session)
         self.heartbeats.start(self._session)
         self._supervisor.recurring("handoff-sweep", self.sweeper.round)
 
@@ -154,6 +170,16 @@ class Cluster:
         self.sweeper.request(full=True)
         self.outboxes.wake_all()
         self._on_change()
+
+    def _learnt(self, members: list[tuple[str, str]], via: str) -> None:
+        """A member list answered to a join through DNS (cluster.peerdns)."""
+        now = self._clock()
+        new = self.membership.merge(members, now)
+        for peer in new:
+            self.outboxes.ensure_sender(peer)
+        alive = self.membership.observe_ok(via, now)
+        if new or alive:
+            self._changed(f"found {', '.join(new) or via} through DNS ({via} answered)")
 
     def _forward_failed(self, peer: str, why: str) -> None:
         if self.membership.observe_failure(peer, self._clock()):
@@ -215,4 +241,5 @@ class Cluster:
         counters["handed_off"] = self.sweeper.counters["handed_off"]
         return {"members": self.members_status(), "counters": counters, "events": self.events[-10:],
                 "outbox_total": self.outboxes.total(), "heartbeats": self.heartbeats.snapshot(),
-                "leaving": self.leaving}
+                "leaving": self.leaving,
+                "peer_dns": self.peer_dns.snapshot() if self.peer_dns is not None else None}

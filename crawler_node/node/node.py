@@ -185,7 +185,7 @@ class Node:
         await self.parse.start(self.supervisor)
         await self.store.start(self.supervisor)
         await self.cluster.start()
-        if not self.cluster.is_single:
+        if not self.cluster.is_single or self.cluster.peer_dns is not None:
             # Hear from the peers before leasing: a restarted member must learn what its
             # successor fetched for it while it was away, and who else is alive.
             self.dispatcher.hold(self._clock() + self.settings.startup_grace_s)

@@ -1,0 +1,328 @@
+"""The real docker-compose.yml on a real Docker engine: the cluster in containers, killed,
+partitioned, stopped and started, scaled, its peers found by DNS.
+
+Each class is one compose project (a stack shared by its tests, which run in file order and
+act on the same crawl): fixed peers (up --build, user/volume/health, kill + start, stop +
+start), a partition, and the DNS-found scalable service (3 -> 5 nodes, stop + start mid-crawl).
+Ground truth is testweb's own count of what it served, read through its published port.
+Without an engine the tests skip; in CI (.ci/docker-setup) CRAWLER_REQUIRE_DOCKER=1 makes
+them required. The pure part of cluster.peerdns is tested here too, without an engine.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from compose_helpers import SECRET, ComposeStack, duplicates, post_json, require_docker, wait_until
+
+from crawler_node.cluster.membership import Membership
+from crawler_node.cluster.peerdns import DnsCandidates, address_url, parse_peer_dns
+
+FIXED = ["node1", "node2", "node3"]
+UID = "10001"  # the Dockerfile's USER
+
+
+# --- the pure part of --peer-dns ---------------------------------------------------------------
+
+
+def test_peer_dns_names_and_urls():
+    assert parse_peer_dns("crawler", 8080) == ("crawler", 8080)
+    fqdn = "crawler.default.svc.cluster.local"
+    assert parse_peer_dns(f"{fqdn}.:9000", 8080) == (fqdn, 9000)
+    for bad in ("", "a b", "http://x", "x:0", "x:port"):
+        with pytest.raises(ValueError):
+            parse_peer_dns(bad, 8080)
+    assert address_url("10.0.0.5", 8080) == "http://10.0.0.5:8080"
+    assert address_url("fd00::5", 8080) == "http://[fd00::5]:8080"
+
+
+def test_dns_candidates_join_each_new_address_once_and_again_when_its_member_went_down():
+    membership = Membership("me", "http://10.0.0.1:8080", {}, now=0.0, suspect_after_s=1, down_after_s=2)
+    candidates = DnsCandidates(own={"10.0.0.1"})
+    assert candidates.targets({"10.0.0.1", "10.0.0.2", "10.0.0.3"}, membership) == ["10.0.0.2", "10.0.0.3"]
+    membership.merge([("b", "http://10.0.0.2:8080"), ("c", "http://10.0.0.3:8080")], 0.0)
+    candidates.joined("10.0.0.2", "b")
+    candidates.joined("10.0.0.3", "c")
+    candidates.failed("10.0.0.3")  # a join that failed is asked again
+    assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == ["10.0.0.3"]
+    candidates.joined("10.0.0.3", "c")
+    assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == []
+    membership.observe_ok("c", 3.0)
+    membership.tick(3.0)  # b silent for 3 s: down; asking DNS's address again may bring it back
+    assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == ["10.0.0.2"]
+    # an address that left DNS is forgotten; back, it is joined through again
+    assert candidates.targets({"10.0.0.3"}, membership) == []
+    membership.observe_ok("b", 3.5)
+    assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == ["10.0.0.2"]
+    candidates.own_address("10.0.0.2")  # it answered with this node's own id
+    assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == []
+
+
+# --- helpers over a stack ------------------------------------------------------------------------
+
+
+def expected_urls(stack: ComposeStack) -> set[str]:
+    return set(stack.testweb("/_testweb/expected")["urls"])
+
+
+def served(stack: ComposeStack) -> dict[str, int]:
+    return stack.testweb("/_testweb/stats")["urls"]
+
+
+def fetched_share(stack: ComposeStack, expected: set[str]) -> float:
+    counts = served(stack)
+    return sum(1 for url in expected if counts.get(url, 0) > 0) / len(expected)
+
+
+def crawl_done(stack: ComposeStack, nodes: list[tuple[str, int]], expected: set[str]) -> bool:
+    """Every expected URL served at least once, and every node idle (nothing queued, leased
+    or owed to a peer)."""
+    counts = served(stack)
+    if any(counts.get(url, 0) == 0 for url in expected):
+        return False
+    for service, index in nodes:
+        status = stack.try_node(service, "/v1/status?scope=local", index)
+        if status is None or status["idle"] is not True:
+            return False
+    return True
+
+
+def live_view(stack: ComposeStack, service: str, index: int = 1) -> set[str]:
+    members = stack.try_node(service, "/v1/members", index)
+    return {m["id"] for m in members["members"] if m["state"] == "alive"} if members else set()
+
+
+def down_in_view(stack: ComposeStack, service: str, member: str, index: int = 1) -> bool:
+    """``member`` is down as ``service`` sees it: its arc is routed to its successors."""
+    members = stack.try_node(service, "/v1/members", index)
+    return bool(members) and any(m["id"] == member and m["state"] == "down" for m in members["members"])
+
+
+def health(stack: ComposeStack, container: str) -> str:
+    return stack.inspect(container)["State"].get("Health", {}).get("Status", "none")
+
+
+def stop_nodes_and_check_exit_codes(stack: ComposeStack, services: list[str], containers: list[str]) -> None:
+    started = time.monotonic()
+    stack.compose("stop", "-t", "30", *services, timeout=120)
+    took = time.monotonic() - started
+    for container in containers:
+        state = stack.inspect(container)["State"]
+        assert state["Status"] == "exited" and state["ExitCode"] == 0, f"{container}: {state}"
+    assert took < 30, f"SIGTERM to exit took {took:.1f}s (the grace period is 30 s)"
+
+
+# --- fixed peers: node1..node3 ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="class")
+def fixed_stack(tmp_path_factory):
+    require_docker()
+    stack = ComposeStack(name="fixed", workdir=tmp_path_factory.mktemp("compose-fixed"), nodes=FIXED)
+    try:
+        stack.up(build=True)  # the image is built once here; the other stacks reuse it
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+class TestFixedPeers:
+    def test_up_build_runs_unprivileged_with_writable_volumes_and_healthy_checks(self, fixed_stack):
+        stack = fixed_stack
+        for service in ["testweb", *FIXED]:
+            assert health(stack, stack.container(service)) == "healthy", service
+        for service in FIXED:
+            container = stack.container(service)
+            assert stack.docker("exec", container, "id", "-u").stdout.strip() == UID
+            probe = stack.docker("exec", container, "sh", "-c", "touch /data/.probe && stat -c %u /data/.probe && "
+                                 "rm /data/.probe && stat -c %u /data/frontier.sqlite3")
+            assert probe.stdout.split() == [UID, UID], f"{service}: /data not the crawler's: {probe.stdout}"
+            assert stack.inspect(container)["Config"]["User"].split(":")[0] == UID
+        assert live_view(stack, "node1") == set(FIXED)
+
+    def test_killed_node_is_taken_over_and_handed_back_complete_with_few_duplicates(self, fixed_stack):
+        stack = fixed_stack
+        expected = expected_urls(stack)
+        wait_until(lambda: fetched_share(stack, expected) >= 0.2, 120, "a fifth of the crawl")
+        assert fetched_share(stack, expected) < 0.6, "the crawl is too fast to kill a node mid-crawl"
+        node2_hosts = {f"site-{i}.test" for i in range(30)
+                       if stack.node("node1", f"/v1/ring?host=site-{i}.test")["owner"] == "node2"}
+        assert node2_hosts
+        stack.docker("kill", stack.container("node2"))
+        killed_at = time.monotonic()
+        wait_until(lambda: down_in_view(stack, "node1", "node2") and down_in_view(stack, "node3", "node2"),
+                   10, "node2 seen down by node1 and node3")
+        assert time.monotonic() - killed_at < 5
+        assert stack.node("node1", "/v1/ring?host=" + min(node2_hosts))["live_owner"] in ("node1", "node3")
+
+        def taken_over() -> bool:
+            hosts = {line["host"] for service in ("node1", "node3")
+                     for line in stack.crawl_log(stack.container(service)) if line.get("fetched_at", "") > ""}
+            return bool(hosts & node2_hosts)
+
+        wait_until(taken_over, 30, "node1 or node3 fetching node2's hosts")
+        stack.docker("start", stack.container("node2"))
+        stack.forget_ports()
+        wait_until(lambda: health(stack, stack.container("node2")) == "healthy", 60, "node2 healthy again")
+        wait_until(lambda: all("node2" in live_view(stack, s) for s in ("node1", "node3")), 20, "node2 alive again")
+        wait_until(lambda: crawl_done(stack, [(s, 1) for s in FIXED], expected), 240, "the crawl complete")
+        counts = served(stack)
+        assert not [url for url in expected if counts.get(url, 0) == 0]
+        handed = sum(stack.node(s, "/v1/status?scope=local")["cluster"]["counters"]["handed_off"] for s in FIXED)
+        assert handed > 0, "the takeover nodes handed node2's hosts back"
+        assert {line["host"] for line in stack.crawl_log(stack.container("node2"))} & node2_hosts
+        dup = duplicates(counts)
+        assert dup <= 0.02 * len(expected), f"{dup} duplicate fetches of {len(expected)}"
+
+    def test_stop_start_with_the_same_volumes_exits_0_and_fetches_nothing_again(self, fixed_stack):
+        stack = fixed_stack
+        expected = expected_urls(stack)
+        assert crawl_done(stack, [(s, 1) for s in FIXED], expected)
+        before = stack.testweb("/_testweb/stats?summary=1")["totals"]["requests"]
+        done_before = {s: stack.node(s, "/v1/status?scope=local")["frontier"]["done"] for s in FIXED}
+        stop_nodes_and_check_exit_codes(stack, FIXED, [stack.container(s) for s in FIXED])
+        stack.compose("start", *FIXED, timeout=120)
+        stack.forget_ports()
+        wait_until(lambda: all(health(stack, stack.container(s)) == "healthy" for s in FIXED), 90, "nodes healthy")
+        wait_until(lambda: all(live_view(stack, s) == set(FIXED) for s in FIXED), 30, "all three alive")
+
+        def settled() -> bool:  # past the startup grace, leasing would have begun
+            statuses = [stack.try_node(s, "/v1/status?scope=local") for s in FIXED]
+            return all(st is not None and st["uptime_s"] > 6 and st["idle"] for st in statuses)
+
+        wait_until(settled, 60, "every node idle after its startup grace")
+        for service in FIXED:
+            frontier = stack.node(service, "/v1/status?scope=local")["frontier"]
+            assert frontier["queued"] == 0 and frontier["leased"] == 0, f"{service}: {frontier}"
+            assert frontier["done"] == done_before[service], "the durable frontier came back"
+        assert stack.testweb("/_testweb/stats?summary=1")["totals"]["requests"] == before, "fetched again"
+
+
+# --- a partition -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="class")
+def partition_stack(tmp_path_factory):
+    require_docker()
+    stack = ComposeStack(name="partition", workdir=tmp_path_factory.mktemp("compose-partition"), nodes=FIXED)
+    try:
+        stack.up(build=True)
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+class TestPartition:
+    def test_a_20s_partition_loses_nothing_and_leaves_nothing_stuck(self, partition_stack):
+        stack = partition_stack
+        expected = expected_urls(stack)
+        wait_until(lambda: fetched_share(stack, expected) >= 0.15, 120, "a part of the crawl")
+        node3_hosts = {f"site-{i}.test" for i in range(30)
+                       if stack.node("node1", f"/v1/ring?host=site-{i}.test")["owner"] == "node3"}
+        container = stack.container("node3")
+        aliases = ["node3", "crawler"]
+        stats_before = stack.testweb("/_testweb/stats")["hosts"]
+        stack.docker("network", "disconnect", stack.network(), container)
+        try:
+            wait_until(lambda: down_in_view(stack, "node1", "node3") and down_in_view(stack, "node2", "node3"), 10,
+                       "node3 seen down on the other side")
+            time.sleep(20)  # the partition itself: its length is what this test is about
+        finally:
+            alias_args = [arg for alias in aliases for arg in ("--alias", alias)]
+            stack.docker("network", "connect", *alias_args, stack.network(), container)
+        stats_during = stack.testweb("/_testweb/stats")["hosts"]
+        stack.forget_ports()
+        wait_until(lambda: all("node3" in live_view(stack, s) for s in ("node1", "node2")), 30, "node3 back")
+        wait_until(lambda: crawl_done(stack, [(s, 1) for s in FIXED], expected), 300, "the crawl complete")
+        counts = served(stack)
+        assert not [url for url in expected if counts.get(url, 0) == 0], "URLs lost"
+        for service in FIXED:
+            frontier = stack.node(service, "/v1/status?scope=local")["frontier"]
+            assert frontier["queued"] == 0 and frontier["leased"] == 0, f"stuck on {service}: {frontier}"
+        # Duplicates come from the disputed arc only (node3's hosts, crawled by both sides while
+        # apart) and number at most what was served of it during the partition.
+        disputed = sum(stats_during[h]["requests"] - stats_before[h]["requests"] for h in node3_hosts)
+        dup_other = duplicates({u: n for u, n in counts.items() if u.split("/")[2] not in node3_hosts})
+        dup = duplicates(counts)
+        print(f"partition: {dup} duplicates of {len(expected)}; {disputed} requests to node3's hosts while apart")
+        assert dup_other <= 0.02 * len(expected), f"{dup_other} duplicates outside the disputed arc"
+        assert dup <= disputed + 0.02 * len(expected), f"{dup} duplicates, {disputed} served of the disputed arc"
+
+
+# --- peers found by DNS: the scalable `node` service ---------------------------------------------------
+
+
+@pytest.fixture(scope="class")
+def dns_stack(tmp_path_factory):
+    require_docker()
+    stack = ComposeStack(name="dns", workdir=tmp_path_factory.mktemp("compose-dns"), nodes=["node"],
+                         profiles=("dns",))
+    try:
+        stack.up("testweb", "node", scale={"node": 3}, build=True)
+        yield stack
+    finally:
+        stack.down()
+
+
+def node_ids(stack: ComposeStack, count: int) -> dict[int, str]:
+    """replica index -> node id (the container's hostname)."""
+    return {i: stack.inspect(stack.container("node", i))["Config"]["Hostname"] for i in range(1, count + 1)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+class TestPeerDns:
+    def test_three_replicas_find_each_other_by_dns(self, dns_stack):
+        stack = dns_stack
+        ids = node_ids(stack, 3)
+        wait_until(lambda: all(live_view(stack, "node", i) == set(ids.values()) for i in ids), 30,
+                   "every replica sees all three")
+        answer = post_json(f"http://{stack.port('node', 1)}/v1/urls",
+                           {"urls": [{"url": f"http://site-{i}.test/"} for i in range(4)]}, secret=SECRET)
+        assert answer["rejected"] == 0 and answer["accepted"] == 4, answer
+
+    def test_scaling_3_to_5_moves_only_the_new_arcs_and_covers_everything(self, dns_stack):
+        stack = dns_stack
+        expected = expected_urls(stack)
+        hosts = [f"site-{i}.test" for i in range(30)]
+        wait_until(lambda: fetched_share(stack, expected) >= 0.15, 120, "a part of the crawl")
+        before = {h: stack.node("node", f"/v1/ring?host={h}", 1)["owner"] for h in hosts}
+        stack.up("testweb", "node", scale={"node": 5})
+        ids = node_ids(stack, 5)
+        new = {ids[4], ids[5]}
+        wait_until(lambda: all(live_view(stack, "node", i) == set(ids.values()) for i in ids), 30,
+                   "every replica sees all five")
+        after = {h: stack.node("node", f"/v1/ring?host={h}", 1)["owner"] for h in hosts}
+        moved = {h for h in hosts if after[h] != before[h]}
+        assert moved and all(after[h] in new for h in moved), "only hosts of the new arcs move, to the new nodes"
+        assert fetched_share(stack, expected) < 1.0, "scaled mid-crawl"
+        # who fetched each host so far: its owner before, or the new node that took its arc
+        for i, node_id in ids.items():
+            for line in stack.crawl_log(stack.container("node", i)):
+                if line.get("status") and line["host"] in before:
+                    assert node_id in (before[line["host"]], after[line["host"]]), (node_id, line["url"])
+
+    def test_unfinished_crawl_resumes_after_stop_and_start(self, dns_stack):
+        stack = dns_stack
+        expected = expected_urls(stack)
+        ids = node_ids(stack, 5)
+        containers = [stack.container("node", i) for i in ids]
+        assert fetched_share(stack, expected) < 0.9, "the crawl is unfinished when the nodes stop"
+        stop_nodes_and_check_exit_codes(stack, ["node"], containers)
+        counts_at_stop = served(stack)
+        stack.compose("start", "node", timeout=120)
+        stack.forget_ports()
+        assert node_ids(stack, 5) == ids, "a restarted replica keeps its id (its hostname)"
+        wait_until(lambda: all(health(stack, c) == "healthy" for c in containers), 90, "replicas healthy")
+        wait_until(lambda: crawl_done(stack, [("node", i) for i in ids], expected), 240, "the crawl complete")
+        counts = served(stack)
+        assert not [url for url in expected if counts.get(url, 0) == 0], "URLs lost"
+        again = [url for url, n in counts_at_stop.items() if n and counts.get(url, 0) > n and url in expected]
+        assert len(again) <= 0.02 * len(expected), f"{len(again)} URLs fetched before the stop were fetched again"
+        dup = duplicates(counts)
+        assert dup <= 0.02 * len(expected), f"{dup} duplicate fetches"
