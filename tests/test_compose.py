@@ -284,7 +284,7 @@ class TestPeerDns:
                    "every replica sees all three")
         answer = post_json(f"http://{stack.port('node', 1)}/v1/urls",
                            {"urls": [{"url": f"http://site-{i}.test/"} for i in range(4)]}, secret=SECRET)
-        assert answer["rejected"] == 0 and answer["accepted"] == 4, answer
+        assert answer["rejected"] == 0 and answer["duplicate"] == 0, answer  # accepted here or forwarded
 
     def test_scaling_3_to_5_moves_only_the_new_arcs_and_covers_everything(self, dns_stack):
         stack = dns_stack
