@@ -1,9 +1,11 @@
 """The deployment artifacts (Dockerfile, docker-compose.yml, deploy/) against the real program.
 
-There is no container engine here, so these tests check what an engine would rely on: the
-image runs a real subcommand as a non-root user, every CRAWLER_* variable the artifacts set is
-a real setting and every node's environment loads into valid Settings (the same code the
-daemon runs), each node finds itself in the shared peers list, names and ports line up
+Without a container engine (tests/test_compose.py runs the compose file on a real one), these
+tests check what an engine would rely on: the image runs a real subcommand as a non-root user,
+every CRAWLER_* variable the artifacts set is a real setting and every node's environment loads
+into valid Settings (the same code the daemon runs), each fixed compose node finds itself in
+the shared peers list, the DNS-found ones (the scalable compose service, the StatefulSet) name
+what every node answers to, names and ports line up
 (headless service, probes, proxy, volumes), and the compose stack's commands, environment and
 health checks work when run as plain processes on loopback. The Kubernetes manifests are also
 checked against the Kubernetes JSON schemas where kubernetes-validate is installed, and
@@ -688,27 +690,27 @@ def test_statefulset_env_is_real_settings_for_every_replica(manifests):
     port = container_port(container, "http")
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     pods = [f"{sts['metadata']['name']}-{i}" for i in range(spec["replicas"])]
-    peer_lists = set()
+    service = one(manifests, "Service", spec["serviceName"])
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     for pod_name in pods:
         env = pod_env(manifests, container, pod_name)
         try:
             settings: Settings = load_settings({}, env=env)
         except SettingsError as exc:
             pytest.fail(f"{pod_name}: the environment is not valid settings: {exc}")
-        peers = settings.peer_map()
-        peer_lists.add(env["CRAWLER_PEERS"])
         assert settings.node_id == pod_name
-        assert set(peers) == set(pods), "CRAWLER_PEERS lists exactly the replicas"
+        assert settings.peer_map() == {}, "no peer list to edit: the members are found by DNS"
+        assert settings.peer_dns is not None
+        assert parse_peer_dns(settings.peer_dns, port) == (spec["serviceName"], port), \
+            "CRAWLER_PEER_DNS names the headless service (its A records: every pod)"
         assert settings.advertise_url == f"http://{pod_name}.{spec['serviceName']}:{port}"
-        assert peers[pod_name] == settings.advertise_url, f"{pod_name} must find itself in CRAWLER_PEERS"
         assert port_of(settings.listen) == port and settings.listen.startswith("0.0.0.0:")
         assert str(settings.data_dir) in mounts
         assert settings.secret
         if settings.proxy:
             proxy = urlsplit(settings.proxy)
-            service = one(manifests, "Service", proxy.hostname)
-            assert proxy.port in [p["port"] for p in service["spec"]["ports"]]
-    assert len(peer_lists) == 1
+            proxy_service = one(manifests, "Service", proxy.hostname)
+            assert proxy.port in [p["port"] for p in proxy_service["spec"]["ports"]]
 
 
 def test_testweb_deployment_runs_testweb_behind_its_service(manifests):
