@@ -249,7 +249,11 @@ class TestPartition:
         disputed = sum(stats_during[h]["requests"] - stats_before[h]["requests"] for h in node3_hosts)
         dup_other = duplicates({u: n for u, n in counts.items() if u.split("/")[2] not in node3_hosts})
         dup = duplicates(counts)
-        print(f"partition: {dup} duplicates of {len(expected)}; {disputed} requests to node3's hosts while apart")
+        outcomes: dict[str, int] = {}
+        for line in stack.crawl_log(container):
+            outcomes[line.get("outcome", "?")] = outcomes.get(line.get("outcome", "?"), 0) + 1
+        print(f"partition: {dup} duplicates of {len(expected)}; {disputed} requests to node3's hosts while apart; "
+              f"node3's crawl.log outcomes {outcomes}")
         assert dup_other <= 0.02 * len(expected), f"{dup_other} duplicates outside the disputed arc"
         assert dup <= disputed + 0.02 * len(expected), f"{dup} duplicates, {disputed} served of the disputed arc"
 
