@@ -11,10 +11,12 @@ them required. The pure part of cluster.peerdns is tested here too, without an e
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
-from compose_helpers import SECRET, ComposeStack, duplicates, post_json, require_docker, wait_until
+from compose_helpers import SECRET, ComposeStack, duplicates, get_json, post_json, require_docker, wait_until
+from conftest import read_crawl_log, roots
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.peerdns import DnsCandidates, address_url, parse_peer_dns
@@ -57,6 +59,51 @@ def test_dns_candidates_join_each_new_address_once_and_again_when_its_member_wen
     assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == ["10.0.0.2"]
     candidates.own_address("10.0.0.2")  # it answered with this node's own id
     assert candidates.targets({"10.0.0.2", "10.0.0.3"}, membership) == []
+
+
+def _port_free_on_both_loopbacks() -> int:
+    for _ in range(50):
+        with socket.socket(socket.AF_INET6) as v6:
+            v6.bind(("::1", 0))
+            port = v6.getsockname()[1]
+            with socket.socket(socket.AF_INET) as v4:
+                try:
+                    v4.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no port free on both 127.0.0.1 and ::1")
+
+
+@pytest.mark.timeout(120)
+def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, start_node):
+    """Without an engine: `localhost` resolves (c-ares) to 127.0.0.1 and ::1, one node on each,
+    the same port; neither is given a peer, each finds the other through --peer-dns."""
+    hosts = 10
+    web = start_testweb(hosts=hosts, pages=20, seed=5)
+    expected = set(web.expected())
+    port = _port_free_on_both_loopbacks()
+    common = ["--peer-dns", f"localhost:{port}", "--peer-dns-interval-s", "0.5", "--heartbeat-interval-s", "0.3",
+              "--startup-grace-s", "1"]
+    a = start_node("a", host="127.0.0.1", port=port, proxy=web.url, seeds=roots(hosts), wait=False,
+                   extra_args=[*common, "--advertise", f"http://127.0.0.1:{port}"])
+    b = start_node("b", host="[::1]", port=port, proxy=web.url, wait=False,
+                   extra_args=[*common, "--advertise", f"http://[::1]:{port}"])
+    a.wait_healthy(30)
+    b.wait_healthy(30)
+
+    def alive(node) -> set[str]:
+        return {m["id"] for m in get_json(f"{node.url}/v1/members")["members"] if m["state"] == "alive"}
+
+    wait_until(lambda: alive(a) == alive(b) == {"a", "b"}, 20, "a and b members of one cluster")
+    wait_until(lambda: a.status()["idle"] and b.status()["idle"]
+               and all(web.stats()["urls"].get(u, 0) for u in expected), 90, "the crawl complete")
+    fetched = {node.node_id: {line["host"] for line in read_crawl_log(node.data_dir)} for node in (a, b)}
+    assert fetched["a"] and fetched["b"], "both crawled a share"
+    for node_id, node_hosts in fetched.items():
+        owners = {get_json(f"{a.url}/v1/ring?host={h}")["owner"] for h in node_hosts}
+        assert owners == {node_id}, f"{node_id} fetched hosts owned by {owners}"
+    assert duplicates(web.stats()["urls"]) == 0
 
 
 # --- helpers over a stack ------------------------------------------------------------------------
@@ -142,6 +189,8 @@ class TestFixedPeers:
             assert probe.stdout.split() == [UID, UID], f"{service}: /data not the crawler's: {probe.stdout}"
             assert stack.inspect(container)["Config"]["User"].split(":")[0] == UID
         assert live_view(stack, "node1") == set(FIXED)
+        # the seeds went to node1 only; it forwarded each host to its owner, and all three crawl
+        wait_until(lambda: all(stack.crawl_log(stack.container(s)) for s in FIXED), 60, "every node fetching")
 
     def test_killed_node_is_taken_over_and_handed_back_complete_with_few_duplicates(self, fixed_stack):
         stack = fixed_stack
