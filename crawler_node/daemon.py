@@ -7,9 +7,8 @@ import logging
 import signal
 import sys
 
-from aiohttp import web
-
 from crawler_node.api.app import make_app
+from crawler_node.api.listener import ApiListener
 from crawler_node.node.node import Node
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
@@ -18,20 +17,33 @@ from crawler_node.settings import Settings, listen_address
 log = logging.getLogger("crawler_node.daemon")
 
 
+def open_cluster_refusal(settings: Settings) -> str | None:
+    """Why this node must not start: peer endpoints open to anyone, not asked for. None: fine."""
+    if (settings.peers or settings.peer_dns) and not settings.secret and not settings.insecure_open_cluster:
+        return ("a node with peers (--peer or --peer-dns) needs --secret (or CRAWLER_SECRET): without it anyone "
+                "who reaches this port can join, take an arc of the crawl, or mark URLs seen; "
+                "--insecure-open-cluster starts it open anyway")
+    return None
+
+
 async def serve(settings: Settings) -> int:
+    if (refusal := open_cluster_refusal(settings)) is not None:
+        log.error("%s", refusal)
+        return 2
+    if (settings.peers or settings.peer_dns) and not settings.secret:
+        log.warning("--insecure-open-cluster: the peer endpoints (join, leave, members, forwarded URLs) are open "
+                    "to anyone who can reach %s", settings.listen)
     node = Node(settings)
     await node.start()
-    runner = web.AppRunner(make_app(node), access_log=None, handle_signals=False)
-    await runner.setup()
     host, port = listen_address(settings.listen)
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    listener = ApiListener(app=make_app(node), host=host, port=port, read_timeout_s=settings.api_read_timeout_s)
     try:
-        await site.start()
+        bound_port = await listener.start()
     except OSError as exc:
         log.error("cannot listen on %s: %s", settings.listen, exc)
+        await listener.close()
         await node.stop()
         return 1
-    bound_port = runner.addresses[0][1] if runner.addresses else port
     print(f"crawler-node {settings.node_id} listening on http://{host}:{bound_port}", flush=True)
 
     loop = asyncio.get_running_loop()
@@ -40,7 +52,7 @@ async def serve(settings: Settings) -> int:
     await node.wait_stop_requested()
     log.info("stopping: returning unfinished work to the frontier and flushing the store")
     await node.stop()
-    await runner.cleanup()
+    await listener.close()
     if node.fatal_error is not None:
         log.error("node stopped after a fatal error: %r", node.fatal_error)
         return 1

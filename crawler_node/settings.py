@@ -85,6 +85,7 @@ class Settings:
     dns_server: str | None = None  # HOST[:PORT] of the resolver for direct fetches (default: the system's)
     dns_cache_hosts: int = 10_000  # names whose answers are cached (each for its TTL, at most dns_cache_s)
     ip_limit_per_node: bool = False  # each node applies --ip-inflight-limit alone (no shares agreed in the cluster)
+    api_read_timeout_s: float = 10.0  # an API client sends a request's headers, then its body, within this
     # retries
     retry_budget: int = 3
     retry_base_s: float = 1.0
@@ -142,6 +143,9 @@ class Settings:
     # NAME[:PORT] whose A/AAAA records are candidate members (a compose service, a headless Service)
     peer_dns: str | None = None
     peer_dns_interval_s: float = 5.0  # how often NAME is resolved again
+    # A node with peers (or --peer-dns) and no secret refuses to start unless this says the
+    # peer endpoints (join, leave, members, forwarded URLs) may be open to anyone who can reach it
+    insecure_open_cluster: bool = False
     # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
     parse_delay_s: float = 0.0
     # test hook: the parser process dies (as on a page that crashes lexbor) on this exact URL
@@ -149,8 +153,10 @@ class Settings:
 
     def validate(self) -> Settings:
         problems: list[str] = []
-        if not self.node_id or any(c in self.node_id for c in " /=,"):
-            problems.append(f"node_id {self.node_id!r} must be non-empty without spaces, '/', '=' or ','")
+        from crawler_node.cluster.membership import id_problem, member_problem, url_problem  # lazy, as peerdns below
+
+        if (problem := id_problem(self.node_id)) is not None:
+            problems.append(f"node_id {self.node_id!r}: {problem}")
         try:
             listen_address(self.listen)
         except SettingsError as exc:
@@ -212,13 +218,18 @@ class Settings:
                 parse_peer_dns(self.peer_dns, 8080)
             except ValueError as exc:
                 problems.append(str(exc))
-        if self.peer_dns_interval_s <= 0:
-            problems.append("peer_dns_interval_s must be > 0")
+        if self.peer_dns_interval_s <= 0 or self.api_read_timeout_s <= 0:
+            problems.append("peer_dns_interval_s and api_read_timeout_s must be > 0")
         try:
-            self.peer_map()
-            self.weight_map()
+            for peer_id, peer_url in self.peer_map().items():
+                if (problem := member_problem(peer_id, peer_url)) is not None:
+                    problems.append(f"peer {peer_id!r}={peer_url!r}: {problem}")
+            problems.extend(f"ring weight of {peer_id!r}: {problem}" for peer_id in self.weight_map()
+                            if (problem := id_problem(peer_id)) is not None)
         except SettingsError as exc:
             problems.append(str(exc))
+        if (self.peers or self.peer_dns) and (problem := url_problem(self.advertise_url)):
+            problems.append(f"advertised URL {self.advertise_url!r}: {problem}")
         problems.extend(self._pressure_problems())
         if problems:
             raise SettingsError("; ".join(problems))

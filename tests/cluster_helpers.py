@@ -12,6 +12,8 @@ from conftest import read_crawl_log, wait_until  # noqa: F401 - wait_until re-ex
 from crawler_node.tools.node_process import NodeProcess, free_port
 
 FAST_CLUSTER = ["--heartbeat-interval-s", "0.3", "--startup-grace-s", "2.5", "--retry-base-s", "0.1"]
+# A node with peers refuses to start without a cluster secret (or --insecure-open-cluster).
+SECURED = ["--secret", "cluster-test-token"]
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

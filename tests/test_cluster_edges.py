@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from cluster_helpers import FAST_CLUSTER, cluster_idle, get_json, missing, peers_of, plan, wait_until
+from cluster_helpers import FAST_CLUSTER, SECURED, cluster_idle, get_json, missing, peers_of, plan, wait_until
 from conftest import read_crawl_log, roots
 
 HOSTS, PAGES = 24, 30
@@ -27,7 +27,7 @@ def test_a_peer_answering_429_slows_only_its_own_outbox(start_testweb, start_nod
         wait_until(lambda: _answers(f"{peers['fake']}/healthz"), 15, "fake peer up")
         host, port = addresses["a"]
         node = start_node("a", host=host, port=port, proxy=web.url, peers=peers, seeds=roots(HOSTS),
-                          extra_args=FAST_CLUSTER)
+                          extra_args=[*FAST_CLUSTER, *SECURED])
         ring = Ring(["a", "fake"])
         own = {url for url in web.expected() if ring.owner(url.split("/")[2]) == "a"}
         assert own and len(own) < len(web.expected())
@@ -69,7 +69,7 @@ def test_views_that_disagree_for_a_moment_lose_nothing_and_bounce_boundedly(star
         host, port = addresses[node_id]
         nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=views[node_id],
                                     seeds=roots(HOSTS) if node_id == "b" else (),
-                                    extra_args=[*FAST_CLUSTER, "--max-hops", "2"])
+                                    extra_args=[*FAST_CLUSTER, *SECURED, "--max-hops", "2"])
     wait_until(lambda: cluster_idle(nodes["a"]), 120, "cluster idle")
     assert not (lost := missing(list(nodes.values()), expected)), lost
     counts = web.stats()["urls"]
@@ -92,7 +92,7 @@ def test_handoff_on_exit_drains_the_queue_to_the_successors(start_testweb, start
         host, port = addresses[node_id]
         nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=peers, wait=False,
                                     seeds=roots(HOSTS) if node_id == "a" else (),
-                                    extra_args=[*FAST_CLUSTER, "--handoff-on-exit"])
+                                    extra_args=[*FAST_CLUSTER, *SECURED, "--handoff-on-exit"])
     for node in nodes.values():
         node.wait_healthy(30)
     wait_until(lambda: len(read_crawl_log(nodes["c"].data_dir)) >= 20, 60, "c crawling")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cluster_helpers import FAST_CLUSTER, get_json, peers_of, plan, wait_until
+from cluster_helpers import FAST_CLUSTER, SECURED, get_json, peers_of, plan, wait_until
 from conftest import read_crawl_log
 from realweb import Access, RealWeb, realweb  # noqa: F401 - realweb is the fixture
 
@@ -81,7 +81,7 @@ def crawl(realweb: RealWeb, start_node, tmp_path: Path, *, name: str, extra: lis
         nodes.append(start_node(
             node_id, host=host, port=port, peers=peers, wait=False, data_dir=tmp_path / name / node_id,
             seeds=seeds if node_id == ids[0] else (),
-            extra_args=[*FAST_CLUSTER, "--allow-private", "--ip-inflight-limit", str(LIMIT), *GENEROUS_HOSTS,
+            extra_args=[*FAST_CLUSTER, *SECURED, "--allow-private", "--ip-inflight-limit", str(LIMIT), *GENEROUS_HOSTS,
                         "--global-inflight", "16", *extra]))
     for node in nodes:
         node.wait_healthy(30)

@@ -1,11 +1,14 @@
 """The node's HTTP API (aiohttp). Thin: validate, hand to the node, answer.
 
 Bad input gets a 4xx with a machine-readable reason and the node keeps serving; a batch with a
-malformed URL is refused whole (nothing enqueued) so the sender can fix it and resend.
+malformed URL is refused whole (nothing enqueued) so the sender can fix it and resend. No body
+decides how deep the decoder recurses or how much it allocates: JSON nested past Python's
+recursion limit is a 400, msgpack is unpacked with limits sized to the largest legitimate body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -26,7 +29,11 @@ from crawler_node.node.pipeline import InboundFull
 log = logging.getLogger("crawler_node.api")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_MEMBER_BODY_BYTES = 4096  # {"id": ..., "url": ...}
 MAX_URLS_PER_REQUEST = 10_000
+# The largest legitimate msgpack body: {"urls": [up to 10,000 maps of a few small fields]}.
+_MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "max_ext_len": 0,
+                   "max_array_len": MAX_URLS_PER_REQUEST, "max_map_len": 16}
 MSGPACK = "application/msgpack"
 NODE_KEY = web.AppKey("node", Node)
 METRICS_KEY = web.AppKey("metrics", NodeMetrics)
@@ -38,11 +45,15 @@ def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
 
 
 class BadRequest(Exception):
-    def __init__(self, reason: str, message: str, **extra: Any) -> None:
+    def __init__(self, reason: str, message: str, *, status: int = 400, **extra: Any) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.status = status
         self.extra = extra
+
+    def response(self) -> web.Response:
+        return error(self.status, self.reason, self.message, **self.extra)
 
 
 def authorised(request: web.Request, secret: str | None) -> bool:
@@ -50,19 +61,40 @@ def authorised(request: web.Request, secret: str | None) -> bool:
         return True
     header = request.headers.get("Authorization", "")
     token = header[7:] if header.startswith("Bearer ") else request.headers.get("X-Cluster-Token", "")
-    return hmac.compare_digest(token.encode(), secret.encode())
+    # Bytes, not str: compare_digest refuses non-ASCII str, and header bytes that are not UTF-8
+    # arrive as lone surrogates (surrogateescape) that only this error handler can encode.
+    return hmac.compare_digest(token.encode("utf-8", "surrogateescape"), secret.encode("utf-8"))
 
 
 def decode_body(body: bytes, content_type: str) -> Any:
     if content_type == MSGPACK:
         try:
-            return msgpack.unpackb(body, raw=False, strict_map_key=True)
+            return msgpack.unpackb(body, raw=False, strict_map_key=True, **_MSGPACK_LIMITS)
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
             raise BadRequest("bad_msgpack", f"body is not valid msgpack: {type(exc).__name__}") from exc
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # "[[[[...": the decoder recurses once per level
+        raise BadRequest("too_deep", "body is nested too deeply") from exc
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The body, read within the API's read timeout (a client dripping it slowly holds a
+    connection and a handler); BadRequest when it is too large or too slow."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BadRequest("too_large", f"body of {request.content_length} bytes exceeds {limit}", status=413)
+    try:
+        async with asyncio.timeout(request.app[NODE_KEY].settings.api_read_timeout_s):
+            body = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise BadRequest("too_large", f"body exceeds {limit} bytes", status=413) from exc
+    except TimeoutError as exc:
+        raise BadRequest("too_slow", "the body did not arrive within the read timeout", status=408) from exc
+    if len(body) > limit:
+        raise BadRequest("too_large", f"body of {len(body)} bytes exceeds {limit}", status=413)
+    return body
 
 
 def validate_urls(document: Any) -> tuple[list[tuple[int, dict]], list[dict]]:
@@ -123,13 +155,12 @@ async def post_urls(request: web.Request) -> web.Response:
     except InboundFull as exc:
         return _inbound_full(exc.retry_after_s)
     try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return error(413, "too_large", f"body exceeds {MAX_BODY_BYTES} bytes")
-    try:
-        items, invalid = validate_urls(decode_body(body, request.content_type))
+        items, invalid = validate_urls(decode_body(await read_body(request, MAX_BODY_BYTES), request.content_type))
     except BadRequest as exc:
-        return error(400, exc.reason, exc.message, **exc.extra)
+        return exc.response()
+    if any(item.get("seen") for _, item in items) and not clustered(node):
+        # Only a member hands over what it fetched; a node alone has no members.
+        return _not_clustered()
     intake = node.intake
     fresh, fresh_invalid = _prepare(intake, [(i, item) for i, item in items if not item.get("seen")])
     seen, seen_invalid = _prepare(intake, [(i, item) for i, item in items if item.get("seen")])
@@ -206,10 +237,7 @@ async def get_members(request: web.Request) -> web.Response:
 
 
 async def _member_body(request: web.Request) -> tuple[str, str]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
+    body = decode_body(await read_body(request, MAX_MEMBER_BODY_BYTES), "application/json")
     node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
     problem = member_problem(node_id, url)
     if problem is not None:
@@ -222,7 +250,7 @@ async def post_join(request: web.Request) -> web.Response:
     try:
         node_id, url = await _member_body(request)
     except BadRequest as exc:
-        return error(400, exc.reason, exc.message)
+        return exc.response()
     if node_id == node.node_id:
         return error(409, "same_id", f"{node_id} is this node's own id")
     return web.json_response({"node_id": node.node_id, "members": node.cluster.accept_join(node_id, url)})
@@ -233,7 +261,7 @@ async def post_leave(request: web.Request) -> web.Response:
     try:
         node_id, _ = await _member_body(request)
     except BadRequest as exc:
-        return error(400, exc.reason, exc.message)
+        return exc.response()
     node.cluster.accept_leave(node_id)
     return web.json_response({"ok": True})
 
@@ -259,16 +287,36 @@ async def get_dashboard(request: web.Request) -> web.Response:
 
 
 # Endpoints that change what the cluster crawls or who is in it: they need the cluster token
-# when one is set. Reads (status, ring, metrics, health, dashboard) stay open.
-PROTECTED = frozenset({("POST", "/v1/urls"), ("POST", "/v1/resume"), ("GET", "/v1/members"),
-                       ("POST", "/v1/join"), ("POST", "/v1/leave")})
+# when one is set, whatever the method (HEAD included: aiohttp adds it to every GET route).
+# Reads (status, ring, metrics, health, dashboard) stay open.
+PROTECTED = frozenset({"/v1/urls", "/v1/resume", "/v1/members", "/v1/join", "/v1/leave"})
+# Endpoints only members use: a node without peers (and without --peer-dns) has no members, so
+# it answers them to no one -- a join would hand a stranger an arc of its crawl.
+MEMBERS_ONLY = frozenset({"/v1/members", "/v1/join", "/v1/leave"})
+
+
+def clustered(node: Node) -> bool:
+    """The node was started to be a member (--peer or --peer-dns), not alone."""
+    return bool(node.settings.peers or node.settings.peer_dns)
+
+
+def _not_clustered() -> web.Response:
+    return error(403, "not_clustered", "this node runs alone (no --peer, no --peer-dns): it has no members "
+                 "and takes no membership or transfer requests")
 
 
 @web.middleware
 async def require_token(request: web.Request, handler):
-    if (request.method, request.path) in PROTECTED and not authorised(request, request.app[NODE_KEY].settings.secret):
-        # refused before the handler reads the body, so nothing is enqueued
-        return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+    # The route matched, not request.path: one resource however its path was spelt.
+    resource = request.match_info.route.resource
+    path = resource.canonical if resource is not None else None
+    if path in PROTECTED:
+        node = request.app[NODE_KEY]
+        if not authorised(request, node.settings.secret):
+            # refused before the handler reads the body, so nothing is enqueued
+            return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
+        if path in MEMBERS_ONLY and not clustered(node):
+            return _not_clustered()
     return await handler(request)
 
 

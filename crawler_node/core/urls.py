@@ -41,6 +41,8 @@ _QUERY_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
 _PATH_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
 _QUERY_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
 _ASCII_HOST = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*")
+# WHATWG: a host whose last label is a number is an IPv4 address in one of its spellings
+_IPV4_NUMBER = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 # WHATWG URL parsing strips these around a URL and removes tab/newline inside it.
 _C0_AND_SPACE = "".join(chr(c) for c in range(0x21))
 
@@ -295,6 +297,8 @@ def _canonical_host(host: str) -> str:
         host = host[:-1]  # "example.com." is the same DNS name; one key, not two
     if not host.isascii():
         host = idna_encode(host)
+    if (ipv4 := _ipv4_host(host)) is not None:
+        return ipv4
     if (
         len(host) > _MAX_HOST_LENGTH
         or not _ASCII_HOST.fullmatch(host)
@@ -302,6 +306,38 @@ def _canonical_host(host: str) -> str:
     ):
         raise ValueError(f"not a valid host name: {host!r}")
     return host
+
+
+def _ipv4_host(host: str) -> str | None:
+    """The dotted-quad form of a host that ends in a number, as the WHATWG URL standard reads
+    it ("2130706433", "0177.0.0.1", "0x7f.1" and "127.1" are all 127.0.0.1); None for a name.
+    Browsers go there, and aiohttp refuses to fetch the other spellings, so a URL that kept
+    one would wait in its queue forever; in dotted-quad form the address guard sees it, too.
+    A host that ends in a number but is no address ("1.2.3.4.5", "09") is not a valid host."""
+    labels = host.split(".")
+    if labels[-1] == "" and len(labels) > 1:
+        labels.pop()
+    if not _IPV4_NUMBER.fullmatch(labels[-1]):
+        return None
+    if len(labels) > 4:
+        raise ValueError(f"not an IPv4 address: {host!r}")
+    numbers = [_ipv4_number(label, host) for label in labels]
+    *leading, last = numbers
+    if any(number > 255 for number in leading) or last >= 256 ** (5 - len(numbers)):
+        raise ValueError(f"not an IPv4 address: {host!r}")
+    address = last + sum(number << (8 * (3 - index)) for index, number in enumerate(leading))
+    return str(ipaddress.IPv4Address(address))
+
+
+def _ipv4_number(label: str, host: str) -> int:
+    try:
+        if label[:2] in ("0x", "0X"):
+            return int(label[2:] or "0", 16)
+        if len(label) > 1 and label.startswith("0"):
+            return int(label[1:], 8)
+        return int(label, 10)
+    except ValueError:
+        raise ValueError(f"not an IPv4 address: {host!r}") from None
 
 
 def _percent_decode_host(host: str) -> str:
