@@ -108,6 +108,28 @@ def test_a_join_with_a_bad_id_or_url_is_a_400_with_a_reason(member_node, node_id
     assert_alive(member_node)
 
 
+def test_a_rogue_join_or_hijack_without_the_token_is_refused(start_node):
+    addresses = plan(["a", "b"])
+    peers = peers_of(addresses)
+    nodes = [start_node(node_id, host=host, port=port, peers=peers, wait=False,
+                        extra_args=[*FAST_CLUSTER, "--secret", SECRET]) for node_id, (host, port) in addresses.items()]
+    for node in nodes:
+        node.wait_healthy(30)
+    a = nodes[0]
+    with socket.create_server(("127.0.0.1", 0)) as rogue:
+        rogue_url = f"http://127.0.0.1:{rogue.getsockname()[1]}"
+        for token in (None, "wrong", SECRET[:-1]):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            for body in (join_body("rogue", rogue_url), join_body("b", rogue_url)):  # a stranger; b re-pointed
+                assert call(a, "POST", "/v1/join", body, headers)[0] == 401
+            assert call(a, "POST", "/v1/leave", join_body("b", peers["b"]), headers)[0] == 401
+            seen = json.dumps({"urls": [{"url": "http://site-0.test/", "seen": True}]}).encode()
+            assert call(a, "POST", "/v1/urls", seen, headers)[0] == 401
+    members = {m["id"]: (m["url"], m["state"]) for m in a.status()["members"]}
+    assert members == {"a": (peers["a"], "alive"), "b": (peers["b"], "alive")}, members
+    assert a.status()["counters"]["submitted"] == 0
+
+
 class _HostilePeer(BaseHTTPRequestHandler):
     """A 'member' whose heartbeat answers list members no ring may hold, then garbage."""
 
@@ -374,3 +396,43 @@ def test_numeric_ipv4_spellings_are_fetched_where_private_addresses_are_allowed(
     node.wait_idle(30)
     lines = [line for line in read_crawl_log(node.data_dir) if line["url"] == f"http://127.0.0.1:{port}/"]
     assert lines and lines[0]["status"] is not None and lines[0]["outcome"] not in ("connection", "not_allowed"), lines
+
+
+# --- the bound on open connections (in process: a thousand sockets are not needed to see it) ----
+
+
+async def test_connections_past_the_bound_get_a_503_and_the_open_ones_keep_working():
+    import asyncio
+
+    from aiohttp import web
+
+    from crawler_node.api.listener import ApiListener
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    listener = ApiListener(app=app, host="127.0.0.1", port=0, read_timeout_s=5.0, max_connections=3)
+    port = await listener.start()
+    held = []
+    try:
+        async def healthy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+            return head.startswith(b"HTTP/1.1 200 ")
+
+        for _ in range(3):
+            held.append(await asyncio.open_connection("127.0.0.1", port))
+            assert await healthy(*held[-1])  # answered: the server holds it (kept alive)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"too many connections to this node\n")
+        assert listener.refused == 1
+        assert all([await healthy(*connection) for connection in held])
+    finally:
+        for _, writer in held:
+            writer.close()
+        await listener.close()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.cluster.membership import BadView, Membership, PeerState, parse_view
+from crawler_node.cluster.membership import BadView, Membership, PeerState, id_problem, parse_view, url_problem
 from crawler_node.cluster.ring import ring_key
 from crawler_node.cluster.routing import Router
-from crawler_node.settings import Settings
+from crawler_node.settings import Settings, SettingsError
 
 T0 = 1000.0
 SUSPECT, DOWN = 1.0, 2.5
@@ -171,6 +171,35 @@ def test_merge_learns_new_members_and_ignores_junk():
     assert m.url_of("b") == PEERS["b"] and m.url_of("a") == PEERS["a"]
     assert m.version == 1
     assert m.merge(parse_view(view), T0 + 2) == [] and m.version == 1  # idempotent
+
+
+@pytest.mark.parametrize("node_id, ok", [
+    ("a", True), ("node-1", True), ("pod_3.crawler", True), ("x" * 64, True), ("x" * 65, False), ("", False),
+    ("\ud800", False), ("a\u202eb", False), ("a b", False), ("a/b", False), ("a=b", False), ("a\n", False),
+    ("caf\u00e9", False), ("\uff41", False), (None, False), (7, False), (["a"], False)])
+def test_member_ids_are_a_short_plain_alphabet(node_id, ok):
+    assert (id_problem(node_id) is None) is ok
+
+
+@pytest.mark.parametrize("url, ok", [
+    ("http://127.0.0.2:8080", True), ("https://node1:8443/", True), ("http://[::1]:8080", True),
+    ("http://pod-0.crawler.default.svc:8080", True), ("http://", False), ("http://:80", False),
+    ("http://host", False), ("http://host:0", False), ("http://host:65536", False), ("http://u@host:1", False),
+    ("http://u:p@host:1", False), ("http://host:1/v1", False), ("http://host:1?x", False), ("http://host:1#f", False),
+    ("http://host:1?", False), ("ftp://host:1", False), ("http://h\u00f6st:1", False), ("http://host:1\n", False),
+    ("http://ho st:1", False), ("http://host:1" + "/" * 400, False), (None, False), (b"http://host:1", False)])
+def test_member_urls_are_http_host_port_and_nothing_else(url, ok):
+    assert (url_problem(url) is None) is ok
+
+
+@pytest.mark.parametrize("settings", [
+    {"node_id": "bad\u202eid"}, {"node_id": "\ud800"}, {"node_id": "a", "peers": ["b=http://127.0.0.3:1/path"]},
+    {"node_id": "a", "peers": ["b\u202e=http://127.0.0.3:1"]}, {"node_id": "a", "peers": ["b=http://u@127.0.0.3:1"]},
+    {"node_id": "a", "ring_weights": ["b\ud800=2"]},
+    {"node_id": "a", "peers": ["b=http://127.0.0.3:1"], "advertise": "http://127.0.0.2:1/x"}])
+def test_settings_refuse_ids_and_urls_no_member_would_accept(settings):
+    with pytest.raises(SettingsError):
+        Settings(**settings).validate()
 
 
 @pytest.mark.parametrize("view", [{"id": "d"}, "x", 5, None, {"members": []}, [1, 2], [{"id": "d"}, "e"]])
