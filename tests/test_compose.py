@@ -84,7 +84,7 @@ def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, 
     expected = set(web.expected())
     port = _port_free_on_both_loopbacks()
     common = ["--peer-dns", f"localhost:{port}", "--peer-dns-interval-s", "0.5", "--heartbeat-interval-s", "0.3",
-              "--startup-grace-s", "1"]
+              "--startup-grace-s", "1", "--secret", SECRET]
     a = start_node("a", host="127.0.0.1", port=port, proxy=web.url, seeds=roots(hosts), wait=False,
                    extra_args=[*common, "--advertise", f"http://127.0.0.1:{port}"])
     b = start_node("b", host="[::1]", port=port, proxy=web.url, wait=False,
@@ -93,7 +93,7 @@ def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, 
     b.wait_healthy(30)
 
     def alive(node) -> set[str]:
-        return {m["id"] for m in get_json(f"{node.url}/v1/members")["members"] if m["state"] == "alive"}
+        return {m["id"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"] if m["state"] == "alive"}
 
     wait_until(lambda: alive(a) == alive(b) == {"a", "b"}, 20, "a and b members of one cluster")
     wait_until(lambda: a.status()["idle"] and b.status()["idle"]
