@@ -37,6 +37,7 @@ _MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "ma
 MSGPACK = "application/msgpack"
 NODE_KEY = web.AppKey("node", Node)
 METRICS_KEY = web.AppKey("metrics", NodeMetrics)
+READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)  # for a body, once its headers are in
 
 
 def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
@@ -86,7 +87,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest("too_large", f"body of {request.content_length} bytes exceeds {limit}", status=413)
     try:
-        async with asyncio.timeout(request.app[NODE_KEY].settings.api_read_timeout_s):
+        async with asyncio.timeout(request.app[READ_TIMEOUT_KEY]):
             body = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise BadRequest("too_large", f"body exceeds {limit} bytes", status=413) from exc
@@ -325,6 +326,7 @@ def make_app(node: Node) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[require_token])
     app[NODE_KEY] = node
     app[METRICS_KEY] = NodeMetrics(node)
+    app[READ_TIMEOUT_KEY] = node.settings.api_read_timeout_s
     app.router.add_post("/v1/urls", post_urls)
     app.router.add_post("/v1/resume", post_resume)
     app.router.add_get("/v1/status", get_status)
