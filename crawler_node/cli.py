@@ -72,9 +72,16 @@ def _flags(args: argparse.Namespace) -> dict:
     return {key: value for key, value in vars(args).items() if key in names}
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from crawler_node.daemon import run
 
+    if args.log_level.upper() not in LOG_LEVELS:
+        print(f"crawler-node run: error: --log-level {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}",
+              file=sys.stderr)
+        return 2
     try:
         settings = load_settings(_flags(args), config_path=args.config)
     except SettingsError as exc:

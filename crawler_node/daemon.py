@@ -10,6 +10,7 @@ import sys
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
 from crawler_node.node.node import Node
+from crawler_node.runtime.datadir import DataDirError, claim_data_dir
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, listen_address
@@ -33,6 +34,18 @@ async def serve(settings: Settings) -> int:
     if (settings.peers or settings.peer_dns) and not settings.secret:
         log.warning("--insecure-open-cluster: the peer endpoints (join, leave, members, forwarded URLs) are open "
                     "to anyone who can reach %s", settings.listen)
+    try:
+        lock = claim_data_dir(settings.data_dir)
+    except DataDirError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        return await _serve(settings)
+    finally:
+        lock.release()
+
+
+async def _serve(settings: Settings) -> int:
     node = Node(settings)
     await node.start()
     host, port = listen_address(settings.listen)

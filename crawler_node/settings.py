@@ -320,8 +320,9 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if "Path" in kind:
             return Path(value)
         if kind.startswith("int"):
-            if isinstance(value, bool):
-                raise ValueError("not an integer")
+            # int(3.7) is 3: a float from TOML is an integer only when it is one
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(f"not an integer: {value!r}")
             return int(value)
         if kind.startswith("float"):
             return float(value)
