@@ -27,6 +27,12 @@ def open_cluster_refusal(settings: Settings) -> str | None:
     return None
 
 
+def _has_contact(user_agent: str) -> bool:
+    """A contact URL or address in the user agent, and not the placeholder of the default."""
+    return ("http://" in user_agent or "https://" in user_agent or "@" in user_agent) \
+        and "example.invalid" not in user_agent
+
+
 async def serve(settings: Settings) -> int:
     if (refusal := open_cluster_refusal(settings)) is not None:
         log.error("%s", refusal)
@@ -34,6 +40,9 @@ async def serve(settings: Settings) -> int:
     if (settings.peers or settings.peer_dns) and not settings.secret:
         log.warning("--insecure-open-cluster: the peer endpoints (join, leave, members, forwarded URLs) are open "
                     "to anyone who can reach %s", settings.listen)
+    if settings.proxy is None and not _has_contact(settings.user_agent):
+        log.warning("the user agent %r names no way to reach you (a +https://... page or an email): site "
+                    "operators who see this crawler cannot contact its operator; set --user-agent", settings.user_agent)
     try:
         lock = claim_data_dir(settings.data_dir)
     except DataDirError as exc:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,19 @@ def test_a_fraction_for_an_integer_setting_is_an_error_not_rounded(tmp_path: Pat
     assert load_settings({}, env={}, config_path=config).global_inflight == 4
     with pytest.raises(SettingsError, match="CRAWLER_GLOBAL_INFLIGHT"):
         load_settings({}, env={"CRAWLER_GLOBAL_INFLIGHT": "3.7"})
+
+
+def test_rejected_seeds_and_an_anonymous_user_agent_are_said_at_start(start_node, tmp_path: Path) -> None:
+    node = start_node("n1", seeds=["http://ok.test/", "ftp://files.test/x", "http://other.test/"],
+                      extra_args=["--allow-host", "ok.test"])
+    deadline = 50
+    for _ in range(deadline):  # bounded: the seeds are submitted right after the node starts
+        log = node.log_path.read_text(errors="replace")
+        if "seeds:" in log:
+            break
+        time.sleep(0.1)
+    assert "seeds: 1 accepted, 0 already known, 2 rejected" in log
+    assert "seed 'ftp://files.test/x' rejected:" in log
+    assert "seed http://other.test/ rejected: out of scope" in log
+    # a direct crawl with the default user agent (a placeholder contact) is warned about
+    assert "names no way to reach you" in log

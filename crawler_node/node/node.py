@@ -193,8 +193,13 @@ class Node:
         self.dispatcher.start(self.supervisor)
         self.upkeep.start(self.supervisor)
         if self.settings.seeds:
-            result, _ = await self.intake.submit(self.settings.seeds, priority=SEED_PRIORITY)
-            log.info("seeds: %d accepted, %d already known", len(result.accepted), result.duplicates)
+            result, prepared = await self.intake.submit(self.settings.seeds, priority=SEED_PRIORITY)
+            for _, raw, reason in prepared.invalid:
+                log.warning("seed %r rejected: %s", raw, reason)
+            for url, reason in prepared.out_of_scope:
+                log.warning("seed %s rejected: out of scope (%s)", url, reason)
+            log.info("seeds: %d accepted, %d already known, %d rejected", len(result.accepted), result.duplicates,
+                     len(prepared.invalid) + len(prepared.out_of_scope))
 
     def _fatal(self, exc: BaseException) -> None:
         # A pipeline stage died: the node cannot keep its promises, so it stops loudly.
