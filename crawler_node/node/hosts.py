@@ -14,7 +14,8 @@ A host is in exactly one place (:class:`Place`):
   fetched, a lease on its way); a release or a refill re-places it;
 - BUSY: taken by the dispatcher (``next_host``), which re-places it (``settle``) after its step.
 
-Other components never write a host's fields; they call the methods below. Verdicts
+Other components never write a host's fields; they call the methods below (its robots.txt
+records are kept for the table by node.host_robots). Verdicts
 (core.verdict) are applied by :meth:`HostTable.finish_page`. Hosts that have stayed IDLE for
 ``idle_s`` (or, while more than ``memory_target`` hosts are in memory, the ones idle longest)
 with nothing in flight, their politeness times passed, their backoff forgiven and their
@@ -34,6 +35,7 @@ from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy, RobotsStatus, scheme_of
 from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
+from crawler_node.node.host_robots import HostRobots
 from crawler_node.node.host_state import HostState, Place, Step
 from crawler_node.node.rotation import Rotation
 from crawler_node.runtime.wakeup import Wakeup
@@ -62,8 +64,9 @@ class HostTable:
         self._started_at = started_at
         self._idle_s = idle_s
         self._memory_target = memory_target
-        self._robots_cache = robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0)
-        self._robots_policy = robots_policy if robots_policy is not None else RobotsPolicy()
+        self._robots = HostRobots(
+            cache=robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0),
+            policy=robots_policy if robots_policy is not None else RobotsPolicy())
         self._hosts: dict[str, HostState] = {}
         self._rotation = Rotation(work=work)
         self._dirty: dict[str, HostState] = {}
@@ -90,7 +93,7 @@ class HostTable:
         held = [(state.host, reason) for state in self._hosts.values()
                 if state.robots is not None and (reason := state.held_reason()) is not None]
         return {"in_memory": len(self._hosts), "collected": self.collected, "places": places,
-                "robots_cache": self._robots_cache.snapshot(),
+                "robots_cache": self._robots.snapshot(),
                 # hosts whose robots.txt keeps their URLs back, and why (the first `top`)
                 "held": {"count": len(held),
                          "hosts": [{"host": host, "reason": reason} for host, reason in held[:top]]},
@@ -187,9 +190,7 @@ class HostTable:
             return Step.REFILL, None
         lease = state.buffer[0]
         robots = self.robots_of(state, scheme_of(lease.url), now)
-        if self._robots_policy.due(robots, now):
-            robots.status = RobotsStatus.FETCHING
-            state.robots_fetching = True
+        if self._robots.start_if_due(state, robots, now):
             return Step.ROBOTS, lease
         state.buffer.pop(0)
         if robots.status is RobotsStatus.UNAVAILABLE:
@@ -199,19 +200,10 @@ class HostTable:
         return Step.FETCH, lease
 
     def robots_of(self, state: HostState, scheme: str, now: float) -> AuthorityRobots:
-        """The robots.txt record of one of the host's authorities: from the cache of hosts that
-        left memory when it is there, else a new one to be fetched."""
-        slots = state.robots
-        if slots is None:
-            slots = state.robots = {}
-        robots = slots.get(scheme)
-        if robots is None:
-            robots = slots[scheme] = AuthorityRobots()
-            cached = self._robots_cache.get(f"{scheme}://{state.host}", now)
-            if cached is not None:
-                robots.rules, robots.crawl_delay, robots.since = cached
-                robots.status = RobotsStatus.READY
-                self._set_crawl_delay(state)
+        """The robots.txt record of one of the host's authorities (node.host_robots)."""
+        robots, restored = self._robots.lookup(state, scheme, now)
+        if restored:
+            self._set_crawl_delay(state)
         return robots
 
     def start_request(self, state: HostState, now: float) -> int:
@@ -226,8 +218,7 @@ class HostTable:
 
     def robots_not_sent(self, state: HostState, scheme: str, ticket: int, now: float) -> None:
         """A robots.txt request that never went out (cancelled, IP gate full): ask again."""
-        self.robots_of(state, scheme, now).status = RobotsStatus.UNKNOWN
-        state.robots_fetching = False
+        self._robots.not_sent(state, scheme, now)
         state.limiter.release(ticket, Outcome.NEUTRAL)
         self.settle_after_release(state, now)
 
@@ -337,25 +328,15 @@ class HostTable:
 
     def finish_robots(self, state: HostState, scheme: str, ticket: int, answer: RobotsAnswer, now: float) -> None:
         state.limiter.release(ticket, answer.limiter)
-        state.robots_fetching = False
-        robots = self.robots_of(state, scheme, now)
-        robots.failures, robots.last_error = answer.failures, answer.error
-        robots.certificate_failed = answer.certificate_failed
-        robots.status = answer.status
+        self._robots.answered(state, scheme, answer, now)
         if answer.ready:
-            robots.rules, robots.crawl_delay, robots.since = answer.rules, answer.crawl_delay, now
-            self._robots_cache.put(f"{scheme}://{state.host}", answer.body, answer.crawl_delay, now)
             self._set_crawl_delay(state)
-        elif answer.status is RobotsStatus.UNAVAILABLE:
-            robots.since = now
         self._rotation.delay(state, answer.next_eligible, now)
         self.settle_after_release(state, now)
 
     def _set_crawl_delay(self, state: HostState) -> None:
-        """One Crawl-delay per host key: the largest its authorities ask for."""
-        assert state.robots is not None
-        delay = max((robots.crawl_delay for robots in state.robots.values()
-                     if robots.status is RobotsStatus.READY), default=0.0)
+        """After an authority's rules became known: the host's Crawl-delay follows them."""
+        delay = HostRobots.crawl_delay(state)
         if delay != state.crawl_delay:
             state.crawl_delay = delay
             self._mark_dirty(state)
