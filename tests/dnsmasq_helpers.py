@@ -21,7 +21,8 @@ DOMAIN = "dnstest.test"
 _START_TIMEOUT_S = 10.0
 
 
-def _free_udp_tcp_port() -> int:
+def free_udp_tcp_port() -> int:
+    """A port free for both TCP and UDP on 127.0.0.1 (dnsmasq answers on both)."""
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
             tcp.bind(("127.0.0.1", 0))
@@ -42,7 +43,7 @@ class Dnsmasq:
         binary = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin:/sbin")
         if binary is None:
             pytest.skip("dnsmasq is not installed (Debian: dnsmasq-base)")
-        self.port = _free_udp_tcp_port()
+        self.port = free_udp_tcp_port()
         self.server = f"127.0.0.1:{self.port}"
         self.log = directory / "dnsmasq-queries.log"
         self.log.write_text("")

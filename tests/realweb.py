@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dnsmasq_helpers import free_udp_tcp_port
 from realweb_certs import make_certificates
 from realweb_sites import CERT_SITES, DOMAIN, MISSING, OCTETS, WRONG_NAME, SiteTruth, nginx_config, write_sites
 
@@ -205,21 +206,6 @@ class RealWeb:
         self._cleanup.clear()
 
 
-def _free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (dnsmasq answers on both)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no port free for both TCP and UDP on 127.0.0.1")
-
-
 def _block_free(block: int) -> bool:
     """Whether this block's addresses can be bound (no other RealWeb holds them)."""
     for octet, port in ((OCTETS["redirect"], 80), (OCTETS["httpsonly"], 443), (OCTETS["shared"], 8001)):
@@ -279,7 +265,7 @@ def _start_nginx(web: RealWeb, root: Path, certs, addresses: dict[str, str]) -> 
 
 
 def _start_dnsmasq(web: RealWeb, root: Path, addresses: dict[str, str]) -> None:
-    port = _free_port()
+    port = free_udp_tcp_port()
     command = [
         str(_which("dnsmasq")), "--keep-in-foreground", "--conf-file=/dev/null", f"--pid-file={root / 'dnsmasq.pid'}",
         f"--port={port}", "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts",
@@ -313,7 +299,7 @@ def _start_squid(web: RealWeb, addresses: dict[str, str]) -> None:
     state.chmod(0o755)
     hosts = state / "hosts"
     hosts.write_text("".join(f"{address} {site}.{DOMAIN}\n" for site, address in addresses.items()))
-    port = _free_port()
+    port = free_udp_tcp_port()
     conf = state / "squid.conf"
     conf.write_text(
         f"http_port 127.0.0.1:{port}\nacl loopback src 127.0.0.0/8\nhttp_access allow loopback\n"

@@ -17,7 +17,7 @@ import msgpack
 import pytest
 from aiohttp import web
 from conftest import read_crawl_log
-from frontier_helpers import FakeClock, entry
+from frontier_helpers import OLD_URLS_TABLE, FakeClock, entry
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.outbox import Outboxes
@@ -29,20 +29,7 @@ from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.testweb.graph import REDIRECT_TRAP_ENTRY
 
 # The frontier's tables as layout 1 made them (PRAGMA user_version = 1): no redirects columns.
-_LAYOUT_1 = """
-CREATE TABLE urls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    url TEXT NOT NULL UNIQUE,
-    host TEXT NOT NULL,
-    depth INTEGER NOT NULL,
-    priority INTEGER NOT NULL,
-    hops INTEGER NOT NULL,
-    state INTEGER NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    lease_expires REAL,
-    enqueued_at REAL NOT NULL
-);
+_LAYOUT_1 = OLD_URLS_TABLE + """
 CREATE INDEX urls_ready ON urls(host, priority DESC, id, not_before) WHERE state = 0;
 CREATE INDEX urls_age ON urls(enqueued_at) WHERE state = 0;
 CREATE INDEX urls_deferred ON urls(host, priority DESC, id) WHERE state = 4;

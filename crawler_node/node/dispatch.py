@@ -14,9 +14,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.robots import scheme_of
-from crawler_node.frontier import Lease
 from crawler_node.node.admission import FetchAdmission
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostState, HostTable, Step
@@ -147,8 +145,9 @@ class Dispatcher:
                 return False
             assert lease is not None
             if step is Step.DISALLOWED or step is Step.UNAVAILABLE:
-                outcome, reason = robots_reason(state, lease, step)
-                self._leases.unfetched(unfetched_page(lease, outcome, reason, time.time()))
+                robots = (state.robots or {}).get(scheme_of(lease.url))
+                self._leases.unfetched(unfetched_page(lease, robots, disallowed=step is Step.DISALLOWED,
+                                                      now=time.time()))
                 if hosts.wants_refill(state):
                     self._leases.want_refill(state)
                 return False
@@ -179,13 +178,3 @@ class Dispatcher:
             log.error("fetch task %s failed; stopping the node", task.get_name(), exc_info=exc)
             self._on_fatal(exc)
 
-
-def robots_reason(state: HostState, lease: Lease, step: Step) -> tuple[FetchOutcome, str]:
-    """The outcome and crawl.log reason of a lease robots.txt keeps from being fetched."""
-    if step is Step.DISALLOWED:
-        return FetchOutcome.ROBOTS_DISALLOWED, "robots.txt disallows it"
-    robots = (state.robots or {}).get(scheme_of(lease.url))
-    error = robots.last_error if robots is not None else None
-    if robots is not None and robots.certificate_failed:
-        return FetchOutcome.TLS, f"{error} (found fetching robots.txt; not retried)"
-    return FetchOutcome.ROBOTS_UNAVAILABLE, f"robots.txt could not be had: {error}"

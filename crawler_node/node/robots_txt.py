@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
-from crawler_node.core.robots import RobotsRules, robots_url
+from crawler_node.core.robots import AuthorityRobots, RobotsRules, robots_url
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import classify
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
@@ -68,10 +68,16 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
     return entries
 
 
-def unfetched_page(lease: Lease, outcome: FetchOutcome, reason: str, now: float) -> PageResult:
-    """A leased URL that ends without a request: robots.txt forbids it (done), or its robots.txt
-    could not be had (given up; outcome tls when its certificate failed). One crawl.log line,
-    no WARC record (no exchange happened)."""
+def unfetched_page(lease: Lease, robots: AuthorityRobots | None, *, disallowed: bool, now: float) -> PageResult:
+    """A leased URL that ends without a request: its authority's robots.txt (``robots``)
+    forbids it (done), or could not be had (given up; outcome tls when its certificate
+    failed). One crawl.log line with the reason, no WARC record (no exchange happened)."""
+    if disallowed:
+        outcome, reason = FetchOutcome.ROBOTS_DISALLOWED, "robots.txt disallows it"
+    elif robots is not None and robots.certificate_failed:
+        outcome, reason = FetchOutcome.TLS, f"{robots.last_error} (found fetching robots.txt; not retried)"
+    else:
+        error = robots.last_error if robots is not None else None
+        outcome, reason = FetchOutcome.ROBOTS_UNAVAILABLE, f"robots.txt could not be had: {error}"
     result = FetchResult(url=lease.url, started_at=now, error_detail=reason)
-    verdict = unfetched(outcome, gave_up=outcome is not FetchOutcome.ROBOTS_DISALLOWED)
-    return PageResult(lease=lease, fetch=result, verdict=verdict)
+    return PageResult(lease=lease, fetch=result, verdict=unfetched(outcome, gave_up=not disallowed))
