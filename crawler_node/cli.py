@@ -39,6 +39,12 @@ _HELP = {
     "max_redirects": "redirect hops a chain may take before it ends as too_many_redirects (default 10)",
     "max_parse_bytes": "bytes of a page that links are extracted from (default 5000000)",
     "sitemaps": "off, robots (read the Sitemap: lines of robots.txt, default) or probe (also /sitemap.xml)",
+    "crawl_name": "the crawl's name, isPartOf in each WARC file's warcinfo record (default crawl)",
+    "operator": "who runs this crawl (a contact), in each WARC file's warcinfo record",
+    "warc_metadata": "on (default): a metadata record (outlinks, via, hops) beside each parsed HTML page; off",
+    "dedup_max_entries": "payload digests remembered for revisit records (default 1000000; 0 = store every "
+                         "payload in full)",
+    "crawl_log_max_bytes": "crawl.log is renamed crawl.log.<UTC stamp> when it grows past this (default 100000000)",
     "robots_ttl_s": "seconds a robots.txt is obeyed before it is fetched again (default 86400)",
     "ip_limit_per_node": "apply --ip-inflight-limit per node, not shared out over the cluster's members",
     "ip_inflight_limit": "requests in flight to one IP address, over the whole cluster (default 8; 0 = none)",

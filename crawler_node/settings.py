@@ -117,6 +117,12 @@ class Settings:
     dns_cache_s: float = 300.0
     # store
     warc_max_bytes: int = 100_000_000
+    crawl_log_max_bytes: int = 100_000_000  # crawl.log is renamed crawl.log.<stamp> past this
+    # payload digests remembered for revisit records (identical-payload-digest); 0 = none
+    dedup_max_entries: int = 1_000_000
+    warc_metadata: str = "on"  # "off": no metadata record (outlinks, via, hops) per parsed HTML page
+    crawl_name: str = "crawl"  # the warcinfo record's isPartOf
+    operator: str | None = None  # the warcinfo record's operator: who runs this crawl (a contact)
     store_in_process: bool = True  # WARC writing in its own process, off the event loop's GIL
     # Niceness of the parser and store processes (0-19). The event loop paces the whole
     # pipeline; where CPU is short, the workers yield to it (their bounded queues then slow
@@ -164,7 +170,7 @@ class Settings:
         positive = ("global_inflight", "host_limit_floor", "inbound_capacity", "parse_queue",
                     "store_queue", "max_body_bytes", "warc_max_bytes", "max_links_per_page",
                     "max_parse_bytes", "robots_max_attempts", "sitemap_max_urls", "sitemap_max_bytes",
-                    "dns_cache_hosts")
+                    "dns_cache_hosts", "crawl_log_max_bytes")
         for name in positive:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -194,6 +200,12 @@ class Settings:
                 problems.append(f"{name} must be >= 1")
         if self.max_hops < 0 or self.max_redirects < 0:
             problems.append("max_hops and max_redirects must be >= 0")
+        if self.warc_metadata not in ("on", "off"):
+            problems.append(f"warc_metadata must be 'on' or 'off', got {self.warc_metadata!r}")
+        if self.dedup_max_entries < 0:
+            problems.append(f"dedup_max_entries must be >= 0, got {self.dedup_max_entries}")
+        if not self.crawl_name.strip():
+            problems.append("crawl_name must not be empty")
         if self.sitemaps not in ("off", "robots", "probe"):
             problems.append(f"sitemaps must be 'off', 'robots' or 'probe', got {self.sitemaps!r}")
         if not 0 < self.robots_error_retry_s <= self.robots_retry_cap_s or self.robots_ttl_s <= 0:

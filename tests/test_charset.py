@@ -160,7 +160,7 @@ def test_the_fetch_result_names_the_charset_label_of_its_content_type(content_ty
 def test_the_parse_worker_reads_a_page_in_its_http_charset() -> None:
     body = '<a href="/café.html">é</a>'.encode("latin-1")
     context = ParseContext(scope=Scope(), max_links=10)
-    [(links, found)] = parse_pages(context, [(body, PAGE, 0, "iso-8859-1", True)])
+    [(links, found, _outlinks)] = parse_pages(context, [(body, PAGE, 0, "iso-8859-1", True)])
     assert [url for url, _host in links] == [CAFE_LINK]
 
 
@@ -185,4 +185,4 @@ def test_the_parse_worker_reports_a_page_cut_at_max_parse_bytes() -> None:
     [cut, whole] = parse_pages(context, [(body, PAGE, 0, None, True), (body[:500], PAGE + "b", 0, None, True)])
     assert isinstance(cut, PageReport) and cut.truncated == "bytes" and cut.kind == "page"
     assert [url for url, _host in cut.links] == ["http://latin1.test/early"]
-    assert whole == ([], 1)  # whole, and its one link already handed over
+    assert whole == ([], 1, None)  # whole, and its one link already handed over

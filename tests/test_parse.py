@@ -9,7 +9,7 @@ def page(*hrefs: str) -> bytes:
 
 
 def urls(result) -> list[str]:
-    links, _found = result
+    links, _found, _outlinks = result
     return [url for url, _host in links]
 
 

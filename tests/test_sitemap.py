@@ -216,7 +216,7 @@ def test_a_gzip_index_and_a_non_sitemap_candidate_in_the_worker() -> None:
     [sitemap, feed] = parse_pages(context, jobs)
     assert isinstance(sitemap, PageReport) and sitemap.truncated == "urls"
     assert sitemap.links == [("http://s.test/1.xml", "s.test")]
-    assert feed == ([], 0)
+    assert feed == ([], 0, None)
 
 
 # ------------------------------------------------------------------------------ the parse stage

@@ -15,7 +15,8 @@ class FetchResult:
     status: int | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     request_headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""
+    body: bytes = b""  # as the server sent it: de-chunked, still content-encoded (core.encoding decodes)
+    status_line: str | None = None  # as received, e.g. "HTTP/1.0 200 OK"
     error: ErrorKind | None = None  # None when an HTTP answer came back
     error_detail: str | None = None
     started_at: float = 0.0  # wall clock
@@ -45,6 +46,10 @@ class FetchResult:
             value = self.header("Content-Type")
             content_type = self._content_type = value.split(";", 1)[0].strip().lower() if value else None
         return None if content_type is True else content_type
+
+    @property
+    def content_encoding(self) -> str | None:
+        return self.header("Content-Encoding")
 
     @property
     def is_html(self) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from crawler_node.core.backoff import FINAL_ANSWER, NO_BACKOFF, BackoffState, HostBackoffPolicy, RetryPolicy
+from crawler_node.core.encoding import decode_body
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.response import FetchResult
@@ -64,6 +65,7 @@ class ResponseRules:
     robots_agent: str = "crawler-node"
     max_crawl_delay_s: float = 30.0
     robots: RobotsPolicy = RobotsPolicy()
+    robots_max_bytes: int = 500_000  # of a robots.txt read, decoded (RFC 9309 2.5: at least 500 KiB)
 
     def api_retry_delay(self, signal: Signal) -> float:
         """When to try again what the API refused: its Retry-After (capped), jittered."""
@@ -243,7 +245,11 @@ def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failu
         retry_in = policy.retry_in(failures, signal.retry_after_s)
         return RobotsAnswer(signal, signal.host, RobotsStatus.UNKNOWN, None, 0.0, now + retry_in, False,
                             failures=failures, error=error)
-    parsed = RobotsRules.parse(result.body, rules.robots_agent) if verdict is RobotsVerdict.PARSE else None
+    parsed = body = None
+    if verdict is RobotsVerdict.PARSE:
+        # The rules as the server sent them, decoded (a gzip robots.txt is common); a coding
+        # we do not decode reads as garbage, which parses as no rules, like a 4xx.
+        body = decode_body(result.body, result.content_encoding, rules.robots_max_bytes).body
+        parsed = RobotsRules.parse(body, rules.robots_agent)
     crawl_delay = min(parsed.crawl_delay() if parsed else 0.0, rules.max_crawl_delay_s)
-    return RobotsAnswer(signal, signal.host, RobotsStatus.READY, parsed, crawl_delay, now + crawl_delay, False,
-                        result.body if parsed is not None else None)
+    return RobotsAnswer(signal, signal.host, RobotsStatus.READY, parsed, crawl_delay, now + crawl_delay, False, body)

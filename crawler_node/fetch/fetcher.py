@@ -24,6 +24,7 @@ import aiohttp
 from yarl import URL
 
 from crawler_node.core.addresses import is_ip_literal, is_public_address
+from crawler_node.core.encoding import ACCEPT_ENCODING
 from crawler_node.core.outcomes import ErrorKind
 from crawler_node.core.response import FetchResult
 from crawler_node.fetch.dns import PrivateAddressError, Resolver
@@ -137,8 +138,11 @@ class Fetcher:
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,
-            headers={"User-Agent": self._user_agent, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"},
-            auto_decompress=True,
+            headers={"User-Agent": self._user_agent, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8",
+                     "Accept-Encoding": ACCEPT_ENCODING},
+            # The body is kept as the server sent it (Content-Encoding and all): the WARC record
+            # stores it so, and its readers decode it (core.encoding) within their own limits.
+            auto_decompress=False,
             trust_env=False,  # the proxy is configured explicitly, never from the environment
             skip_auto_headers=(),
             max_field_size=16_384,
@@ -169,6 +173,9 @@ class Fetcher:
             async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False) as response:
                 result.headers_s = time.monotonic() - started
                 result.status = response.status
+                version = response.version
+                protocol = f"HTTP/{version.major}.{version.minor}" if version is not None else "HTTP/1.1"
+                result.status_line = f"{protocol} {response.status} {response.reason or ''}"
                 result.headers = decode_headers(response.raw_headers)
                 result._by_name = response.headers  # case-insensitive, first value first
                 result.request_headers = list(response.request_info.headers.items())
@@ -255,10 +262,9 @@ def _request_url(url: str) -> URL | str:
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int, chunks: list[bytes]) -> bool:
-    """Append the decoded body to ``chunks`` up to ``limit`` bytes; True when there was more
-    (then exactly ``limit`` bytes were kept, also when Content-Length announced more). aiohttp
-    inflates gzip in bounded chunks, so a gzip bomb costs at most about ``limit`` plus one
-    chunk of memory before we stop. The chunks stay with the caller, so what was read before
+    """Append the body as sent (de-chunked, still content-encoded) to ``chunks`` up to ``limit``
+    bytes; True when there was more (then exactly ``limit`` bytes were kept, also when
+    Content-Length announced more). The chunks stay with the caller, so what was read before
     a timeout is kept."""
     content = response.content
     size = 0

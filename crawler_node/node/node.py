@@ -54,6 +54,7 @@ from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.settings import Settings
 from crawler_node.store.worker import StoreWorker
+from crawler_node.store.writer import CrawlInfo
 
 log = logging.getLogger("crawler_node.node")
 
@@ -76,6 +77,7 @@ def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRul
         api_limit_header=s.api_limit_header,
         robots_agent=s.robots_agent,
         max_crawl_delay_s=s.max_crawl_delay_s,
+        robots_max_bytes=s.robots_max_bytes,
         robots=RobotsPolicy(ttl_s=s.robots_ttl_s, retry_s=s.robots_error_retry_s, retry_cap_s=s.robots_retry_cap_s,
                             max_attempts=s.robots_max_attempts),
     )
@@ -135,7 +137,10 @@ class Node:
         self.held = HeldBytes(limit=s.pipeline_max_bytes, released=pressure)
         self.store = StoreStage(
             worker=StoreWorker(self.data_dir, node_id=s.node_id, warc_max_bytes=s.warc_max_bytes,
-                               in_process=s.store_in_process, nice=s.worker_nice),
+                               in_process=s.store_in_process, nice=s.worker_nice,
+                               crawl_log_max_bytes=s.crawl_log_max_bytes, dedup_max_entries=s.dedup_max_entries,
+                               info=CrawlInfo(crawl_name=s.crawl_name, operator=s.operator, user_agent=s.user_agent,
+                                              robots=f"obey (RFC 9309) as {s.robots_agent}")),
             frontier=self.frontier, hosts=self.hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
             held=self.held, node_id=s.node_id, queue_size=s.store_queue, lag_s=s.store_lag_s, taken=pressure,
             clock=clock)
@@ -144,7 +149,8 @@ class Node:
                                 ring_generation=lambda: self.cluster.membership.version, taken=pressure,
                                 max_parse_bytes=s.max_parse_bytes, read_sitemaps=s.sitemaps != "off",
                                 sitemap_max_urls=s.sitemap_max_urls, sitemap_max_bytes=s.sitemap_max_bytes,
-                                delay_s=s.parse_delay_s, crash_url=s.parse_crash_url)
+                                delay_s=s.parse_delay_s, crash_url=s.parse_crash_url,
+                                outlinks=s.warc_metadata == "on")
         # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
         self.resolver = None if s.proxy else Resolver(server=s.dns_server, allow_private=s.allow_private,
                                                       cache_hosts=s.dns_cache_hosts, cache_s=s.dns_cache_s)

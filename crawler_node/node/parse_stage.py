@@ -44,13 +44,14 @@ class ParseStage:
                  store: NextStage, ring_generation: Callable[[], int], taken: Wakeup,
                  max_parse_bytes: int = MAX_PARSE_BYTES, read_sitemaps: bool = True,
                  sitemap_max_urls: int = 50_000, sitemap_max_bytes: int = 52_428_800,
-                 delay_s: float = 0.0, crash_url: str = "") -> None:
+                 delay_s: float = 0.0, crash_url: str = "", outlinks: bool = False) -> None:
         """``workers``: parser processes (0: one thread in this process); ``ring_generation``:
         the cluster's membership version, which tells the parsers when to hand links over
         again; ``taken`` is notified whenever a page leaves the queue or a batch is done;
         ``read_sitemaps=False``: a page that is not HTML goes to the store unread;
+        ``outlinks``: every HTML page's links come back for its WARC metadata record;
         ``delay_s`` and ``crash_url`` are test hooks (see parse.worker.ParseContext)."""
-        self._context = partial(ParseContext, scope=scope, max_links=max_links, delay_s=delay_s,
+        self._context = partial(ParseContext, scope=scope, max_links=max_links, delay_s=delay_s, outlinks=outlinks,
                                 crash_url=crash_url, max_parse_bytes=max_parse_bytes,
                                 sitemap_max_urls=sitemap_max_urls, sitemap_max_bytes=sitemap_max_bytes)
         self._read_sitemaps = read_sitemaps
@@ -133,10 +134,10 @@ class ParseStage:
                 self.counters["parse_errors"] += 1
                 continue
             if isinstance(parsed, PageReport):
-                links, found = parsed.links, parsed.found
+                links, found, page.outlinks = parsed.links, parsed.found, parsed.outlinks
                 self._note(page, parsed)
             else:
-                links, found = parsed
+                links, found, page.outlinks = parsed
             depth = page.lease.depth + 1
             page.links = [UrlEntry(url, host, depth, -depth) for url, host in links]
             discovered += found
@@ -210,4 +211,4 @@ class ParseStage:
 def _job(page: PageResult) -> ParseJob:
     # The charset label, not the headers, travels: the job is pickled to the parser process.
     fetch = page.fetch
-    return (fetch.body, page.lease.url, page.lease.depth, fetch.charset, fetch.is_html)
+    return (fetch.body, page.lease.url, page.lease.depth, fetch.charset, fetch.is_html, fetch.content_encoding)

@@ -21,6 +21,8 @@ class PageResult:
     links: list[UrlEntry] = field(default_factory=list)
     kind: str = "page"  # "page", "robots" (no lease of its own: nothing to finish) or "sitemap"
     parse_truncated: bool = False  # links came from the first max_parse_bytes of the body only
+    outlinks: str | None = None  # all the page's links, one per line, for its WARC metadata record
+    items: list[str] = field(default_factory=list)  # the pipelines' items of the page, as JSON lines
 
 
 class InboundFull(Exception):

@@ -195,4 +195,5 @@ class StoreStage:
                 fetch.remote_addr, fetch.elapsed_s,
                 fetch.header("Location") if outcome is FetchOutcome.REDIRECT or
                 outcome is FetchOutcome.TOO_MANY_REDIRECTS else None,
-                fetch.truncated, page.parse_truncated, page.kind)
+                fetch.truncated, page.parse_truncated, page.kind, fetch.status_line, lease.depth,
+                getattr(lease, "via", None), page.outlinks, page.items, getattr(lease, "visits", 0))

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from crawler_node.core.bounded import TwoGenerationSet
+from crawler_node.core.encoding import decode_body
 from crawler_node.core.scope import Scope
 from crawler_node.core.urls import InvalidURL, directory_of, host_of, normalize_url, origin_of, resolve_plain
 from crawler_node.parse.links import MAX_PARSE_BYTES, LinkMemo, extract_links
@@ -52,20 +53,22 @@ class ParseContext:
     max_parse_bytes: int = MAX_PARSE_BYTES  # links come from this much of an HTML page
     sitemap_max_urls: int = 50_000  # <loc>s read per sitemap file (sitemaps.org's limit)
     sitemap_max_bytes: int = 52_428_800  # uncompressed, per sitemap file (sitemaps.org: 50 MiB)
+    outlinks: bool = False  # hand back every link of a page, for its WARC metadata record
     memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
     returned: ReturnedLinks = field(default_factory=ReturnedLinks)
 
 
-# One page to parse: body, URL, depth, and optionally the charset label of its Content-Type
-# (a label, not the headers: the job is pickled) and whether it is HTML (else it is a
-# sitemap candidate: an XML or gzip type, or a .xml/.xml.gz path).
-ParseJob = tuple[bytes, str, int] | tuple[bytes, str, int, str | None, bool]
+# One page to parse: body (as received), URL, depth, and optionally the charset label of its
+# Content-Type (a label, not the headers: the job is pickled), whether it is HTML (else it is
+# a sitemap candidate: an XML or gzip type, or a .xml/.xml.gz path), and its Content-Encoding.
+ParseJob = tuple[bytes, str, int] | tuple[bytes, str, int, str | None, bool, str | None]
 
 # What a page yields: the (url, host) of its links in scope, normalised, that this worker has
-# not handed over before (see ReturnedLinks), and how many links the page had in all. A
+# not handed over before (see ReturnedLinks), how many links the page had in all, and (with
+# ParseContext.outlinks) all of them, one per line, for the page's WARC metadata record. A
 # plain tuple: it crosses the process boundary, where a tuple pickles in a fraction of a
 # dataclass's time. A page with more to say returns a PageReport instead.
-PageLinks = tuple[list[tuple[str, str]], int]
+PageLinks = tuple[list[tuple[str, str]], int, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +82,33 @@ class PageReport:
     kind: str = "page"  # "sitemap": read as one (its URLs are the links)
     truncated: str | None = None  # "bytes": the page or sitemap was cut at its size limit; "urls": at sitemap_max_urls
     error: str | None = None  # why a sitemap candidate could not be read (in whole or to its end)
+    outlinks: str | None = None  # as in PageLinks
 
 
 def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset: str | None = None,
-               html: bool = True) -> PageLinks | PageReport:
+               html: bool = True, content_encoding: str | None = None) -> PageLinks | PageReport:
     """The in-scope links of one page found at ``depth`` (see links.extract_links; for a
-    sitemap, the URLs it lists: see parse.sitemap) that were not handed over before."""
+    sitemap, the URLs it lists: see parse.sitemap) that were not handed over before. The
+    body comes as received: its Content-Encoding is undone here, no further than the parser
+    reads (a gzip bomb inflates to max_parse_bytes, or a sitemap's limit, and no more)."""
     if context.delay_s:
         time.sleep(context.delay_s)
     if context.crash_url and url == context.crash_url:
         os._exit(70)  # no cleanup, no answer: what a crash in the HTML parser's C code looks like
+    limit = (context.max_parse_bytes if html else context.sitemap_max_bytes) + 1  # +1: tells a cut body
+    decoded = decode_body(body, content_encoding, limit)
+    if decoded.error is not None:
+        raise ValueError(decoded.error)
+    body = decoded.body
     if not html:
         return _sitemap_links(context, body, url, depth)
     page = extract_links(body, url, max_links=context.max_links, encoding=charset,
                          max_parse_bytes=context.max_parse_bytes, memo=context.memo, with_title=False)
     links = _fresh_in_scope(context, page.links, depth)
+    outlinks = "\n".join(page.links) if context.outlinks else None
     if page.truncated:
-        return PageReport(links, len(page.links), truncated="bytes")
-    return links, len(page.links)
+        return PageReport(links, len(page.links), truncated="bytes", outlinks=outlinks)
+    return links, len(page.links), outlinks
 
 
 def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> PageLinks | PageReport:
@@ -105,7 +117,7 @@ def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> 
     An XML document that is no sitemap yields nothing."""
     sitemap = read_sitemap(body, max_urls=context.sitemap_max_urls, max_bytes=context.sitemap_max_bytes)
     if sitemap.kind is None:
-        return ([], 0) if sitemap.error is None else PageReport([], 0, error=sitemap.error)
+        return ([], 0, None) if sitemap.error is None else PageReport([], 0, error=sitemap.error)
     origin = origin_of(url)
     directory = directory_of(url, origin)
     found: list[str] = []

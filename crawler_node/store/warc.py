@@ -19,6 +19,7 @@ import hashlib
 import os
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 try:
     from isal import isal_zlib as _deflate
@@ -132,24 +133,80 @@ def warcinfo(filename: str, date: str, info: Sequence[tuple[str, str]]) -> bytes
     return record("warcinfo", fields, body, content_type="application/warc-fields")
 
 
+REVISIT_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+REVISIT_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+
+
+def chunked(body: bytes) -> bytes:
+    """``body`` in HTTP/1.1 chunked framing, as one chunk (and the last, empty one).
+
+    The HTTP client removes the server's chunk framing before the node sees the body; a
+    response that said ``Transfer-Encoding: chunked`` is stored with its headers unchanged,
+    so its body is framed again, in one chunk: any reader de-chunks it to the exact bytes
+    received. (The server's own chunk sizes are not kept.)"""
+    if not body:
+        return b"0\r\n\r\n"
+    return b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
+
+
 def exchange(url: str, date: str, *, status_line: str, response_headers: Sequence[tuple[str, str]],
              body: bytes, request_line: str, request_headers: Sequence[tuple[str, str]],
              ip_address: str | None = None, truncated: str | None = None,
-             ids: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
-    """The response record and the request record (WARC-Concurrent-To the response) of one
-    HTTP exchange. The response's payload digest is the digest of `body`. `ids` are the two
-    records' ids (from `record_ids`), drawn here when not given."""
+             ids: tuple[str, str] | None = None, revisit: Revisit | None = None) -> tuple[bytes, bytes]:
+    """The response record (or, with ``revisit``, a revisit record) and the request record
+    (WARC-Concurrent-To the first) of one HTTP exchange. ``body`` is the payload as the
+    record holds it (see `chunked`); the payload digest is its digest, as WARC readers
+    (warcio) compute it. `ids` are the two records' ids (from `record_ids`), drawn here when
+    not given."""
     response_id, request_id = ids or record_ids(2)
     # The fields both records have, formatted once; no value spans lines (see _header_block).
     where = f"WARC-Date: {_one_line(date)}\r\nWARC-Target-URI: {_one_line(url)}\r\n"
     response_fields = f"WARC-Record-ID: {response_id}\r\n{where}"
     if ip_address:
         response_fields += f"WARC-IP-Address: {_one_line(ip_address)}\r\n"
-    if truncated:
-        response_fields += f"WARC-Truncated: {_one_line(truncated)}\r\n"
-    response = _record("response", response_fields, http_head(status_line, response_headers), body,
-                       "application/http; msgtype=response", sha1_label(body))
+    head = http_head(status_line, response_headers)
+    if revisit is not None:
+        # The HTTP head only: the payload is the original's (identical-payload-digest) or
+        # the server said it has not changed (server-not-modified).
+        response_fields += revisit.fields()
+        response = _record("revisit", response_fields, head, b"", "application/http; msgtype=response",
+                           revisit.payload_digest)
+    else:
+        if truncated:
+            response_fields += f"WARC-Truncated: {_one_line(truncated)}\r\n"
+        response = _record("response", response_fields, head, body, "application/http; msgtype=response",
+                           sha1_label(body))
     request_fields = f"WARC-Record-ID: {request_id}\r\n{where}WARC-Concurrent-To: {response_id}\r\n"
     request = _record("request", request_fields, http_head(request_line, request_headers), b"",
                       "application/http; msgtype=request", None)
     return response, request
+
+
+@dataclass(frozen=True, slots=True)
+class Revisit:
+    """What a revisit record says of the record it stands in for."""
+
+    profile: str  # REVISIT_IDENTICAL or REVISIT_NOT_MODIFIED
+    payload_digest: str | None = None  # of the original payload (identical-payload-digest)
+    refers_to: str | None = None  # the original's WARC-Record-ID
+    refers_to_uri: str | None = None
+    refers_to_date: str | None = None
+
+    def fields(self) -> str:
+        lines = [("WARC-Profile", self.profile)]
+        if self.refers_to:
+            lines.append(("WARC-Refers-To", self.refers_to))
+        if self.refers_to_uri:
+            lines.append(("WARC-Refers-To-Target-URI", self.refers_to_uri))
+        if self.refers_to_date:
+            lines.append(("WARC-Refers-To-Date", self.refers_to_date))
+        return _header_block(lines)
+
+
+def metadata(url: str, date: str, concurrent_to: str, fields: Sequence[tuple[str, str]]) -> bytes:
+    """A metadata record about the response ``concurrent_to`` (outlinks, via, hops), as
+    application/warc-fields, the form Heritrix writes."""
+    record_fields = [("WARC-Record-ID", record_id()), ("WARC-Date", date), ("WARC-Target-URI", url),
+                     ("WARC-Concurrent-To", concurrent_to)]
+    return record("metadata", record_fields, _header_block(fields).encode("utf-8", "surrogateescape"),
+                  content_type="application/warc-fields")

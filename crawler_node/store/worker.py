@@ -9,14 +9,15 @@ to the OS, which the frontier commit that follows relies on.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from crawler_node.runtime.workers import make_worker
-from crawler_node.store.writer import FetchRecord, Store
+from crawler_node.store.writer import CrawlInfo, FetchRecord, Store
 
 
-def _open(data_dir: str, node_id: str, warc_max_bytes: int) -> Store:
-    return Store(Path(data_dir), node_id=node_id, warc_max_bytes=warc_max_bytes)
+def _open(data_dir: str, node_id: str, options: dict, info: dict) -> Store:
+    return Store(Path(data_dir), node_id=node_id, info=CrawlInfo(**info), **options)
 
 
 def _write(store: Store, rows: Sequence[tuple]) -> None:
@@ -29,9 +30,13 @@ def _close(store: Store) -> None:
 
 class StoreWorker:
     def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int, in_process: bool = True,
-                 nice: int = 0) -> None:
+                 nice: int = 0, crawl_log_max_bytes: int = 100_000_000, dedup_max_entries: int = 1_000_000,
+                 info: CrawlInfo | None = None) -> None:
+        options = {"warc_max_bytes": warc_max_bytes, "crawl_log_max_bytes": crawl_log_max_bytes,
+                   "dedup_max_entries": dedup_max_entries}
         self._worker = make_worker("store", in_process=in_process, init=_open,
-                                   init_args=(str(data_dir), node_id, warc_max_bytes), nice=nice)
+                                   init_args=(str(data_dir), node_id, options, asdict(info or CrawlInfo())),
+                                   nice=nice)
 
     async def start(self) -> None:
         await self._worker.start()  # the store is open (or the error surfaces here)

@@ -4,37 +4,43 @@ Synchronous and single-threaded by design, like the frontier: it runs in the sto
 (store.worker: its own process by default, or a thread), which the store stage hands
 batches, so disk writes never block the event loop.
 
-- `CrawlLog`: JSON lines, one per fetch attempt (including timeouts and DNS failures), so
-  tests and users can audit coverage, duplicates and politeness.
-- `WarcWriter`: gzip WARC 1.1 (records built by `crawler_node.store.warc`), a request + response
-  record per HTTP exchange, rotated by size. Each record is its own gzip member, so a file is
-  readable up to its last complete record even while it is being written or after a crash.
-- `Store`: both behind one `write(records)`.
+- `CrawlLog` (store.crawl_log): JSON lines, one per fetch attempt (including timeouts and DNS
+  failures), each naming its WARC record, so tests and users can audit coverage, duplicates
+  and politeness, and join the log to the archive.
+- `WarcWriter`: gzip WARC 1.1 (records built by `crawler_node.store.warc`), rotated by size.
+  Per HTTP exchange a response record (or a revisit record, see `DigestIndex`), a request
+  record and, for a parsed HTML page, a metadata record of its outlinks. Each record is its
+  own gzip member, so a file is readable up to its last complete record even while it is
+  being written or after a crash. Records are stored as received: the server's status line,
+  its headers unchanged, the body still content-encoded.
+- `Store`: all of them behind one `write(records)`.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import logging
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
 from http import HTTPStatus
 from importlib import metadata
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.store import warc
+from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME, CrawlLog, Location, _drop_torn_tail, iso_utc
+from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex, Original
 
-CRAWL_LOG_FILENAME = "crawl.log"
+__all__ = ["CRAWL_LOG_FILENAME", "CrawlInfo", "CrawlLog", "FetchRecord", "Location", "Store", "WarcWriter",
+           "_drop_torn_tail", "exchange_records", "iso_utc"]
+
+log = logging.getLogger("crawler_node.store")
+
 WARC_DIRNAME = "warc"
-# A str as a quoted JSON string, non-ASCII escaped: the (C) function json.dumps uses.
-_json_string = json.encoder.encode_basestring_ascii
 
 
 def _software() -> str:
@@ -47,9 +53,6 @@ def _software() -> str:
 
 
 SOFTWARE = _software()
-# Headers describing the wire encoding of a body we no longer store in that encoding.
-ORIGINAL_HEADER_PREFIX = "X-Crawler-Original-"
-_WIRE_ENCODING_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
 
 
 @dataclass(slots=True)
@@ -65,7 +68,7 @@ class FetchRecord:
     status: int | None = None
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     response_headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""  # decoded (decompressed) body, as the HTTP client hands it over
+    body: bytes = b""  # as received: de-chunked by the HTTP client, still content-encoded
     content_type: str | None = None
     error: str | None = None
     remote_addr: str | None = None
@@ -74,120 +77,37 @@ class FetchRecord:
     truncated: str | None = None  # the body was cut: "length", "time" or "disconnect" (WARC-Truncated)
     parse_truncated: bool = False  # links were extracted from the first max_parse_bytes only
     kind: str = "page"  # "page", "robots" or "sitemap"
+    status_line: str | None = None  # as received ("HTTP/1.0 200 OK"); None: rebuilt from the status
+    depth: int = 0
+    via: str | None = None  # the page the URL was found on
+    outlinks: str | None = None  # a parsed page's links, one per line: its metadata record (None: none)
+    items: list[str] = field(default_factory=list)  # a pipeline's items of this page, JSON lines
+    visit: int = 0  # 0: the URL's first fetch; n: its n-th recrawl
 
 
-def iso_utc(epoch: float, *, timespec: str = "milliseconds") -> str:
-    """ISO 8601 in UTC with a `Z` suffix, e.g. 2024-05-01T12:00:00.123Z: what
-    `datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec=timespec)` gives, with the
-    date and time of day formatted once per second, not twice per record."""
-    # The microseconds as `fromtimestamp` rounds them: half to even, from the fraction alone.
-    fraction, whole = math.modf(epoch)
-    second, microsecond = int(whole), round(fraction * 1e6)
-    if microsecond >= 1_000_000:
-        second, microsecond = second + 1, microsecond - 1_000_000
-    elif microsecond < 0:
-        second, microsecond = second - 1, microsecond + 1_000_000
-    if timespec == "milliseconds":
-        return f"{_utc_second(second)}.{microsecond // 1000:03d}Z"  # truncated, as isoformat does
-    if timespec == "microseconds":
-        return f"{_utc_second(second)}.{microsecond:06d}Z"
-    if timespec == "seconds":
-        return f"{_utc_second(second)}Z"
-    raise ValueError(f"timespec must be seconds, milliseconds or microseconds, got {timespec!r}")
+@dataclass(frozen=True, slots=True)
+class CrawlInfo:
+    """What the warcinfo record at the head of each WARC file says about the crawl."""
 
-
-@lru_cache(maxsize=4096)  # a batch's fetches span a few seconds
-def _utc_second(second: int) -> str:
-    return datetime.fromtimestamp(second, tz=UTC).replace(tzinfo=None).isoformat()
-
-
-class CrawlLog:
-    """Append-only JSON lines, one per fetch attempt."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        _drop_torn_tail(path)
-        self._file: TextIO | None = open(path, "a", encoding="utf-8", newline="\n")
-        self.bytes_written = 0
-
-    def write(self, records: Iterable[FetchRecord]) -> int:
-        """Append one line per record (buffered: call `flush` per batch). Returns the count."""
-        lines = [self._line(record) for record in records]
-        text = "".join(lines)
-        self._require_open().write(text)
-        self.bytes_written += len(text)  # ASCII: every string in it is escaped as JSON does
-        return len(lines)
-
-    @staticmethod
-    def _line(record: FetchRecord) -> str:
-        """The line `json.dumps(entry, separators=(",", ":"))` writes, in a fifth of its time:
-        the strings go through the encoder's own (C) escaping, so any string comes out exactly
-        as json.dumps writes it, and the keys and the other values need none."""
-        text = _json_string
-        status = "null" if record.status is None else record.status
-        error = "null" if record.error is None else text(record.error)
-        location = "null" if record.location is None else text(record.location)
-        truncated = "null" if record.truncated is None else text(record.truncated)
-        return (f'{{"url":{text(record.url)},"host":{text(record.host)},"status":{status},'
-                f'"outcome":{text(record.outcome)},"bytes":{len(record.body)},"node":{text(record.node_id)},'
-                f'"attempt":{record.attempt},"fetched_at":"{iso_utc(record.fetched_at)}",'
-                f'"elapsed_ms":{round(record.elapsed_s * 1000.0, 1)!r},"error":{error},'
-                f'"kind":"{record.kind}","location":{location},"truncated":{truncated},'
-                f'"parse_truncated":{"true" if record.parse_truncated else "false"}}}\n')
-
-    def flush(self, *, fsync: bool = False) -> None:
-        handle = self._require_open()
-        handle.flush()
-        if fsync:
-            os.fsync(handle.fileno())
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def _require_open(self) -> TextIO:
-        if self._file is None:
-            raise ValueError(f"crawl log {self.path} is closed")
-        return self._file
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """A process killed mid-write can leave half a line; cut it so the log stays valid JSON
-    lines. Nothing is lost: the frontier marks a fetch done only after its line was flushed,
-    so the attempt behind a torn line is made again."""
-    try:
-        with open(path, "rb+") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            handle.seek(size - 1)
-            if handle.read(1) == b"\n":
-                return
-            keep = size
-            while keep > 0:
-                step = min(65_536, keep)
-                handle.seek(keep - step)
-                chunk = handle.read(step)
-                newline = chunk.rfind(b"\n")
-                if newline >= 0:
-                    handle.truncate(keep - step + newline + 1)
-                    return
-                keep -= step
-            handle.truncate(0)
-    except FileNotFoundError:
-        return
+    crawl_name: str = "crawl"  # isPartOf
+    operator: str | None = None
+    user_agent: str | None = None
+    robots: str = "obey"  # the robots policy: RFC 9309, always obeyed
+    description: str | None = None
 
 
 class WarcWriter:
     """Size-rotated gzip WARC 1.1 files: `<node_id>-<UTC timestamp>-<serial:05d>.warc.gz`.
 
-    Records are built by `crawler_node.store.warc`; a batch goes to the file in one write."""
+    Records are built by `crawler_node.store.warc`; a batch goes to the file in one write.
+    With `digests`, a 2xx response whose payload this node archived before is written as a
+    revisit record (identical-payload-digest), and a 304 answer to a recrawl as one of
+    profile server-not-modified."""
 
-    def __init__(
-        self, directory: Path, *, node_id: str, max_file_bytes: int = 100_000_000
-    ) -> None:
+    def __init__(self, directory: Path, *, node_id: str, max_file_bytes: int = 100_000_000,
+                 digests: DigestIndex | None = None, info: CrawlInfo | None = None,
+                 on_close: Callable[[Path], None] | None = None) -> None:
+        """``on_close``: called with each file once it is complete (its CDXJ index is made)."""
         if max_file_bytes <= 0:
             raise ValueError(f"max_file_bytes must be > 0, got {max_file_bytes}")
         if not node_id or "/" in node_id:
@@ -196,34 +116,75 @@ class WarcWriter:
         self.directory = directory
         self.node_id = node_id
         self.max_file_bytes = max_file_bytes
+        self.digests = digests
+        self.info = info or CrawlInfo()
+        self._on_close = on_close
         self.files: list[Path] = []
-        self.records_written = 0
+        self.records_written = 0  # exchanges
+        self.revisits_written = 0
         self.bytes_written = 0  # compressed bytes on disk, over all files
         self._serial = 0
         self._file: BinaryIO | None = None
+        self._path: Path | None = None
         self._file_bytes = 0  # of the open file, including what is still in `_pending`
         self._pending: list[bytes] = []  # gzip members of the open file not yet written
         self._closed = False
 
-    def write(self, records: Iterable[FetchRecord]) -> int:
-        """Write a request/response pair per HTTP exchange. Returns how many were written."""
+    def write(self, records: Sequence[FetchRecord]) -> list[Location | None]:
+        """Write the records of each HTTP exchange; returns where each one's response (or
+        revisit) record went, None for an attempt without an exchange."""
         # No HTTP exchange happened without a status: the crawl log alone tells those.
-        exchanges = [record for record in records if record.status is not None]
+        exchanges = sum(1 for record in records if record.status is not None)
         if exchanges and self._closed:
             raise ValueError(f"WARC writer for {self.directory} is closed")
-        ids = warc.record_ids(2 * len(exchanges))
-        for record, response_id, request_id in zip(exchanges, ids[0::2], ids[1::2], strict=True):
+        ids = iter(warc.record_ids(2 * exchanges))
+        locations: list[Location | None] = []
+        for record in records:
+            if record.status is None:
+                locations.append(None)
+                continue
             if self._file is None:
                 self._open_file()
+            assert self._path is not None
+            response_id, request_id = next(ids), next(ids)
+            revisit, digest = self._revisit(record)
             # The response first, then the request with WARC-Concurrent-To pointing at it.
-            response, request = exchange_records(record, ids=(response_id, request_id))
-            self._append(warc.gzip_member(response))
+            response, request = exchange_records(record, ids=(response_id, request_id), revisit=revisit)
+            offset = self._file_bytes
+            member = warc.gzip_member(response)
+            self._append(member)
             self._append(warc.gzip_member(request))
+            date = iso_utc(record.fetched_at, timespec="microseconds")
+            if record.outlinks is not None:
+                self._append(warc.gzip_member(warc.metadata(record.url, date, response_id, _metadata_fields(record))))
+            if revisit is None:
+                if digest is not None and self.digests is not None:
+                    self.digests.add(digest, Original(response_id, record.url, date))
+            else:
+                self.revisits_written += 1
+            locations.append(Location(self._path.name, offset, len(member),
+                                      "response" if revisit is None else "revisit",
+                                      digest if revisit is None else revisit.payload_digest))
             self.records_written += 1
             if self._file_bytes >= self.max_file_bytes:
                 self._close_file()  # the next write opens the next file
         self._write_pending()
-        return len(exchanges)
+        return locations
+
+    def _revisit(self, record: FetchRecord) -> tuple[warc.Revisit | None, str | None]:
+        """A revisit record's fields for this exchange, or None; and the payload's digest
+        when the record will hold a payload worth remembering (a complete 2xx body)."""
+        status = record.status
+        if status == 304:
+            return warc.Revisit(warc.REVISIT_NOT_MODIFIED, refers_to_uri=record.url), None
+        if self.digests is None or status is None or not 200 <= status < 300 or record.truncated or not record.body:
+            return None, None
+        digest = warc.sha1_label(stored_payload(record))
+        original = self.digests.lookup(digest)
+        if original is None:
+            return None, digest
+        return warc.Revisit(warc.REVISIT_IDENTICAL, payload_digest=digest, refers_to=original.record_id,
+                            refers_to_uri=original.url, refers_to_date=original.date), None
 
     def _append(self, member: bytes) -> None:
         self._pending.append(member)
@@ -248,15 +209,10 @@ class WarcWriter:
                 break
             except FileExistsError:
                 continue
+        self._path = path
         self._file_bytes = 0
-        info = [
-            ("software", SOFTWARE),
-            ("hostname", socket.gethostname()),
-            ("node-id", self.node_id),
-            ("format", "WARC File Format 1.1"),
-            ("conformsTo", "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"),
-        ]
-        self._append(warc.gzip_member(warc.warcinfo(path.name, iso_utc(now.timestamp(), timespec="seconds"), info)))
+        self._append(warc.gzip_member(warc.warcinfo(path.name, iso_utc(now.timestamp(), timespec="seconds"),
+                                                    warcinfo_fields(self.node_id, self.info))))
         self.files.append(path)
 
     def flush(self, *, fsync: bool = False) -> None:
@@ -275,15 +231,60 @@ class WarcWriter:
         if self._file is not None:
             self._write_pending()
             self._file.close()
+            path, self._path = self._path, None
+            if self._on_close is not None and path is not None:
+                self._on_close(path)
         self._file = None
+
+
+def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
+    """The warcinfo record's fields (WARC 1.1 annex C's names where it has one)."""
+    fields = [("software", SOFTWARE), ("hostname", socket.gethostname()), ("node-id", node_id),
+              ("isPartOf", info.crawl_name)]
+    if info.operator:
+        fields.append(("operator", info.operator))
+    if info.user_agent:
+        fields.append(("http-header-user-agent", info.user_agent))
+    fields.append(("robots", info.robots))
+    if info.description:
+        fields.append(("description", info.description))
+    fields += [("format", "WARC File Format 1.1"),
+               ("conformsTo", "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/")]
+    return fields
+
+
+def _metadata_fields(record: FetchRecord) -> list[tuple[str, str]]:
+    # Heritrix's names: hopsFromSeed is one letter per hop (L: a link; redirects keep the depth).
+    fields = []
+    if record.via:
+        fields.append(("via", record.via))
+    fields.append(("hopsFromSeed", "L" * record.depth))
+    fields += [("outlink", link) for link in record.outlinks.split("\n") if link] if record.outlinks else []
+    return fields
 
 
 _STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
 
 
-def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None) -> tuple[bytes, bytes]:
-    """The response and request records (uncompressed) of one fetch attempt with a status.
-    `ids` are the records' ids (`warc.record_ids`), drawn here when not given."""
+def stored_payload(record: FetchRecord) -> bytes:
+    """The payload as the response record holds it: the body as received, framed again in
+    one chunk when the server sent it chunked (see warc.chunked)."""
+    if _is_chunked(record.response_headers):
+        return warc.chunked(record.body)
+    return record.body
+
+
+def _is_chunked(headers: Sequence[tuple[str, str]]) -> bool:
+    for name, value in headers:
+        if len(name) == 17 and name.lower() == "transfer-encoding":
+            return "chunked" in value.lower()
+    return False
+
+
+def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None,
+                     revisit: warc.Revisit | None = None) -> tuple[bytes, bytes]:
+    """The response (or revisit) and request records (uncompressed) of one fetch attempt
+    with a status. `ids` are the records' ids (`warc.record_ids`), drawn here when not given."""
     status = record.status
     if status is None:
         raise ValueError(f"no HTTP exchange to record for {record.url}: it has no status")
@@ -295,9 +296,9 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None)
     return warc.exchange(
         record.url,
         iso_utc(record.fetched_at, timespec="microseconds"),
-        status_line=_STATUS_LINES.get(status) or f"HTTP/1.1 {status}",
-        response_headers=stored_response_headers(record.response_headers, len(record.body)),
-        body=record.body,
+        status_line=record.status_line or _STATUS_LINES.get(status) or f"HTTP/1.1 {status} ",
+        response_headers=record.response_headers,
+        body=b"" if revisit is not None else stored_payload(record),
         request_line=f"GET {target} HTTP/1.1",
         request_headers=request_headers,
         ip_address=record.remote_addr,
@@ -305,6 +306,7 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None)
         # connection was lost mid-body ("disconnect"); the record holds what came before.
         truncated=record.truncated or ("length" if record.outcome == FetchOutcome.TOO_LARGE else None),
         ids=ids,
+        revisit=revisit,
     )
 
 
@@ -326,43 +328,22 @@ def _request_target(url: str) -> tuple[str, str]:
     return parts.netloc, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
-def stored_response_headers(
-    headers: Sequence[tuple[str, str]], body_length: int
-) -> list[tuple[str, str]]:
-    """The response headers to store in front of the *decoded* body.
-
-    The HTTP client decompresses and de-chunks the body before the node sees it, so the wire
-    headers no longer describe the bytes we have. Stored unchanged, a WARC reader would try to
-    gunzip plain bytes or parse chunk sizes that are not there. So Content-Encoding and
-    Transfer-Encoding are dropped and Content-Length is set to the stored length; the original
-    values are kept as X-Crawler-Original-* headers, so nothing the server said is lost.
-    The cost: the record is not the byte-exact wire message, and WARC-Payload-Digest is the
-    digest of the decoded body. The gain: any WARC reader hands back exactly the body the
-    crawler parsed, and the record's headers tell the truth about the bytes it holds.
-    """
-    stored: list[tuple[str, str]] = []
-    originals: list[tuple[str, str]] = []
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered not in _WIRE_ENCODING_HEADERS:
-            stored.append((name, value))
-        elif lowered != "content-length" or value.strip() != str(body_length):
-            originals.append((ORIGINAL_HEADER_PREFIX + name.title(), value))
-    stored.append(("Content-Length", str(body_length)))
-    return stored + originals
-
-
 class Store:
-    """The node's store: WARC files under `data_dir/warc/` and `data_dir/crawl.log`."""
+    """The node's store: WARC files (and their CDXJ indexes) under `data_dir/warc/`, the
+    digest index, `data_dir/crawl.log`, and the pipelines' items under `data_dir/items/`."""
 
-    def __init__(
-        self, data_dir: Path, *, node_id: str, warc_max_bytes: int = 100_000_000
-    ) -> None:
+    def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int = 100_000_000,
+                 crawl_log_max_bytes: int = 100_000_000, dedup_max_entries: int = 1_000_000,
+                 info: CrawlInfo | None = None) -> None:
+        """``dedup_max_entries``: payload digests remembered for revisit records (0: none,
+        every payload is stored in full)."""
         self.data_dir = data_dir
-        self.warc = WarcWriter(
-            data_dir / WARC_DIRNAME, node_id=node_id, max_file_bytes=warc_max_bytes
-        )
-        self.crawl_log = CrawlLog(data_dir / CRAWL_LOG_FILENAME)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.digests = (DigestIndex(data_dir / DIGESTS_FILENAME, max_entries=dedup_max_entries)
+                        if dedup_max_entries > 0 else None)
+        self.warc = WarcWriter(data_dir / WARC_DIRNAME, node_id=node_id, max_file_bytes=warc_max_bytes,
+                               digests=self.digests, info=info)
+        self.crawl_log = CrawlLog(data_dir / CRAWL_LOG_FILENAME, max_file_bytes=crawl_log_max_bytes)
         self.records_written = 0  # fetch attempts logged (with or without an HTTP exchange)
 
     @property
@@ -374,9 +355,13 @@ class Store:
         # WARC first: the crawl log never claims an exchange the WARC files lack. Both are
         # flushed to the OS before returning, because the caller marks these fetches done in
         # the frontier next, and a killed process must not have lost what it marked done.
-        self.warc.write(records)
-        self.records_written += self.crawl_log.write(records)
+        # The digests of the new payloads are committed last: an entry never points at a
+        # record that was not written.
+        locations = self.warc.write(records)
+        self.records_written += self.crawl_log.write(records, locations)
         self.flush()
+        if self.digests is not None:
+            self.digests.commit()
 
     def flush(self, *, fsync: bool = False) -> None:
         self.warc.flush(fsync=fsync)
@@ -385,3 +370,5 @@ class Store:
     def close(self) -> None:
         self.warc.close()
         self.crawl_log.close()
+        if self.digests is not None:
+            self.digests.close()
