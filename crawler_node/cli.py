@@ -12,7 +12,8 @@ from pathlib import Path
 from crawler_node.settings import Settings, SettingsError, load_settings, settings_fields
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
-_FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight"}
+_FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight",
+               "pipelines": "pipeline"}
 _HIDDEN = {"parse_delay_s", "parse_crash_url"}  # test hooks: accepted, not advertised
 _HELP = {
     "worker_nice": "niceness (0-19) of the parser and store processes: they yield CPU to the event loop",
@@ -39,6 +40,10 @@ _HELP = {
     "max_redirects": "redirect hops a chain may take before it ends as too_many_redirects (default 10)",
     "max_parse_bytes": "bytes of a page that links are extracted from (default 5000000)",
     "sitemaps": "off, robots (read the Sitemap: lines of robots.txt, default) or probe (also /sitemap.xml)",
+    "pipelines": "a pipeline run on every HTML page: MODULE:CALLABLE or an installed name such as summary "
+                 "(repeatable); its items go to items/*.jsonl",
+    "pipeline_budget_s": "seconds a pipeline may spend on one page before it is stopped (default 2)",
+    "items_max_bytes": "items/*.jsonl files rotate past this size (default 100000000)",
     "crawl_name": "the crawl's name, isPartOf in each WARC file's warcinfo record (default crawl)",
     "operator": "who runs this crawl (a contact), in each WARC file's warcinfo record",
     "warc_metadata": "on (default): a metadata record (outlinks, via, hops) beside each parsed HTML page; off",

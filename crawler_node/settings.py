@@ -121,6 +121,10 @@ class Settings:
     # payload digests remembered for revisit records (identical-payload-digest); 0 = none
     dedup_max_entries: int = 1_000_000
     warc_metadata: str = "on"  # "off": no metadata record (outlinks, via, hops) per parsed HTML page
+    # user pipelines: "module:callable" or an entry point name in the group crawler_node.pipelines
+    pipelines: list[str] = field(default_factory=list)
+    pipeline_budget_s: float = 2.0  # per pipeline per page; past it the pipeline is stopped, its output dropped
+    items_max_bytes: int = 100_000_000  # items/*.jsonl rotate past this
     crawl_name: str = "crawl"  # the warcinfo record's isPartOf
     operator: str | None = None  # the warcinfo record's operator: who runs this crawl (a contact)
     store_in_process: bool = True  # WARC writing in its own process, off the event loop's GIL
@@ -170,7 +174,7 @@ class Settings:
         positive = ("global_inflight", "host_limit_floor", "inbound_capacity", "parse_queue",
                     "store_queue", "max_body_bytes", "warc_max_bytes", "max_links_per_page",
                     "max_parse_bytes", "robots_max_attempts", "sitemap_max_urls", "sitemap_max_bytes",
-                    "dns_cache_hosts", "crawl_log_max_bytes")
+                    "dns_cache_hosts", "crawl_log_max_bytes", "items_max_bytes")
         for name in positive:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -200,6 +204,15 @@ class Settings:
                 problems.append(f"{name} must be >= 1")
         if self.max_hops < 0 or self.max_redirects < 0:
             problems.append("max_hops and max_redirects must be >= 0")
+        if self.pipeline_budget_s <= 0:
+            problems.append(f"pipeline_budget_s must be > 0, got {self.pipeline_budget_s}")
+        if self.pipelines:
+            from crawler_node.pipelines.loader import PipelineError, load_pipelines  # imports the user's code
+
+            try:
+                load_pipelines(self.pipelines)
+            except PipelineError as exc:
+                problems.append(str(exc))
         if self.warc_metadata not in ("on", "off"):
             problems.append(f"warc_metadata must be 'on' or 'off', got {self.warc_metadata!r}")
         if self.dedup_max_entries < 0:
@@ -307,7 +320,7 @@ def listen_address(value: str) -> tuple[str, int]:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights"}
+_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights", "pipelines"}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:

@@ -66,6 +66,9 @@ class NodeCollector:
             ("crawler_parse_truncated", "parse_truncated", "Pages whose links were read from max_parse_bytes only"),
             ("crawler_sitemaps", "sitemaps", "Sitemap files read"),
             ("crawler_sitemap_urls", "sitemap_urls", "URLs listed by the sitemaps read"),
+            ("crawler_items", "items", "Items the pipelines made"),
+            ("crawler_pipeline_errors", "pipeline_errors", "Pipeline runs that raised or returned what cannot be stored"),
+            ("crawler_pipeline_timeouts", "pipeline_timeouts", "Pipeline runs stopped at --pipeline-budget-s"),
         ):
             yield _single(CounterMetricFamily, name, help_text, counters[key])
         yield _single(GaugeMetricFamily, "crawler_retry_ratio", "Retries per request that reached a host",

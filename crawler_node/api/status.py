@@ -65,6 +65,9 @@ async def node_status(node: Node) -> dict[str, Any]:
             "too_many_redirects": fetch["outcomes"].get("too_many_redirects", 0),
             "parse_errors": parse["parse_errors"],
             "parser_restarts": parse["parser_restarts"],
+            "items": parse["items"],  # made by the pipelines
+            "pipeline_errors": parse["pipeline_errors"],
+            "pipeline_timeouts": parse["pipeline_timeouts"],
             "outcomes": fetch["outcomes"],
         },
         "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},

@@ -139,6 +139,7 @@ class Node:
             worker=StoreWorker(self.data_dir, node_id=s.node_id, warc_max_bytes=s.warc_max_bytes,
                                in_process=s.store_in_process, nice=s.worker_nice,
                                crawl_log_max_bytes=s.crawl_log_max_bytes, dedup_max_entries=s.dedup_max_entries,
+                               items_max_bytes=s.items_max_bytes,
                                info=CrawlInfo(crawl_name=s.crawl_name, operator=s.operator, user_agent=s.user_agent,
                                               robots=f"obey (RFC 9309) as {s.robots_agent}")),
             frontier=self.frontier, hosts=self.hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
@@ -150,7 +151,8 @@ class Node:
                                 max_parse_bytes=s.max_parse_bytes, read_sitemaps=s.sitemaps != "off",
                                 sitemap_max_urls=s.sitemap_max_urls, sitemap_max_bytes=s.sitemap_max_bytes,
                                 delay_s=s.parse_delay_s, crash_url=s.parse_crash_url,
-                                outlinks=s.warc_metadata == "on")
+                                outlinks=s.warc_metadata == "on", pipelines=tuple(s.pipelines),
+                                pipeline_budget_s=s.pipeline_budget_s)
         # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
         self.resolver = None if s.proxy else Resolver(server=s.dns_server, allow_private=s.allow_private,
                                                       cache_hosts=s.dns_cache_hosts, cache_s=s.dns_cache_s)

@@ -20,7 +20,7 @@ from crawler_node.node.fetch_stage import NextStage
 from crawler_node.node.pipeline import PageResult
 from crawler_node.node.queues import StageQueue
 from crawler_node.parse.links import MAX_PARSE_BYTES
-from crawler_node.parse.worker import PageReport, ParseAnswer, ParseContext, ParseJob, parse_pages
+from crawler_node.parse.worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker
@@ -44,14 +44,19 @@ class ParseStage:
                  store: NextStage, ring_generation: Callable[[], int], taken: Wakeup,
                  max_parse_bytes: int = MAX_PARSE_BYTES, read_sitemaps: bool = True,
                  sitemap_max_urls: int = 50_000, sitemap_max_bytes: int = 52_428_800,
-                 delay_s: float = 0.0, crash_url: str = "", outlinks: bool = False) -> None:
+                 delay_s: float = 0.0, crash_url: str = "", outlinks: bool = False,
+                 pipelines: tuple[str, ...] = (), pipeline_budget_s: float = 2.0) -> None:
         """``workers``: parser processes (0: one thread in this process); ``ring_generation``:
         the cluster's membership version, which tells the parsers when to hand links over
         again; ``taken`` is notified whenever a page leaves the queue or a batch is done;
         ``read_sitemaps=False``: a page that is not HTML goes to the store unread;
         ``outlinks``: every HTML page's links come back for its WARC metadata record;
+        ``pipelines``: the user's pipeline specs (pipelines.loader), run in the parsers on every
+        HTML page, each stopped after ``pipeline_budget_s`` on a page;
         ``delay_s`` and ``crash_url`` are test hooks (see parse.worker.ParseContext)."""
-        self._context = partial(ParseContext, scope=scope, max_links=max_links, delay_s=delay_s, outlinks=outlinks,
+        self._with_meta = bool(pipelines)
+        self._context = partial(new_context, pipeline_specs=pipelines, pipeline_budget_s=pipeline_budget_s,
+                                scope=scope, max_links=max_links, delay_s=delay_s, outlinks=outlinks,
                                 crash_url=crash_url, max_parse_bytes=max_parse_bytes,
                                 sitemap_max_urls=sitemap_max_urls, sitemap_max_bytes=sitemap_max_bytes)
         self._read_sitemaps = read_sitemaps
@@ -89,6 +94,8 @@ class ParseStage:
                 "parse_truncated": counters["parse_truncated"],
                 "sitemaps": counters["sitemaps"], "sitemap_urls": counters["sitemap_urls"],
                 "sitemaps_truncated": counters["sitemaps_truncated"], "sitemap_errors": counters["sitemap_errors"],
+                "items": counters["items"], "pipeline_errors": counters["pipeline_errors"],
+                "pipeline_timeouts": counters["pipeline_timeouts"],
                 "parser_pids": [parser.pid for parser in self._parsers]}
 
     # ----------------------------------------------------------------- lifecycle
@@ -118,7 +125,7 @@ class ParseStage:
                 batch_bytes += len(batch[-1].fetch.body)
             self._busy += 1
             try:
-                results = await self._parse(index, [_job(page) for page in batch])
+                results = await self._parse(index, [_job(page, self._with_meta) for page in batch])
                 self._attach_links(batch, results)
                 for page in batch:
                     await self._store.put(page)
@@ -146,6 +153,8 @@ class ParseStage:
     def _note(self, page: PageResult, report: PageReport) -> None:
         counters = self.counters
         page.parse_truncated = report.truncated is not None
+        if report.pipelines is not None:
+            self._note_pipelines(page, report)
         if report.kind != "sitemap":
             if report.truncated:
                 counters["parse_truncated"] += 1
@@ -165,6 +174,20 @@ class ParseStage:
             counters["sitemap_errors"] += 1
             log.warning("sitemap %s could not be read to its end (%d URLs before): %s", page.lease.url,
                         report.found, report.error)
+
+    def _note_pipelines(self, page: PageResult, report: PageReport) -> None:
+        output = report.pipelines
+        assert output is not None
+        page.items = output.items
+        counters = self.counters
+        counters["items"] += len(output.items)
+        for name, error in output.errors:
+            counters["pipeline_errors"] += 1
+            log.warning("pipeline %s failed on %s: %s", name, page.lease.url, error)
+        for name in output.timed_out:
+            counters["pipeline_timeouts"] += 1
+            log.warning("pipeline %s ran out of its time budget on %s: stopped, its output dropped",
+                        name, page.lease.url)
 
     async def _parse(self, index: int, jobs: list[ParseJob]) -> list[ParseAnswer]:
         parser = self._parsers[index]
@@ -208,7 +231,9 @@ class ParseStage:
         return results
 
 
-def _job(page: PageResult) -> ParseJob:
-    # The charset label, not the headers, travels: the job is pickled to the parser process.
+def _job(page: PageResult, with_meta: bool) -> ParseJob:
+    # The charset label, not the headers, travels: the job is pickled to the parser process
+    # (the status and headers too, only when pipelines will see them).
     fetch = page.fetch
-    return (fetch.body, page.lease.url, page.lease.depth, fetch.charset, fetch.is_html, fetch.content_encoding)
+    meta = (fetch.status or 0, fetch.headers) if with_meta and fetch.is_html else None
+    return (fetch.body, page.lease.url, page.lease.depth, fetch.charset, fetch.is_html, fetch.content_encoding, meta)

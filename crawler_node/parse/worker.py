@@ -12,8 +12,12 @@ from crawler_node.core.bounded import TwoGenerationSet
 from crawler_node.core.encoding import decode_body
 from crawler_node.core.scope import Scope
 from crawler_node.core.urls import InvalidURL, directory_of, host_of, normalize_url, origin_of, resolve_plain
+from crawler_node.parse.charset import decode_document
 from crawler_node.parse.links import MAX_PARSE_BYTES, LinkMemo, extract_links
 from crawler_node.parse.sitemap import read_sitemap
+from crawler_node.pipelines import Page
+from crawler_node.pipelines.loader import load_pipelines
+from crawler_node.pipelines.runner import PageOutput, PipelineRunner
 
 
 class ReturnedLinks:
@@ -54,14 +58,25 @@ class ParseContext:
     sitemap_max_urls: int = 50_000  # <loc>s read per sitemap file (sitemaps.org's limit)
     sitemap_max_bytes: int = 52_428_800  # uncompressed, per sitemap file (sitemaps.org: 50 MiB)
     outlinks: bool = False  # hand back every link of a page, for its WARC metadata record
+    pipelines: PipelineRunner | None = None  # the user's pipelines, run on every HTML page
     memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
     returned: ReturnedLinks = field(default_factory=ReturnedLinks)
 
 
+def new_context(*, pipeline_specs: tuple[str, ...] = (), pipeline_budget_s: float = 2.0, **options) -> ParseContext:
+    """A worker's context, made in the worker: its pipelines are imported there (the specs
+    travel, the callables need not pickle). The node checked the specs load before it started."""
+    runner = PipelineRunner(load_pipelines(pipeline_specs), pipeline_budget_s) if pipeline_specs else None
+    return ParseContext(pipelines=runner, **options)
+
+
 # One page to parse: body (as received), URL, depth, and optionally the charset label of its
 # Content-Type (a label, not the headers: the job is pickled), whether it is HTML (else it is
-# a sitemap candidate: an XML or gzip type, or a .xml/.xml.gz path), and its Content-Encoding.
-ParseJob = tuple[bytes, str, int] | tuple[bytes, str, int, str | None, bool, str | None]
+# a sitemap candidate: an XML or gzip type, or a .xml/.xml.gz path), its Content-Encoding,
+# and, only when there are pipelines to show the page to, its status and headers.
+PageMeta = tuple[int, list[tuple[str, str]]]
+ParseJob = (tuple[bytes, str, int] | tuple[bytes, str, int, str | None, bool, str | None]
+            | tuple[bytes, str, int, str | None, bool, str | None, PageMeta | None])
 
 # What a page yields: the (url, host) of its links in scope, normalised, that this worker has
 # not handed over before (see ReturnedLinks), how many links the page had in all, and (with
@@ -83,10 +98,12 @@ class PageReport:
     truncated: str | None = None  # "bytes": the page or sitemap was cut at its size limit; "urls": at sitemap_max_urls
     error: str | None = None  # why a sitemap candidate could not be read (in whole or to its end)
     outlinks: str | None = None  # as in PageLinks
+    pipelines: PageOutput | None = None  # what the user's pipelines made of the page
 
 
 def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset: str | None = None,
-               html: bool = True, content_encoding: str | None = None) -> PageLinks | PageReport:
+               html: bool = True, content_encoding: str | None = None,
+               meta: PageMeta | None = None) -> PageLinks | PageReport:
     """The in-scope links of one page found at ``depth`` (see links.extract_links; for a
     sitemap, the URLs it lists: see parse.sitemap) that were not handed over before. The
     body comes as received: its Content-Encoding is undone here, no further than the parser
@@ -104,11 +121,38 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset
         return _sitemap_links(context, body, url, depth)
     page = extract_links(body, url, max_links=context.max_links, encoding=charset,
                          max_parse_bytes=context.max_parse_bytes, memo=context.memo, with_title=False)
-    links = _fresh_in_scope(context, page.links, depth)
     outlinks = "\n".join(page.links) if context.outlinks else None
+    if context.pipelines is not None:
+        output = _run_pipelines(context.pipelines, body, url, depth, charset, meta, page.links)
+        links = _fresh_in_scope(context, _followed(page.links, output.links, url), depth)
+        return PageReport(links, len(page.links), truncated="bytes" if page.truncated else None, outlinks=outlinks,
+                          pipelines=output)
+    links = _fresh_in_scope(context, page.links, depth)
     if page.truncated:
         return PageReport(links, len(page.links), truncated="bytes", outlinks=outlinks)
     return links, len(page.links), outlinks
+
+
+def _run_pipelines(runner: PipelineRunner, body: bytes, url: str, depth: int, charset: str | None,
+                   meta: PageMeta | None, links: list[str]) -> PageOutput:
+    # The text as the link extractor read it: the first max_parse_bytes, already decoded
+    # from the Content-Encoding (parse_page's limit), in the page's charset.
+    status, headers = meta if meta is not None else (200, [])
+    content_type = next((value.split(";", 1)[0].strip().lower() for name, value in headers
+                         if name.lower() == "content-type"), None)
+    text = decode_document(body, charset).text
+    return runner.run(Page(url=url, status=status, headers=headers, text=text, links=list(links), depth=depth,
+                           content_type=content_type))
+
+
+def _followed(links: list[str], followed: list[str], base: str) -> list[str]:
+    """The page's links, then the ones its pipelines asked for (normalised; invalid ones and
+    those the page has already dropped)."""
+    if not followed:
+        return links
+    known = set(links)
+    extra = [link for raw in followed if (link := _normalized_or_none(raw, base)) is not None and link not in known]
+    return links + extra
 
 
 def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> PageLinks | PageReport:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from crawler_node.store.writer import _drop_torn_tail
+from crawler_node.store.crawl_log import _drop_torn_tail
 
 ITEMS_DIRNAME = "items"
 

@@ -31,9 +31,9 @@ def _close(store: Store) -> None:
 class StoreWorker:
     def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int, in_process: bool = True,
                  nice: int = 0, crawl_log_max_bytes: int = 100_000_000, dedup_max_entries: int = 1_000_000,
-                 info: CrawlInfo | None = None) -> None:
+                 items_max_bytes: int = 100_000_000, info: CrawlInfo | None = None) -> None:
         options = {"warc_max_bytes": warc_max_bytes, "crawl_log_max_bytes": crawl_log_max_bytes,
-                   "dedup_max_entries": dedup_max_entries}
+                   "dedup_max_entries": dedup_max_entries, "items_max_bytes": items_max_bytes}
         self._worker = make_worker("store", in_process=in_process, init=_open,
                                    init_args=(str(data_dir), node_id, options, asdict(info or CrawlInfo())),
                                    nice=nice)

@@ -34,6 +34,7 @@ from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.store import warc
 from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME, CrawlLog, Location, _drop_torn_tail, iso_utc
 from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex, Original
+from crawler_node.store.items import ITEMS_DIRNAME, ItemWriter
 
 __all__ = ["CRAWL_LOG_FILENAME", "CrawlInfo", "CrawlLog", "FetchRecord", "Location", "Store", "WarcWriter",
            "_drop_torn_tail", "exchange_records", "iso_utc"]
@@ -334,7 +335,7 @@ class Store:
 
     def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int = 100_000_000,
                  crawl_log_max_bytes: int = 100_000_000, dedup_max_entries: int = 1_000_000,
-                 info: CrawlInfo | None = None) -> None:
+                 items_max_bytes: int = 100_000_000, info: CrawlInfo | None = None) -> None:
         """``dedup_max_entries``: payload digests remembered for revisit records (0: none,
         every payload is stored in full)."""
         self.data_dir = data_dir
@@ -344,6 +345,7 @@ class Store:
         self.warc = WarcWriter(data_dir / WARC_DIRNAME, node_id=node_id, max_file_bytes=warc_max_bytes,
                                digests=self.digests, info=info)
         self.crawl_log = CrawlLog(data_dir / CRAWL_LOG_FILENAME, max_file_bytes=crawl_log_max_bytes)
+        self.items = ItemWriter(data_dir / ITEMS_DIRNAME, node_id=node_id, max_file_bytes=items_max_bytes)
         self.records_written = 0  # fetch attempts logged (with or without an HTTP exchange)
 
     @property
@@ -355,10 +357,14 @@ class Store:
         # WARC first: the crawl log never claims an exchange the WARC files lack. Both are
         # flushed to the OS before returning, because the caller marks these fetches done in
         # the frontier next, and a killed process must not have lost what it marked done.
-        # The digests of the new payloads are committed last: an entry never points at a
-        # record that was not written.
+        # The pipelines' items go with them, so a page marked done has its items on disk (and
+        # one fetched again after a kill has them twice). The digests of the new payloads are
+        # committed last: an entry never points at a record that was not written.
         locations = self.warc.write(records)
         self.records_written += self.crawl_log.write(records, locations)
+        for record in records:
+            if record.items:
+                self.items.write(record.items)
         self.flush()
         if self.digests is not None:
             self.digests.commit()
@@ -366,9 +372,11 @@ class Store:
     def flush(self, *, fsync: bool = False) -> None:
         self.warc.flush(fsync=fsync)
         self.crawl_log.flush(fsync=fsync)
+        self.items.flush(fsync=fsync)
 
     def close(self) -> None:
         self.warc.close()
         self.crawl_log.close()
+        self.items.close()
         if self.digests is not None:
             self.digests.close()
