@@ -26,7 +26,8 @@ import pytest
 from protego import Protego
 
 from crawler_node.testweb import TestwebProcess
-from crawler_node.testweb.graph import HostFeatures, SyntheticWeb, gzip_bomb
+from crawler_node.testweb.graph import HostFeatures, SyntheticWeb
+from crawler_node.testweb.pages import gzip_bomb
 from crawler_node.testweb.profile import ProfileError, load_profile, parse_profile
 
 ROBOTS_SITE1 = "User-agent: *\nDisallow: /p/1\nCrawl-delay: 0.2\n"
@@ -484,6 +485,8 @@ async def test_stats_summary_is_the_totals_of_the_full_document(behaviour_web):
         "repeated_urls": sum(n > 1 for n in urls.values()),
         "throttled": sum(h["throttled"] for h in hosts),
         "errors": sum(h["errors"] for h in hosts),
+        "not_modified": sum(h["not_modified"] for h in hosts),
+        "body_bytes": sum(h["body_bytes"] for h in hosts),
         "peak_concurrency": max(h["peak_concurrency"] for h in hosts),
     }
     # 5 + 2 + 1 + 8 requests to 3 hosts; site-0.test tolerates 3 at once; site-1.test/p/1 and

@@ -3,20 +3,26 @@
 It is reached as an HTTP proxy, so any `site-K.test` name works without DNS; unknown hosts get
 421 and nothing leaves the synthetic web. Modules:
 
-    graph    the pure link graph and page bytes (seeded; no I/O)
-    profile  per-host behaviours loaded from a JSON/TOML file and validated
-    stats    ground truth: what the server observed
-    server   the aiohttp server (absolute-form and origin-form requests)
-    cli      `crawler-node testweb`
-    process  `TestwebProcess`, testweb as a child process for tests, benchmarks and the demo
+    graph            the pure link graph (seeded; no I/O)
+    pages            the pure page bytes: HTML, PNGs, the gzip bomb
+    profile          per-host behaviours loaded from a JSON/TOML file and validated
+    representations  the bytes served per coding, their ETag and Last-Modified, and when a
+                     conditional request gets a 304
+    stats            ground truth: what the server observed
+    responses        writing answers out, and the body bytes that sent
+    server           the aiohttp server (absolute-form and origin-form requests)
+    cli              `crawler-node testweb`
+    process          `TestwebProcess`, testweb as a child process for tests, benchmarks and the demo
 
 What `GET /_testweb/expected` contains: every URL reachable from the host roots by following
 links and redirects, in canonical form (`http://site-1.test/p/3`, `http://site-1.test/`):
 pages, the `/img/K.png` resources, redirecting pages (301/302) and their targets, the
-`/loop/a` and `/loop/b` redirect loop, and `/bomb` (a crawler fetches all of these). Left out:
-URLs that robots.txt disallows for `crawler-node` (protego's reading) and what is reachable only
-through them, the `/calendar/` spider trap, the `/trap/redirect/x...` redirect trap, and
-`/robots.txt` itself.
+`/loop/a` and `/loop/b` redirect loop, `/bomb` and the `/dup/K/a`, `/dup/K/b` duplicate pairs
+(a crawler fetches all of these). Left out: URLs that robots.txt disallows for `crawler-node`
+(protego's reading) and what is reachable only through them, the `/calendar/` spider trap, the
+`/trap/redirect/x...` redirect trap, and `/robots.txt` itself. Beside "urls", "changing" lists
+those of them whose bytes (and so ETag and Last-Modified) differ on every visit
+(`TestwebProcess.changing()`).
 
 What `GET /_testweb/stats` counts, per host: every request that reached the host, robots.txt,
 404s, 5xx and the host's own 429s included; requests refused by the paid-API layer (429 with
@@ -24,6 +30,8 @@ X-Api-Limit: concurrency, 509 with X-Api-Limit: quota) never reach a host and ar
 under "api". `peak_concurrency` counts requests from the moment handling starts until the body
 (drip included) is written, so a crawler that sends 4 at once to a host limited to 3 shows 4.
 `min_gap_s` is the shortest time between the starts of two consecutive requests to the host.
+`not_modified` counts 304 answers, and `body_bytes` the response body bytes written (as on the
+wire: a gzip answer's compressed length, nothing for HEAD or a 304), per host and in the totals.
 
 Query flags of `GET /_testweb/stats` (every answer carries "clock", testweb's monotonic clock
 when it was taken, and "totals", running sums over all hosts):

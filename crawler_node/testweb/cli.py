@@ -97,8 +97,15 @@ sizes: --hosts 200000 --pages 1 --images 0 --cross-link-prob 0 --history 0 is 20
 settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_concurrency,
   retry_after_s (default 1), error_rate (0..1), error_status (default 503), robots (robots.txt
   text), page_bytes, drip_bytes_per_s, redirects (0..1), trap (bool), redirect_trap (bool: / links
-  /trap/redirect/x, which answers 302 to a path one /x longer, 250 hops deep), gzip_bomb (bool or bytes).
-ground truth (any Host): GET /_testweb/expected, GET /_testweb/stats, GET /_testweb/hosts,
+  /trap/redirect/x, which answers 302 to a path one /x longer, 250 hops deep), gzip_bomb (bool or bytes),
+  gzip (bool: HTML sent with Content-Encoding: gzip when Accept-Encoding allows it; Vary: Accept-Encoding),
+  changing (0..1: that fraction of /p/N pages, never /, differs on every visit; which ones:
+  graph.is_changing(path, fraction), or "changing" in /_testweb/expected), duplicates (0..1000: N
+  pairs /dup/K/a and /dup/K/b, linked from /, each pair the same bytes, linking only to / and the pair).
+validators: every 200 with content has a strong ETag (sha1 of the bytes sent) and Last-Modified (the
+  start second; a changing page's visit), and answers If-None-Match / If-Modified-Since with 304.
+ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [...]}),
+  GET /_testweb/stats (per host and in totals: requests, ..., not_modified, body_bytes), GET /_testweb/hosts,
   POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}.
   /_testweb/stats flags: ?summary=1 (totals only), ?host=H (repeatable: those hosts and their URLs),
   ?history=1 (per host, the last --history requests as [started, status, path]; started on
@@ -170,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
             gzip_bomb=p.gzip_bomb > 0,
             page_bytes=p.page_bytes,
             robots=p.robots,
+            duplicates=p.duplicates,
+            changing=p.changing,
         )
         for host, p in host_profiles.items()
     }

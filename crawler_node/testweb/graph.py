@@ -1,4 +1,4 @@
-"""The synthetic web's link graph and page bytes: pure and deterministic from a seed.
+"""The synthetic web's link graph: pure and deterministic from a seed (the bytes: `pages`).
 
 Every decision is drawn from a `random.Random` seeded by a string naming the seed, the host and
 the page, so a page's bytes never depend on the order in which pages are requested, and two
@@ -9,7 +9,10 @@ Each page `i >= 1` hangs under a parent page chosen among the earlier non-redire
 a spanning tree makes every page reachable from `/`; extra random links are added on top.
 Optional features: redirecting pages and the `/loop/a` <-> `/loop/b` loop, the `/calendar/`
 spider trap, the `/trap/redirect/x` redirect trap (each hop's path one `/x` longer, so no two
-URLs of the chain are alike), the `/bomb` gzip bomb, robots.txt rules (evaluated with protego).
+URLs of the chain are alike), the `/bomb` gzip bomb, robots.txt rules (evaluated with protego),
+`duplicates` pairs `/dup/K/a` and `/dup/K/b` (linked from `/`, the same bytes at both URLs, linking
+only to `/` and to each other), and `changing` pages (a fraction of the `/p/N` pages, picked by
+`is_changing`, whose bytes the server makes differ on every visit).
 
 Links are written in many spellings (relative, `../`, root-relative, absolute, upper-case
 scheme and host, explicit `:80`, scheme-relative, `#fragment`, under a `<base href>`), while the
@@ -18,17 +21,16 @@ ground truth always uses the canonical form `http://site-1.test/p/3`.
 
 from __future__ import annotations
 
-import html
+import hashlib
 import random
 import re
-import struct
-import zlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 
 from protego import Protego
+
+from crawler_node.testweb.pages import pad, render_html, tiny_png, words
 
 ROBOTS_AGENT = "crawler-node"
 IMAGES_PER_HOST = 3  # the default; `images=` picks 0 to MAX_IMAGES_PER_HOST
@@ -38,22 +40,16 @@ REDIRECT_TRAP_ENTRY = "/trap/redirect/x"
 # Hops of the redirect trap before its chain ends in a 404: a crawler without a hop limit
 # spends this many fetches on it (about what the real site of issue 13 cost: 202).
 REDIRECT_TRAP_HOPS = 250
+# Pairs of duplicate pages a host can have: each pair is two links on the root page.
+MAX_DUPLICATES = 1000
 
 _PAGE_PATH = re.compile(r"/p/([1-9][0-9]{0,8})")
 _IMAGE_PATH = re.compile(r"/img/([0-9])\.png")
+_DUPLICATE_PATH = re.compile(r"/dup/(0|[1-9][0-9]{0,3})/[ab]")
 _REDIRECT_TRAP_PATH = re.compile(r"/trap/redirect((?:/x)+)")
 _CALENDAR_PATH = re.compile(
     r"/calendar/([12][0-9]{3})/(0[1-9]|1[0-2])(?:/(0[1-9]|1[0-9]|2[0-8]))?"
 )
-
-_WORDS = (
-    "river market lantern orchard harbor signal copper meadow quiet engine paper window "
-    "garden thunder silver morning valley archive bridge compass winter festival glass "
-    "station harvest ledger canvas forest mirror timber beacon pepper velvet saddle marble "
-    "crystal ribbon anchor falcon meadowlark cobalt ember granite hollow island jasmine "
-    "kettle lattice mosaic nectar opal parcel quarry rampart sable tundra umber vessel "
-    "willow yonder zephyr atlas basin cinder delta estuary fjord grove heath inlet"
-).split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +62,13 @@ class HostFeatures:
     gzip_bomb: bool = False
     page_bytes: int | None = None
     robots: str | None = None
+    duplicates: int = 0  # pairs /dup/K/a, /dup/K/b for K < duplicates
+    changing: float = 0.0  # fraction of /p/N pages that change on every visit (is_changing)
 
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """What lives at a path: kind is page, image, redirect, calendar or bomb."""
+    """What lives at a path: kind is page, image, redirect, calendar, bomb or duplicate."""
 
     kind: str
     index: int = 0
@@ -154,7 +152,23 @@ class SyntheticWeb:
             return Resource("redirect", hop, 302, self._url(host, path + "/x"))
         if features.gzip_bomb and path == "/bomb":
             return Resource("bomb")
+        if features.duplicates and (match := _DUPLICATE_PATH.fullmatch(path)):
+            index = int(match.group(1))
+            return Resource("duplicate", index) if index < features.duplicates else None
         return None
+
+    def changes(self, host: str, path: str) -> bool:
+        """Whether the page at `path` differs on every visit: a `/p/N` page (not a redirect)
+        that `is_changing` picks for the host's `changing` fraction."""
+        fraction = self._features[host].changing
+        if not fraction or not is_changing(path, fraction):
+            return False
+        resource = self.resolve(host, path)
+        return resource is not None and resource.kind == "page"
+
+    def changing_urls(self, urls: Iterable[str]) -> list[str]:
+        """Those of `urls` (canonical, e.g. `expected_urls()`) whose page changes on every visit."""
+        return [url for url in urls if self.changes(*_split(url))]
 
     def links(self, host: str, path: str) -> list[str]:
         """Canonical URLs an HTML resource links to (empty for anything else)."""
@@ -201,6 +215,8 @@ class SyntheticWeb:
             return []
         if resource.kind == "calendar":
             return [(host, p) for p in _calendar_links(path)]
+        if resource.kind == "duplicate":
+            return [(host, p) for p in ("/", *_duplicate_pair(resource.index))]
         if resource.kind != "page":
             return []
         layout = self._layout(host)
@@ -263,7 +279,7 @@ class SyntheticWeb:
                     drawn = page_rng.randrange(other_count)
                     other = self.hosts[drawn + (drawn >= own_index)]
                     cross_links[page].append((other, _page_path(page_rng.randrange(pages))))
-        filler = _words(rng, 2000) if features.page_bytes else ""
+        filler = words(rng, 2000) if features.page_bytes else ""
         return _HostLayout(redirects, same_links, cross_links, filler)
 
     @staticmethod
@@ -273,16 +289,21 @@ class SyntheticWeb:
     # --- bytes -------------------------------------------------------------------------------
 
     def render(self, host: str, path: str) -> bytes:
-        """The HTML of a page or calendar page (byte-identical on every call)."""
+        """The HTML of a page, calendar page or duplicate (byte-identical on every call; the
+        server adds the revision of a changing page)."""
         resource = self.resolve(host, path)
-        if resource is None or resource.kind not in ("page", "calendar"):
+        if resource is None or resource.kind not in ("page", "calendar", "duplicate"):
             raise KeyError(f"no HTML at http://{host}{path}")
-        rng = random.Random(f"{self.seed}|{host}|{path}|render")
         targets = self._link_targets(host, path)
-        body = _render_html(host, path, targets, rng)
+        if resource.kind == "duplicate":
+            # Both URLs of a pair render as their shared directory, so nothing in the bytes
+            # (RNG seed, relative links, footer) depends on which of the two was asked for.
+            path = f"/dup/{resource.index}/"
+        rng = random.Random(f"{self.seed}|{host}|{path}|render")
+        body = render_html(host, path, targets, rng)
         page_bytes = self._features[host].page_bytes
         if page_bytes and len(body) < page_bytes:
-            body = _pad(body, page_bytes, self._layout(host).filler)
+            body = pad(body, page_bytes, self._layout(host).filler)
         return body.encode("utf-8")
 
     def image(self, host: str, index: int) -> bytes:
@@ -315,7 +336,25 @@ def _special_links(index: int, features: HostFeatures) -> list[str]:
         links.append("/loop/a")
     if index == 0 and features.gzip_bomb:
         links.append("/bomb")
+    if index == 0:
+        for pair in range(features.duplicates):
+            links += _duplicate_pair(pair)
     return links
+
+
+def _duplicate_pair(index: int) -> tuple[str, str]:
+    return f"/dup/{index}/a", f"/dup/{index}/b"
+
+
+def is_changing(path: str, fraction: float) -> bool:
+    """Whether a host whose profile says `changing: fraction` makes the page at `path` differ on
+    every visit. Only `/p/N` paths can be picked (never `/`); the pick is a stable hash of the
+    path alone, so the same paths change on every host and in every process. The server applies
+    it to pages only: a `/p/N` that redirects stays a redirect (see `SyntheticWeb.changes`)."""
+    if fraction <= 0 or not _PAGE_PATH.fullmatch(path):
+        return False
+    point = int.from_bytes(hashlib.sha1(path.encode()).digest()[:8], "big") / 2**64
+    return point < fraction
 
 
 def _calendar_links(path: str) -> list[str]:
@@ -328,120 +367,3 @@ def _calendar_links(path: str) -> list[str]:
     links = ["/", f"/calendar/{next_year}/{next_month:02d}"]
     links.append(f"/calendar/{year}/{month:02d}/{(year * 12 + month) % 28 + 1:02d}")
     return links
-
-
-def _spell(host: str, target: tuple[str, str], base_dir: str, rng: random.Random) -> str:
-    """One of the many ways to write a link to `target` from a document whose effective
-    base is http://host{base_dir}; all of them resolve to the same canonical URL."""
-    target_host, path = target
-    absolute = [
-        f"http://{target_host}{path}",
-        f"HTTP://{target_host.upper()}{path}",
-        f"http://{target_host}:80{path}",
-        f"//{target_host}{path}",
-    ]
-    if path == "/":
-        absolute.append(f"http://{target_host}")
-    if target_host != host:
-        choices = absolute
-    else:
-        relative = [path]  # root-relative
-        if path.startswith(base_dir):
-            rest = path[len(base_dir) :]
-            relative += [rest or "./", f"./{rest}"]
-        if base_dir == "/p/":
-            relative.append(f"..{path}")
-            if path == "/":
-                relative.append("..")
-        choices = relative * 3 + absolute
-    spelled = rng.choice(choices)
-    if rng.random() < 0.2:
-        spelled += f"#s{rng.randrange(1, 6)}"
-    return spelled
-
-
-def _words(rng: random.Random, count: int) -> str:
-    return " ".join(rng.choices(_WORDS, k=count))
-
-
-def _render_html(host: str, path: str, targets: list[tuple[str, str]], rng: random.Random) -> str:
-    base_dir = path[: path.rindex("/") + 1]  # the directory relative links resolve against
-    base_tag = ""
-    if path != "/" and rng.random() < 0.15:
-        base_href, base_dir = rng.choice(
-            [(f"http://{host}/p/", "/p/"), ("/", "/"), (f"HTTP://{host.upper()}/", "/")]
-        )
-        base_tag = f'<base href="{html.escape(base_href)}">\n'
-    title = _words(rng, rng.randint(2, 5)).title()
-
-    def anchor(target: tuple[str, str]) -> str:
-        href = html.escape(_spell(host, target, base_dir, rng))
-        return f'<a href="{href}">{_words(rng, rng.randint(1, 3))}</a>'
-
-    nav_count = min(len(targets), rng.randint(1, 3))
-    nav = " | ".join(anchor(t) for t in targets[:nav_count])
-    in_text = targets[nav_count:]
-    paragraphs = []
-    paragraph_count = max(2, min(6, len(in_text)))
-    for number in range(paragraph_count):
-        words = _words(rng, rng.randint(20, 70)).split(" ")
-        for target in in_text[number::paragraph_count]:
-            words.insert(rng.randrange(len(words) + 1), anchor(target))
-        paragraphs.append(f"<p>{' '.join(words).capitalize()}.</p>")
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{title} - {host}</title>\n{base_tag}</head>\n<body>\n"
-        f"<nav>{nav}</nav>\n<h1>{title}</h1>\n"
-        + "\n".join(paragraphs)
-        + f"\n<footer>{host} {path}</footer>\n</body>\n</html>\n"
-    )
-
-
-def _pad(body: str, size: int, filler: str) -> str:
-    # Padding goes after the content, so links are found early even under a body limit.
-    opening, closing = '<div class="archive"><p>', "</p></div>\n"
-    room = size - len(body) - len(opening) - len(closing)
-    if room <= 0:
-        return body
-    text = (filler + " ") * (room // (len(filler) + 1) + 1)
-    insert_at = body.rindex("</body>")
-    return body[:insert_at] + opening + text[:room] + closing + body[insert_at:]
-
-
-def tiny_png(red: int, green: int, blue: int, size: int = 8) -> bytes:
-    """A valid size x size single-colour PNG."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    row = b"\x00" + bytes((red, green, blue)) * size
-    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(row * size, 9))
-        + chunk(b"IEND", b"")
-    )
-
-
-@cache
-def gzip_bomb(inflated_size: int) -> bytes:
-    """A gzip stream that inflates to `inflated_size` zero bytes, built without ever holding
-    the inflated data: one segment of zeros is compressed, ended with a full flush (which
-    resets the compressor, so every following segment compresses to the same bytes), and
-    repeated; only the CRC is computed over all the zeros, a segment at a time."""
-    segment_size = 1 << 20
-    whole, remainder = divmod(inflated_size, segment_size)
-    zeros = bytes(segment_size)
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
-    first = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH) if whole else b""
-    repeat = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH) if whole > 1 else b""
-    tail = deflate.compress(bytes(remainder)) + deflate.flush(zlib.Z_FINISH)
-    crc = 0
-    for _ in range(whole):
-        crc = zlib.crc32(zeros, crc)
-    crc = zlib.crc32(bytes(remainder), crc)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
-    trailer = struct.pack("<II", crc & 0xFFFFFFFF, inflated_size & 0xFFFFFFFF)
-    return header + first + repeat * max(0, whole - 1) + tail + trailer

@@ -186,6 +186,10 @@ class TestwebProcess:
     def expected(self) -> list[str]:
         return self._call("GET", "expected")["urls"]
 
+    def changing(self) -> list[str]:
+        """The expected URLs whose bytes differ on every visit (the `changing` setting)."""
+        return self._call("GET", "expected")["changing"]
+
     def stats(
         self, *, summary: bool = False, hosts: Sequence[str] = (), history: bool = False
     ) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from crawler_node.testweb.graph import MAX_DUPLICATES
+
 DEFAULT_BOMB_BYTES = 1 << 30
 DEFAULT_API_HEADER = "X-Api-Limit"
 
@@ -50,6 +52,9 @@ class HostProfile:
     trap: bool = False
     redirect_trap: bool = False
     gzip_bomb: int = 0  # inflated size of /bomb in bytes; 0 = no bomb
+    gzip: bool = False  # HTML sent gzip-encoded when the request's Accept-Encoding allows it
+    changing: float = 0.0  # fraction of /p/N pages whose bytes differ on every visit
+    duplicates: int = 0  # pairs /dup/K/a, /dup/K/b (linked from /) with identical bytes
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -158,6 +163,9 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "trap": _boolean,
     "redirect_trap": _boolean,
     "gzip_bomb": _bomb,
+    "gzip": _boolean,
+    "changing": _number(maximum=1.0),
+    "duplicates": _integer(maximum=MAX_DUPLICATES),
 }
 
 _API_SETTINGS: dict[str, Checker] = {

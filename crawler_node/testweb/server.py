@@ -10,30 +10,51 @@ Paths under `/_testweb/` are the ground-truth endpoints, answered whatever the h
 `host=H` (repeatable: only these hosts and their URLs), `history=1` (each host's recent requests).
 
 Every response is written out inside the handler (prepare + write_eof), so the in-flight
-counters drop only once the body (including a slow drip) has been handed to the transport.
+counters drop only once the body (including a slow drip) has been handed to the transport, and
+the body bytes a host is credited with are those actually written (none for HEAD or a 304).
+
+Every 200 with content (pages, images, robots.txt, the bomb) carries ETag and Last-Modified and
+honours If-None-Match / If-Modified-Since (see `representations`); on a host with `gzip`, HTML is
+sent gzip-encoded to clients whose Accept-Encoding allows it, with `Vary: Accept-Encoding`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
-from collections import OrderedDict
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from crawler_node.testweb.graph import SyntheticWeb, gzip_bomb
+from crawler_node.testweb.graph import SyntheticWeb
+from crawler_node.testweb.pages import gzip_bomb, with_revision
 from crawler_node.testweb.profile import ApiLimit, HostProfile
+from crawler_node.testweb.representations import (
+    Representation,
+    RepresentationCache,
+    accepts_gzip,
+    is_not_modified,
+    represent,
+    strong_etag,
+)
+from crawler_node.testweb.responses import (
+    CLOSE,
+    SENT,
+    drip,
+    json_response,
+    plain,
+    send,
+    validated,
+)
 from crawler_node.testweb.stats import DEFAULT_HISTORY, GroundTruth, Visit
 
 _HTML = "text/html; charset=utf-8"
-_TEXT = "text/plain; charset=utf-8"
-_JSON = "application/json"
 _CONTROL = "/_testweb/"
-_CLOSE = "testweb.close"  # request key: answer with Connection: close
 
 
 @dataclass(slots=True)
@@ -44,7 +65,7 @@ class _Site:
     name: str
     profile: HostProfile
     seed: int
-    robots: bytes | None
+    robots: Representation | None
     # Made on first use: a Random holds 2.5 KB of state, 500 MB for a web of 200,000 hosts.
     # Seeded from the names alone, so when it is made does not change what it draws.
     _rng: random.Random | None = field(default=None, init=False, repr=False)
@@ -54,30 +75,6 @@ class _Site:
         if self._rng is None:
             self._rng = random.Random(f"{self.seed}|{self.name}|behaviour")
         return self._rng
-
-
-class PageCache:
-    """A least-recently-used cache of rendered bodies, bounded by total bytes."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max_bytes = max_bytes
-        self._bytes = 0
-        self._items: OrderedDict[tuple[str, str], bytes] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> bytes | None:
-        body = self._items.get(key)
-        if body is not None:
-            self._items.move_to_end(key)
-        return body
-
-    def put(self, key: tuple[str, str], body: bytes) -> None:
-        if len(body) > self._max_bytes // 4 or key in self._items:
-            return
-        self._items[key] = body
-        self._bytes += len(body)
-        while self._bytes > self._max_bytes:
-            _, evicted = self._items.popitem(last=False)
-            self._bytes -= len(evicted)
 
 
 class TestwebServer:
@@ -94,22 +91,27 @@ class TestwebServer:
         cache_bytes: int = 64 << 20,
         history_limit: int = DEFAULT_HISTORY,
         keep_alive: bool = True,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._web = web_graph
         self._api_limit = api_limit
         self._keep_alive = keep_alive
+        self._wall_clock = wall_clock
+        # When every stable resource was last modified: the second testweb started, so no
+        # Last-Modified is ever in the future.
+        self._started = math.floor(wall_clock())
+        self._last_change = float(self._started)  # the latest changing page's modification
+        self._revision = 0  # the last revision a changing page was rendered with, on any host
         self._sites: dict[str, _Site] = {}
         for host in web_graph.hosts:
             profile = profiles.get(host, HostProfile())
-            self._sites[host] = _Site(
-                name=host,
-                profile=profile,
-                seed=web_graph.seed,
-                robots=None if profile.robots is None else profile.robots.encode("utf-8"),
-            )
+            robots = None
+            if profile.robots is not None:
+                robots = represent(profile.robots.encode("utf-8"), modified=self._started)
+            self._sites[host] = _Site(name=host, profile=profile, seed=web_graph.seed, robots=robots)
         self.truth = GroundTruth(web_graph.hosts, quota=api_limit.quota, history_limit=history_limit)
-        self._cache = PageCache(cache_bytes)
-        self._bombs: dict[int, bytes] = {}
+        self._cache = RepresentationCache(cache_bytes)
+        self._bombs: dict[int, Representation] = {}
         self._expected_json: bytes | None = None
         self._runner: web.ServerRunner | None = None
 
@@ -118,11 +120,11 @@ class TestwebServer:
         loop = asyncio.get_running_loop()
         for size in sorted({s.profile.gzip_bomb for s in self._sites.values()} - {0}):
             # ~0.2 s per GiB of zeros; done before the ready line so /bomb is instant.
-            self._bombs[size] = await loop.run_in_executor(None, gzip_bomb, size)
+            bomb = await loop.run_in_executor(None, gzip_bomb, size)
+            self._bombs[size] = Representation(bomb, strong_etag(bomb), self._started, "gzip")
         # The expected set (which also lays out every host) is computed before serving, so a
         # test asking for it mid-crawl never stalls the event loop (~50 ms per 1,000 pages).
-        expected = await loop.run_in_executor(None, self._web.expected_urls)
-        self._expected_json = json.dumps({"urls": expected}).encode()
+        self._expected_json = await loop.run_in_executor(None, self._ground_truth_json)
         server = web.Server(self.handle, access_log=None)
         self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -140,7 +142,7 @@ class TestwebServer:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if not self._keep_alive:
-            request[_CLOSE] = True
+            request[CLOSE] = True
         path = request.rel_url.raw_path
         if path.startswith(_CONTROL):
             return await self._control(request, path)
@@ -149,12 +151,12 @@ class TestwebServer:
             host = (url.host or "").rstrip(".")
             port = url.port
         except ValueError:
-            return await _send(request, _plain(400, "bad request target or Host header"))
+            return await send(request, plain(400, "bad request target or Host header"))
         site = self._sites.get(host)
         if site is None or port not in (80, None) or url.scheme != "http":
             self.truth.misdirected += 1
-            return await _send(
-                request, _plain(421, f"{url.host}:{port} is not part of the synthetic web")
+            return await send(
+                request, plain(421, f"{url.host}:{port} is not part of the synthetic web")
             )
         query = request.rel_url.raw_query_string
         canonical = f"http://{host}{path}?{query}" if query else f"http://{host}{path}"
@@ -171,23 +173,23 @@ class TestwebServer:
                 self.truth.throttled(visit)
                 status = 429  # decided: the history says 429 even if the write then fails
                 retry_after = f"{site.profile.retry_after_s:g}"
-                return await _send(
-                    request, _plain(429, "too many requests", {"Retry-After": retry_after})
+                return await send(
+                    request, plain(429, "too many requests", {"Retry-After": retry_after})
                 )
             await self._delay(site)
             response = await self._serve(request, site, path, visit)
             status = response.status
             return response
         finally:
-            self.truth.end(visit, status)
+            self.truth.end(visit, status, body_bytes=request.get(SENT, 0))
             self.truth.api_end()
 
     async def _api_refusal(self, request: web.BaseRequest, reason: str) -> web.StreamResponse:
         headers = {self._api_limit.header: reason}
         if reason == "concurrency":
             headers["Retry-After"] = "1"
-            return await _send(request, _plain(429, "API concurrency limit exceeded", headers))
-        return await _send(request, _plain(509, "API quota exhausted", headers))
+            return await send(request, plain(429, "API concurrency limit exceeded", headers))
+        return await send(request, plain(509, "API quota exhausted", headers))
 
     async def _delay(self, site: _Site) -> None:
         profile = site.profile
@@ -202,45 +204,89 @@ class TestwebServer:
         self, request: web.BaseRequest, site: _Site, path: str, visit: Visit
     ) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
-            return await _send(request, _plain(405, "method not allowed", {"Allow": "GET, HEAD"}))
+            return await send(request, plain(405, "method not allowed", {"Allow": "GET, HEAD"}))
         if path == "/robots.txt":
             if site.robots is None:
-                return await _send(request, _plain(404, "no robots.txt here"))
-            return await _send(request, web.Response(body=site.robots, content_type="text/plain"))
+                return await send(request, plain(404, "no robots.txt here"))
+            return await self._answer(request, visit, site.robots, {"Content-Type": "text/plain"})
         resource = self._web.resolve(site.name, path)
         if resource is None:
-            return await _send(request, _plain(404, "not found"))
+            return await send(request, plain(404, "not found"))
         profile = site.profile
         if profile.error_rate > 0 and site.rng.random() < profile.error_rate:
             self.truth.errored(visit)
-            return await _send(request, _plain(profile.error_status, "synthetic server error"))
+            return await send(request, plain(profile.error_status, "synthetic server error"))
         kind = resource.kind
         if kind == "redirect":
             location = resource.location or "/"
-            return await _send(
+            return await send(
                 request,
-                _plain(resource.status, f"moved to {location}", {"Location": location}),
+                plain(resource.status, f"moved to {location}", {"Location": location}),
             )
         if kind == "bomb":
-            headers = {"Content-Type": _HTML, "Content-Encoding": "gzip"}
             bomb = self._bombs[profile.gzip_bomb]
-            return await _send(request, web.Response(body=bomb, headers=headers))
-        key = (site.name, path)
-        body = self._cache.get(key)
+            return await self._answer(request, visit, bomb, {"Content-Type": _HTML})
+        drip_rate = profile.drip_bytes_per_s
         if kind == "image":
-            content_type = "image/png"
-            if body is None:
-                body = self._web.image(site.name, resource.index)
-                self._cache.put(key, body)
-        else:
-            content_type = _HTML
-            if body is None:
-                body = self._web.render(site.name, path)
-                self._cache.put(key, body)
-        if profile.drip_bytes_per_s:
-            return await _drip(request, body, content_type, profile.drip_bytes_per_s)
-        response = web.Response(body=body, headers={"Content-Type": content_type})
-        return await _send(request, response)
+            image = self._stable(site.name, path, lambda: self._web.image(site.name, resource.index))
+            return await self._answer(request, visit, image, {"Content-Type": "image/png"}, drip_rate)
+        compress = profile.gzip and accepts_gzip(request.headers.get("Accept-Encoding"))
+        page = self._page(site.name, path, compress=compress)
+        headers = {"Content-Type": _HTML}
+        if profile.gzip:
+            headers["Vary"] = "Accept-Encoding"  # on identity answers too: they vary as well
+        return await self._answer(request, visit, page, headers, drip_rate)
+
+    def _page(self, host: str, path: str, *, compress: bool) -> Representation:
+        """The HTML at `path` as this visit gets it: a changing page gets the next revision
+        (never cached), any other page the same bytes every time."""
+        if not self._web.changes(host, path):
+            return self._stable(host, path, lambda: self._web.render(host, path), compress=compress)
+        stable = self._stable(host, path, lambda: self._web.render(host, path))
+        self._revision += 1
+        # Modified now; never earlier than the last change, should the wall clock step back.
+        self._last_change = max(self._last_change, self._wall_clock())
+        body = with_revision(stable.body, self._revision)
+        return represent(body, modified=self._last_change, compress=compress)
+
+    def _stable(
+        self, host: str, path: str, render: Callable[[], bytes], *, compress: bool = False
+    ) -> Representation:
+        key = (host, path, "gzip" if compress else "identity")
+        representation = self._cache.get(key)
+        if representation is None:
+            body = self._stable(host, path, render).body if compress else render()
+            representation = represent(body, modified=self._started, compress=compress)
+            self._cache.put(key, representation)
+        return representation
+
+    async def _answer(
+        self,
+        request: web.BaseRequest,
+        visit: Visit,
+        representation: Representation,
+        headers: Mapping[str, str],
+        drip_bytes_per_s: int | None = None,
+    ) -> web.StreamResponse:
+        """A 200 with `representation`, or a 304 when the request's validators match it."""
+        not_modified = is_not_modified(
+            representation,
+            if_none_match=request.if_none_match,
+            if_modified_since=request.if_modified_since,
+        )
+        if not_modified:
+            self.truth.not_modified(visit)
+            # A 304 carries the validators and the Vary a 200 would have (RFC 9110 15.4.5).
+            kept = {name: value for name, value in headers.items() if name == "Vary"}
+            return await send(request, validated(web.Response(status=304, headers=kept), representation))
+        all_headers = dict(headers)
+        if representation.encoding is not None:
+            all_headers["Content-Encoding"] = representation.encoding
+        if drip_bytes_per_s:
+            streamed = validated(web.StreamResponse(headers=all_headers), representation)
+            return await drip(request, streamed, representation.body, drip_bytes_per_s)
+        response = web.Response(body=representation.body, headers=all_headers)
+        return await send(request, validated(response, representation))
 
     # --- ground-truth endpoints --------------------------------------------------------------
 
@@ -249,37 +295,42 @@ class TestwebServer:
         method = request.method
         if name == "expected" and method == "GET":
             if self._expected_json is None:  # only when start() was bypassed
-                self._expected_json = json.dumps({"urls": self._web.expected_urls()}).encode()
-            return await _send(request, _json_response(self._expected_json))
+                self._expected_json = self._ground_truth_json()
+            return await send(request, json_response(self._expected_json))
         if name == "stats" and method == "GET":
             query = request.rel_url.query
             hosts = query.getall("host", None)
             snapshot = self.truth.snapshot(
                 summary=_flag(query.get("summary")), hosts=hosts, history=_flag(query.get("history"))
             )
-            return await _send(request, _json_response(snapshot))
+            return await send(request, json_response(snapshot))
         if name == "hosts" and method == "GET":
-            return await _send(request, _json_response(self._describe()))
+            return await send(request, json_response(self._describe()))
         if name == "reset" and method == "POST":
             self.truth.reset()
-            return await _send(request, _json_response({"ok": True}))
+            return await send(request, json_response({"ok": True}))
         if name == "api/quota" and method == "POST":
-            return await _send(request, await self._set_quota(request))
+            return await send(request, await self._set_quota(request))
         if name in ("expected", "stats", "hosts", "reset", "api/quota"):
-            return await _send(request, _plain(405, "method not allowed"))
-        return await _send(request, _plain(404, f"no control endpoint {path}"))
+            return await send(request, plain(405, "method not allowed"))
+        return await send(request, plain(404, f"no control endpoint {path}"))
 
     async def _set_quota(self, request: web.BaseRequest) -> web.Response:
         try:
             document = await request.json()
             quota = document["quota"]
         except (ValueError, KeyError, TypeError):
-            return _plain(400, 'expected JSON {"quota": N} (N an integer >= 0, or null)')
+            return plain(400, 'expected JSON {"quota": N} (N an integer >= 0, or null)')
         valid = quota is None or (type(quota) is int and quota >= 0)  # bool is not a quota
         if not valid:
-            return _plain(400, f"quota must be an integer >= 0 or null, got {quota!r}")
+            return plain(400, f"quota must be an integer >= 0 or null, got {quota!r}")
         self.truth.set_quota(quota)
-        return _json_response({"quota_left": quota})
+        return json_response({"quota_left": quota})
+
+    def _ground_truth_json(self) -> bytes:
+        """/_testweb/expected: the expected URLs, and which of them change on every visit."""
+        urls = self._web.expected_urls()
+        return json.dumps({"urls": urls, "changing": self._web.changing_urls(urls)}).encode()
 
     def _describe(self) -> dict[str, Any]:
         return {
@@ -294,54 +345,5 @@ class TestwebServer:
         }
 
 
-# --- response helpers ------------------------------------------------------------------------
-
-
-async def _send(request: web.BaseRequest, response: web.StreamResponse) -> web.StreamResponse:
-    if request.get(_CLOSE):
-        response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
-    return response
-
-
 def _flag(value: str | None) -> bool:
     return value is not None and value.lower() in ("1", "true", "yes", "on")
-
-
-def _plain(status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
-    all_headers = {"Content-Type": _TEXT, **(headers or {})}
-    return web.Response(status=status, body=f"{text}\n".encode(), headers=all_headers)
-
-
-def _json_response(document: Any) -> web.Response:
-    body = document if isinstance(document, bytes) else json.dumps(document).encode()
-    return web.Response(body=body, headers={"Content-Type": _JSON})
-
-
-async def _drip(
-    request: web.BaseRequest, body: bytes, content_type: str, rate: int
-) -> web.StreamResponse:
-    """Stream `body` at about `rate` bytes per second, in ten chunks a second."""
-    response = web.StreamResponse(headers={"Content-Type": content_type})
-    response.content_length = len(body)
-    if request.get(_CLOSE):
-        response.force_close()
-    await response.prepare(request)
-    if request.method != "HEAD":
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        chunk = max(1, rate // 10)
-        try:
-            for offset in range(0, len(body), chunk):
-                piece = body[offset : offset + chunk]
-                # Pace against the start time so the rate does not drift with scheduling;
-                # waiting before each piece makes the whole body take len(body) / rate.
-                wait = started + (offset + len(piece)) / rate - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                await response.write(piece)
-        except ConnectionResetError:
-            return response  # the client gave up; nothing more to send
-    await response.write_eof()
-    return response

@@ -11,6 +11,9 @@ being served, or when the client went away before the response was written); a r
 appended when it starts, so the history is in start order.
 
 The totals are kept as running counts, so a summary costs the same at 200,000 hosts as at 5.
+`body_bytes` counts the response body bytes written to clients, as on the wire (the compressed
+length of a gzip answer; nothing for HEAD or a 304; a dripped body as far as it got), and
+`not_modified` the 304 answers.
 """
 
 from __future__ import annotations
@@ -36,13 +39,15 @@ class HostStats:
     peak_concurrency: int = 0
     throttled: int = 0
     errors: int = 0
+    not_modified: int = 0
+    body_bytes: int = 0
     last_start: float | None = None
     min_gap_s: float | None = None
     # Made on the first request: most hosts of a huge web are never asked for theirs.
     history: list[HistoryEntry] | None = None
 
     def clear(self) -> None:
-        self.requests = self.throttled = self.errors = 0
+        self.requests = self.throttled = self.errors = self.not_modified = self.body_bytes = 0
         self.peak_concurrency = self.in_flight
         self.last_start = self.min_gap_s = None
         self.history = None
@@ -54,6 +59,8 @@ class HostStats:
             "peak_concurrency": self.peak_concurrency,
             "throttled": self.throttled,
             "errors": self.errors,
+            "not_modified": self.not_modified,
+            "body_bytes": self.body_bytes,
             "min_gap_s": self.min_gap_s,
         }
         if history_limit is not None:
@@ -100,11 +107,13 @@ class Totals:
     repeated_urls: int = 0  # distinct URLs requested more than once
     throttled: int = 0  # the hosts' own 429s
     errors: int = 0  # the hosts' synthetic 5xx
+    not_modified: int = 0  # 304 answers to conditional requests
+    body_bytes: int = 0  # response body bytes written, as on the wire
     peak_concurrency: int = 0  # the highest peak of any one host
 
     def clear(self, in_flight: int, peak: int) -> None:
         self.requests = self.hosts_requested = self.urls = self.robots_urls = self.repeated_urls = 0
-        self.throttled = self.errors = 0
+        self.throttled = self.errors = self.not_modified = self.body_bytes = 0
         self.in_flight = in_flight
         self.peak_concurrency = peak
 
@@ -118,6 +127,8 @@ class Totals:
             "repeated_urls": self.repeated_urls,
             "throttled": self.throttled,
             "errors": self.errors,
+            "not_modified": self.not_modified,
+            "body_bytes": self.body_bytes,
             "peak_concurrency": self.peak_concurrency,
         }
 
@@ -202,10 +213,18 @@ class GroundTruth:
         visit.stats.errors += 1
         self.totals.errors += 1
 
-    def end(self, visit: Visit, status: int = 0) -> None:
-        """The response was written (status), or the request ended without one (0)."""
+    def not_modified(self, visit: Visit) -> None:
+        """The host answered this conditional request with a 304."""
+        visit.stats.not_modified += 1
+        self.totals.not_modified += 1
+
+    def end(self, visit: Visit, status: int = 0, *, body_bytes: int = 0) -> None:
+        """The response was written (status), or the request ended without one (0);
+        `body_bytes` of body reached the transport either way."""
         visit.stats.in_flight -= 1
         self.totals.in_flight -= 1
+        visit.stats.body_bytes += body_bytes
+        self.totals.body_bytes += body_bytes
         if visit.entry is not None:
             visit.entry[1] = status
 
