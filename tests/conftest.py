@@ -45,17 +45,17 @@ def start_node(tmp_path: Path):
         node.stop(timeout_s=15)
 
 
-UNFETCHED_OUTCOMES = ("robots_disallowed", "robots_unavailable")
+UNFETCHED_OUTCOMES = ("robots_disallowed", "robots_unavailable", "out_of_scope")
 
 
 def read_crawl_log(data_dir: Path, *, everything: bool = False) -> list[dict]:
     """The crawl.log lines of requests for the frontier's URLs; with ``everything``, also the
     robots.txt exchanges (kind "robots") and the URLs that ended without a request."""
-    path = Path(data_dir) / "crawl.log"
-    if not path.exists():
-        return []
+    current = Path(data_dir) / "crawl.log"
+    # Rotated files first (crawl.log.<UTC stamp>, oldest first), then the current one.
+    paths = sorted(current.parent.glob("crawl.log.*")) + ([current] if current.exists() else [])
     lines = []
-    for line in path.read_text().splitlines():
+    for line in (text for path in paths for text in path.read_text().splitlines()):
         if line.strip():
             entry = json.loads(line)
             if everything or (entry.get("kind", "page") != "robots" and entry["outcome"] not in UNFETCHED_OUTCOMES):

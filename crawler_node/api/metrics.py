@@ -67,7 +67,8 @@ class NodeCollector:
             ("crawler_sitemaps", "sitemaps", "Sitemap files read"),
             ("crawler_sitemap_urls", "sitemap_urls", "URLs listed by the sitemaps read"),
             ("crawler_items", "items", "Items the pipelines made"),
-            ("crawler_pipeline_errors", "pipeline_errors", "Pipeline runs that raised or returned what cannot be stored"),
+            ("crawler_pipeline_errors", "pipeline_errors",
+             "Pipeline runs that raised or returned what cannot be stored"),
             ("crawler_pipeline_timeouts", "pipeline_timeouts", "Pipeline runs stopped at --pipeline-budget-s"),
         ):
             yield _single(CounterMetricFamily, name, help_text, counters[key])

@@ -54,6 +54,7 @@ async def node_status(node: Node) -> dict[str, Any]:
             "submitted": intake["submitted"],
             "rejected": intake["rejected"],
             "robots_disallowed": leases["robots_disallowed"],
+            "out_of_scope": store["out_of_scope"],  # links whose host is out of scope (a crawl.log line each)
             "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
             "robots_fetched": fetch["robots_fetched"],
             "robots_given_up": fetch["robots_given_up"],  # authorities given up

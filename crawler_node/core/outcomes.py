@@ -42,6 +42,7 @@ class FetchOutcome(enum.StrEnum):
     DNS = "dns"  # the name did not resolve
     ROBOTS_DISALLOWED = "robots_disallowed"  # robots.txt forbids it: never fetched
     ROBOTS_UNAVAILABLE = "robots_unavailable"  # its robots.txt could not be had: given up, never fetched
+    OUT_OF_SCOPE = "out_of_scope"  # a link whose host the crawl's scope leaves out: never fetched
     TOO_MANY_REDIRECTS = "too_many_redirects"  # a redirect past --max-redirects: its target is not followed
 
     @property

@@ -153,6 +153,7 @@ class ParseStage:
     def _note(self, page: PageResult, report: PageReport) -> None:
         counters = self.counters
         page.parse_truncated = report.truncated is not None
+        page.out_of_scope = report.out_of_scope
         if report.pipelines is not None:
             self._note_pipelines(page, report)
         if report.kind != "sitemap":

@@ -23,6 +23,7 @@ class PageResult:
     parse_truncated: bool = False  # links came from the first max_parse_bytes of the body only
     outlinks: str | None = None  # all the page's links, one per line, for its WARC metadata record
     items: list[str] = field(default_factory=list)  # the pipelines' items of the page, as JSON lines
+    out_of_scope: list[str] = field(default_factory=list)  # its links whose host is out of scope (crawl.log)
 
 
 class InboundFull(Exception):

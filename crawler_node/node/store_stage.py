@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
 from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
 from crawler_node.node.budget import HeldBytes
@@ -36,6 +37,10 @@ STORE_BATCH = 256  # pages per store write and frontier transaction, at most
 _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.HTTP_ERROR, FetchOutcome.THROTTLED,
                        FetchOutcome.SERVER_ERROR, FetchOutcome.TOO_LARGE, FetchOutcome.TIMEOUT,
                        FetchOutcome.CONNECTION, FetchOutcome.TOO_MANY_REDIRECTS})
+
+
+_OUT_OF_SCOPE = FetchOutcome.OUT_OF_SCOPE.value
+_NOT_IN_SCOPE = "its host is not in the crawl's scope (--allow-host)"
 
 
 class Router(Protocol):
@@ -89,7 +94,8 @@ class StoreStage:
         return {"queue": self.queue.snapshot(), "busy": self._busy, "last_stored_at": self.last_stored_at,
                 "fetched": self.counters["fetched"], "pages_done": self.counters["pages_done"],
                 "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"],
-                "unfetched": self.counters["unfetched"], "robots_records": self.counters["robots_records"]}
+                "unfetched": self.counters["unfetched"], "robots_records": self.counters["robots_records"],
+                "out_of_scope": self.counters["out_of_scope"]}
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
@@ -115,7 +121,11 @@ class StoreStage:
                 self._idle.notify()
 
     async def _commit(self, pages: list[PageResult]) -> None:
-        await self._worker.write([self._record(page) for page in pages])
+        rows = [self._record(page) for page in pages]
+        for page in pages:
+            if page.out_of_scope:
+                rows += self._out_of_scope(page)
+        await self._worker.write(rows)
         batch, retried = self._outcomes(pages)
         self._route_links(batch, pages)
         peers = {peer for peer, _ in batch.forward}
@@ -182,6 +192,13 @@ class StoreStage:
                     batch.add.append(entry)
                 else:
                     batch.forward.append((owner, entry))
+
+    def _out_of_scope(self, page: PageResult) -> list[tuple]:
+        """A crawl.log line (no WARC record) per link of ``page`` whose host is out of scope."""
+        now, depth, via = time.time(), page.lease.depth + 1, page.lease.url
+        self.counters["out_of_scope"] += len(page.out_of_scope)
+        return [(url, host_of(url), self._node_id, 0, now, _OUT_OF_SCOPE, None, [], [], b"", None, _NOT_IN_SCOPE, None,
+                 0.0, None, None, False, "page", None, depth, via, None, [], 0) for url in page.out_of_scope]
 
     def _record(self, page: PageResult) -> tuple:
         """The page's FetchRecord as the tuple of its fields in order: the store process makes

@@ -61,6 +61,7 @@ class ParseContext:
     pipelines: PipelineRunner | None = None  # the user's pipelines, run on every HTML page
     memo: LinkMemo = field(default_factory=LinkMemo)  # this worker's, for all its pages
     returned: ReturnedLinks = field(default_factory=ReturnedLinks)
+    rejected: TwoGenerationSet = field(default_factory=lambda: TwoGenerationSet(65_536))  # out of scope, logged
 
 
 def new_context(*, pipeline_specs: tuple[str, ...] = (), pipeline_budget_s: float = 2.0, **options) -> ParseContext:
@@ -98,6 +99,7 @@ class PageReport:
     truncated: str | None = None  # "bytes": the page or sitemap was cut at its size limit; "urls": at sitemap_max_urls
     error: str | None = None  # why a sitemap candidate could not be read (in whole or to its end)
     outlinks: str | None = None  # as in PageLinks
+    out_of_scope: list[str] = field(default_factory=list)  # links whose host is not in scope, new to this worker
     pipelines: PageOutput | None = None  # what the user's pipelines made of the page
 
 
@@ -122,14 +124,16 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset
     page = extract_links(body, url, max_links=context.max_links, encoding=charset,
                          max_parse_bytes=context.max_parse_bytes, memo=context.memo, with_title=False)
     outlinks = "\n".join(page.links) if context.outlinks else None
+    rejected: list[str] = []
+    output = None
     if context.pipelines is not None:
         output = _run_pipelines(context.pipelines, body, url, depth, charset, meta, page.links)
-        links = _fresh_in_scope(context, _followed(page.links, output.links, url), depth)
+        links = _fresh_in_scope(context, _followed(page.links, output.links, url), depth, rejected)
+    else:
+        links = _fresh_in_scope(context, page.links, depth, rejected)
+    if page.truncated or rejected or output is not None:
         return PageReport(links, len(page.links), truncated="bytes" if page.truncated else None, outlinks=outlinks,
-                          pipelines=output)
-    links = _fresh_in_scope(context, page.links, depth)
-    if page.truncated:
-        return PageReport(links, len(page.links), truncated="bytes", outlinks=outlinks)
+                          pipelines=output, out_of_scope=rejected)
     return links, len(page.links), outlinks
 
 
@@ -170,8 +174,9 @@ def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> 
         link = resolve_plain(loc, origin, directory) or _normalized_or_none(loc, url)
         if link is not None:
             found.append(link)
-    return PageReport(_fresh_in_scope(context, found, depth), len(sitemap.urls), kind="sitemap",
-                      truncated=sitemap.truncated, error=sitemap.error)
+    rejected: list[str] = []
+    return PageReport(_fresh_in_scope(context, found, depth, rejected), len(sitemap.urls), kind="sitemap",
+                      truncated=sitemap.truncated, error=sitemap.error, out_of_scope=rejected)
 
 
 def _normalized_or_none(raw: str, base: str) -> str | None:
@@ -181,12 +186,24 @@ def _normalized_or_none(raw: str, base: str) -> str | None:
         return None
 
 
-def _fresh_in_scope(context: ParseContext, found: list[str], depth: int) -> list[tuple[str, str]]:
+def _fresh_in_scope(context: ParseContext, found: list[str], depth: int,
+                    rejected: list[str] | None = None) -> list[tuple[str, str]]:
+    """The links in scope not handed over before; with ``rejected``, the links out of scope
+    by host (never fetched: crawl.log says so, once per worker, as far as its bounded memory
+    goes) are appended to it. A link too deep is not: at another depth it may be in scope."""
     # The scope first: a link out of scope at this depth may be in scope at another.
     scope = context.scope
     if scope.too_deep(depth + 1):
         return []
-    in_scope = [link for link in found if scope.check(link, depth + 1) is None] if scope.allow_hosts else found
+    if scope.allow_hosts:
+        in_scope = []
+        out = []
+        for link in found:
+            (in_scope if scope.check(link, depth + 1) is None else out).append(link)
+        if out and rejected is not None:
+            rejected.extend(context.rejected.add_new(out))
+    else:
+        in_scope = found
     return [(link, host_of(link)) for link in context.returned.fresh(in_scope)]
 
 

@@ -152,7 +152,8 @@ def chunked(body: bytes) -> bytes:
 def exchange(url: str, date: str, *, status_line: str, response_headers: Sequence[tuple[str, str]],
              body: bytes, request_line: str, request_headers: Sequence[tuple[str, str]],
              ip_address: str | None = None, truncated: str | None = None,
-             ids: tuple[str, str] | None = None, revisit: Revisit | None = None) -> tuple[bytes, bytes]:
+             ids: tuple[str, str] | None = None, revisit: Revisit | None = None,
+             payload_digest: str | None = None) -> tuple[bytes, bytes]:
     """The response record (or, with ``revisit``, a revisit record) and the request record
     (WARC-Concurrent-To the first) of one HTTP exchange. ``body`` is the payload as the
     record holds it (see `chunked`); the payload digest is its digest, as WARC readers
@@ -175,7 +176,7 @@ def exchange(url: str, date: str, *, status_line: str, response_headers: Sequenc
         if truncated:
             response_fields += f"WARC-Truncated: {_one_line(truncated)}\r\n"
         response = _record("response", response_fields, head, body, "application/http; msgtype=response",
-                           sha1_label(body))
+                           payload_digest or sha1_label(body))
     request_fields = f"WARC-Record-ID: {request_id}\r\n{where}WARC-Concurrent-To: {response_id}\r\n"
     request = _record("request", request_fields, http_head(request_line, request_headers), b"",
                       "application/http; msgtype=request", None)

@@ -148,9 +148,12 @@ class WarcWriter:
                 self._open_file()
             assert self._path is not None
             response_id, request_id = next(ids), next(ids)
-            revisit, digest = self._revisit(record)
+            payload = b"" if record.status == 304 else stored_payload(record)
+            digest = warc.sha1_label(payload)
+            revisit = self._revisit(record, digest)
             # The response first, then the request with WARC-Concurrent-To pointing at it.
-            response, request = exchange_records(record, ids=(response_id, request_id), revisit=revisit)
+            response, request = exchange_records(record, ids=(response_id, request_id), revisit=revisit,
+                                                 payload=payload, payload_digest=digest)
             offset = self._file_bytes
             member = warc.gzip_member(response)
             self._append(member)
@@ -158,11 +161,10 @@ class WarcWriter:
             date = iso_utc(record.fetched_at, timespec="microseconds")
             if record.outlinks is not None:
                 self._append(warc.gzip_member(warc.metadata(record.url, date, response_id, _metadata_fields(record))))
-            if revisit is None:
-                if digest is not None and self.digests is not None:
-                    self.digests.add(digest, Original(response_id, record.url, date))
-            else:
+            if revisit is not None:
                 self.revisits_written += 1
+            elif self.digests is not None and _dedupable(record):
+                self.digests.add(digest, Original(response_id, record.url, date))
             locations.append(Location(self._path.name, offset, len(member),
                                       "response" if revisit is None else "revisit",
                                       digest if revisit is None else revisit.payload_digest))
@@ -172,20 +174,17 @@ class WarcWriter:
         self._write_pending()
         return locations
 
-    def _revisit(self, record: FetchRecord) -> tuple[warc.Revisit | None, str | None]:
-        """A revisit record's fields for this exchange, or None; and the payload's digest
-        when the record will hold a payload worth remembering (a complete 2xx body)."""
-        status = record.status
-        if status == 304:
-            return warc.Revisit(warc.REVISIT_NOT_MODIFIED, refers_to_uri=record.url), None
-        if self.digests is None or status is None or not 200 <= status < 300 or record.truncated or not record.body:
-            return None, None
-        digest = warc.sha1_label(stored_payload(record))
+    def _revisit(self, record: FetchRecord, digest: str) -> warc.Revisit | None:
+        """A revisit record's fields for this exchange (``digest``: of its payload), or None."""
+        if record.status == 304:
+            return warc.Revisit(warc.REVISIT_NOT_MODIFIED, refers_to_uri=record.url)
+        if self.digests is None or not _dedupable(record):
+            return None
         original = self.digests.lookup(digest)
         if original is None:
-            return None, digest
+            return None
         return warc.Revisit(warc.REVISIT_IDENTICAL, payload_digest=digest, refers_to=original.record_id,
-                            refers_to_uri=original.url, refers_to_date=original.date), None
+                            refers_to_uri=original.url, refers_to_date=original.date)
 
     def _append(self, member: bytes) -> None:
         self._pending.append(member)
@@ -238,6 +237,12 @@ class WarcWriter:
         self._file = None
 
 
+def _dedupable(record: FetchRecord) -> bool:
+    """A payload another response may stand in for: a complete, non-empty 2xx body."""
+    status = record.status
+    return status is not None and 200 <= status < 300 and not record.truncated and bool(record.body)
+
+
 def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
     """The warcinfo record's fields (WARC 1.1 annex C's names where it has one)."""
     fields = [("software", SOFTWARE), ("hostname", socket.gethostname()), ("node-id", node_id),
@@ -283,7 +288,8 @@ def _is_chunked(headers: Sequence[tuple[str, str]]) -> bool:
 
 
 def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None,
-                     revisit: warc.Revisit | None = None) -> tuple[bytes, bytes]:
+                     revisit: warc.Revisit | None = None, payload: bytes | None = None,
+                     payload_digest: str | None = None) -> tuple[bytes, bytes]:
     """The response (or revisit) and request records (uncompressed) of one fetch attempt
     with a status. `ids` are the records' ids (`warc.record_ids`), drawn here when not given."""
     status = record.status
@@ -299,7 +305,7 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None,
         iso_utc(record.fetched_at, timespec="microseconds"),
         status_line=record.status_line or _STATUS_LINES.get(status) or f"HTTP/1.1 {status} ",
         response_headers=record.response_headers,
-        body=b"" if revisit is not None else stored_payload(record),
+        body=b"" if revisit is not None else stored_payload(record) if payload is None else payload,
         request_line=f"GET {target} HTTP/1.1",
         request_headers=request_headers,
         ip_address=record.remote_addr,
@@ -308,6 +314,7 @@ def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None,
         truncated=record.truncated or ("length" if record.outcome == FetchOutcome.TOO_LARGE else None),
         ids=ids,
         revisit=revisit,
+        payload_digest=payload_digest,
     )
 
 
