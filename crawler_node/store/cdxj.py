@@ -1,0 +1,190 @@
+"""The CDXJ index beside each WARC file: `<name>.warc.gz` -> `<name>.cdxj`, as pywb reads it.
+
+One line per record a replay looks up (response, revisit, resource, and metadata that is not
+application/warc-fields), `<SURT key> <14-digit timestamp> <JSON>`, sorted so that pywb can
+binary-search it. The lines are cdxj-indexer's, with the options pywb's `wb-manager reindex`
+uses: request records are read (a POST's body joins its URL key) but get no line of their own.
+pywb reads a directory of these files as one index, so there is no merged index to keep.
+
+A file is indexed once it is closed; one left unindexed (the node was killed before it closed
+the file) is indexed at the next start by `index_missing`. Such a file may end in a torn gzip
+member, and warcio reads one without complaint: the indexer then gives the torn record a line
+whose length runs to the end of the file, or raises on its headers (and drops the record before
+it, which it holds back to pair it with its request). So the members after the last indexed
+record are inflated to see whether they are whole; only if the last indexed record is not, or
+the indexer raised, is the file indexed again, up to the end of its last whole member. zlib does
+that check: warcio cannot say where a member was cut short. Each record is one member (WARC 1.1,
+annex D), so the index then holds every complete record and nothing else.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import zlib
+from collections.abc import Collection
+from pathlib import Path
+from typing import BinaryIO
+
+# No types of its own, and pyproject's mypy overrides do not list it (yet).
+from cdxj_indexer.main import CDXJIndexer  # type: ignore[import-untyped]
+
+log = logging.getLogger("crawler_node.store")
+
+WARC_SUFFIX = ".warc.gz"
+INDEX_SUFFIX = ".cdxj"
+# Not *.cdxj: pywb never reads a half-written index. One fixed name per index, so a temp file
+# left by a killed run is overwritten when the file is indexed again, not left behind.
+TEMP_SUFFIX = ".cdxj.tmp"
+_GZIP_WBITS = zlib.MAX_WBITS | 16
+_CHUNK = 1 << 20
+
+
+class WarcIndexError(Exception):
+    """A WARC file could not be indexed: it stays without an index (`index_missing` tries again)."""
+
+    def __init__(self, warc_path: Path, reason: str) -> None:
+        super().__init__(f"cannot index {warc_path}: {reason}")
+        self.warc_path = warc_path
+        self.reason = reason
+
+
+def index_path(warc_path: Path) -> Path:
+    """The index beside a WARC file: `<name>.warc.gz` -> `<name>.cdxj`."""
+    name = warc_path.name
+    if not name.endswith(WARC_SUFFIX) or name == WARC_SUFFIX:
+        raise ValueError(f"not a {WARC_SUFFIX} file name: {warc_path}")
+    return warc_path.with_name(name[: -len(WARC_SUFFIX)] + INDEX_SUFFIX)
+
+
+def write_index(warc_path: Path) -> Path:
+    """Index one closed WARC file into `index_path(warc_path)`, sorted, replacing it atomically.
+    A torn tail is left out (see the module's docstring). Raises `WarcIndexError`."""
+    target = index_path(warc_path)
+    try:
+        lines = sorted(_index_lines(warc_path))
+        temp = target.with_name(target.name[: -len(INDEX_SUFFIX)] + TEMP_SUFFIX)
+        with open(temp, "w", encoding="utf-8", newline="\n") as handle:
+            handle.writelines(lines)
+            handle.flush()
+            # On disk before the rename: an empty index newer than its WARC file would never
+            # be made again by index_missing.
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+    except WarcIndexError:
+        raise
+    except Exception as exc:  # OSError, or whatever warcio raises on a record it cannot read
+        raise WarcIndexError(warc_path, f"{type(exc).__name__}: {exc}") from exc
+    return target
+
+
+def index_missing(directory: Path, *, skip: Collection[Path] = ()) -> list[Path]:
+    """Index every `*.warc.gz` in `directory` that has no index or one older than the file,
+    except those in `skip` (the file being written). Returns the indexes written; a file that
+    cannot be indexed is logged and the others are indexed all the same."""
+    skipped = {path.resolve() for path in skip}
+    written: list[Path] = []
+    for warc_path in sorted(directory.glob(f"*{WARC_SUFFIX}")):
+        if warc_path.resolve() in skipped or _index_is_current(warc_path):
+            continue
+        try:
+            written.append(write_index(warc_path))
+        except WarcIndexError as exc:
+            log.error("%s; it stays unindexed until the next start", exc)
+    return written
+
+
+def _index_is_current(warc_path: Path) -> bool:
+    try:
+        # Equal times count as current: the index is written after its file is closed.
+        return index_path(warc_path).stat().st_mtime >= warc_path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+
+
+def _index_lines(warc_path: Path) -> list[str]:
+    """The file's index lines, unsorted: of all of it, or of its complete gzip members when
+    it has a torn tail (each record is one member, WARC 1.1 annex D)."""
+    with open(warc_path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        lines, error = _run_indexer(stream, warc_path.name)
+        last_start, last_end = _last_record(lines)
+        # Only the tail can be torn: a scan from the last indexed record on tells whether that
+        # record is whole, and whether anything after it is not.
+        end = _complete_end(stream, last_start)
+        if error is None and end >= last_end:
+            if end < size:
+                log.warning("%s is torn after byte %d of %d; its complete records are indexed", warc_path, end, size)
+            return lines
+        reason = "its last indexed record is incomplete" if error is None else f"{type(error).__name__}: {error}"
+        if end == size:  # no torn tail: the indexer failed on a whole record
+            raise WarcIndexError(warc_path, reason) from error
+        end = _complete_end(stream, 0)
+        log.warning("%s is torn after byte %d of %d (%s); indexing its complete records", warc_path, end, size, reason)
+        stream.seek(0)
+        lines, error = _run_indexer(_Prefix(stream, end), warc_path.name)
+        if error is not None:
+            raise WarcIndexError(warc_path, f"{type(error).__name__}: {error}") from error
+        return lines
+
+
+def _run_indexer(stream: BinaryIO | _Prefix, filename: str) -> tuple[list[str], Exception | None]:
+    """The lines cdxj-indexer writes for `stream`, and what it raised, if it did, after them."""
+    out = io.StringIO()
+    # post_append: pywb's wb-manager option, so a POST's request body is part of its key.
+    indexer = CDXJIndexer(out, [stream], filename=filename, post_append=True)
+    try:
+        indexer.process_all()
+    except Exception as exc:  # warcio, on a torn record: ArchiveLoadFailed, AttributeError, ...
+        return out.getvalue().splitlines(keepends=True), exc
+    return out.getvalue().splitlines(keepends=True), None
+
+
+def _last_record(lines: list[str]) -> tuple[int, int]:
+    """(offset, end) of the record at the highest offset in `lines`; (0, 0) without lines."""
+    if not lines:
+        return 0, 0
+    last = max((json.loads(line.split(" ", 2)[2]) for line in lines), key=lambda entry: int(entry["offset"]))
+    offset = int(last["offset"])
+    return offset, offset + int(last["length"])
+
+
+def _complete_end(stream: BinaryIO, start: int) -> int:
+    """Where the last complete gzip member from `start` on ends (`start` if none does): a
+    member cut short ends the scan. Bytes that are no gzip member raise zlib.error: that file
+    is damaged, not torn, and is not indexed."""
+    stream.seek(start)
+    end = offset = start  # offset: where `data` starts in the file
+    member = zlib.decompressobj(_GZIP_WBITS)
+    data = b""
+    while True:
+        if not data:
+            data = stream.read(_CHUNK)
+            if not data:
+                return end
+        member.decompress(data, _CHUNK)  # bounded output, and none of it is kept
+        if member.eof:
+            rest = member.unused_data
+            end = offset = offset + len(data) - len(rest)
+            member = zlib.decompressobj(_GZIP_WBITS)
+        else:
+            rest = member.unconsumed_tail
+            offset += len(data) - len(rest)
+        data = rest
+
+
+class _Prefix:
+    """The first `end` bytes of a file, for the indexer (which reads and tells, never seeks)."""
+
+    def __init__(self, stream: BinaryIO, end: int) -> None:
+        self._stream = stream
+        self._end = end
+
+    def read(self, size: int = -1) -> bytes:
+        remaining = max(0, self._end - self._stream.tell())
+        return self._stream.read(remaining if size < 0 else min(size, remaining))
+
+    def tell(self) -> int:
+        return self._stream.tell()
