@@ -196,8 +196,8 @@ def _fresh_in_scope(context: ParseContext, found: list[str], depth: int,
     if scope.too_deep(depth + 1):
         return []
     if scope.allow_hosts:
-        in_scope = []
-        out = []
+        in_scope: list[str] = []
+        out: list[str] = []
         for link in found:
             (in_scope if scope.check(link, depth + 1) is None else out).append(link)
         if out and rejected is not None:

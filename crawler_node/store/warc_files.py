@@ -1,0 +1,264 @@
+"""WARC files: `WarcWriter` writes each fetch attempt's records, rotated by size.
+
+Per HTTP exchange a response record (or a revisit record, with a `DigestIndex`), a request
+record and, for a parsed HTML page, a metadata record of its outlinks. Each record is its
+own gzip member, so a file is readable up to its last complete record even while it is
+being written or after a crash. Records are stored as received: the server's status line,
+its headers unchanged, the body still content-encoded (see `stored_payload`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from http import HTTPStatus
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.store import warc
+from crawler_node.store.crawl_log import Location, iso_utc
+from crawler_node.store.digests import DigestIndex, Original
+from crawler_node.store.records import SOFTWARE, CrawlInfo, FetchRecord
+
+
+class WarcWriter:
+    """Size-rotated gzip WARC 1.1 files: `<node_id>-<UTC timestamp>-<serial:05d>.warc.gz`.
+
+    Records are built by `crawler_node.store.warc`; a batch goes to the file in one write.
+    With `digests`, a 2xx response whose payload this node archived before is written as a
+    revisit record (identical-payload-digest), and a 304 answer to a recrawl as one of
+    profile server-not-modified."""
+
+    def __init__(self, directory: Path, *, node_id: str, max_file_bytes: int = 100_000_000,
+                 digests: DigestIndex | None = None, info: CrawlInfo | None = None,
+                 on_close: Callable[[Path], None] | None = None) -> None:
+        """``on_close``: called with each file once it is complete (its CDXJ index is made)."""
+        if max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be > 0, got {max_file_bytes}")
+        if not node_id or "/" in node_id:
+            raise ValueError(f"node_id must be a non-empty name without '/', got {node_id!r}")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.node_id = node_id
+        self.max_file_bytes = max_file_bytes
+        self.digests = digests
+        self.info = info or CrawlInfo()
+        self._on_close = on_close
+        self.files: list[Path] = []
+        self.records_written = 0  # exchanges
+        self.revisits_written = 0
+        self.bytes_written = 0  # compressed bytes on disk, over all files
+        self._serial = 0
+        self._file: BinaryIO | None = None
+        self._path: Path | None = None
+        self._file_bytes = 0  # of the open file, including what is still in `_pending`
+        self._pending: list[bytes] = []  # gzip members of the open file not yet written
+        self._closed = False
+
+    def write(self, records: Sequence[FetchRecord]) -> list[Location | None]:
+        """Write the records of each HTTP exchange; returns where each one's response (or
+        revisit) record went, None for an attempt without an exchange."""
+        # No HTTP exchange happened without a status: the crawl log alone tells those.
+        exchanges = sum(1 for record in records if record.status is not None)
+        if exchanges and self._closed:
+            raise ValueError(f"WARC writer for {self.directory} is closed")
+        ids = iter(warc.record_ids(2 * exchanges))
+        locations: list[Location | None] = []
+        for record in records:
+            if record.status is None:
+                locations.append(None)
+                continue
+            if self._file is None:
+                self._open_file()
+            assert self._path is not None
+            response_id, request_id = next(ids), next(ids)
+            payload = b"" if record.status == 304 else stored_payload(record)
+            digest = warc.sha1_label(payload)
+            revisit = self._revisit(record, digest)
+            # The response first, then the request with WARC-Concurrent-To pointing at it.
+            response, request = exchange_records(record, ids=(response_id, request_id), revisit=revisit,
+                                                 payload=payload, payload_digest=digest)
+            offset = self._file_bytes
+            member = warc.gzip_member(response)
+            self._append(member)
+            self._append(warc.gzip_member(request))
+            date = iso_utc(record.fetched_at, timespec="microseconds")
+            if record.outlinks is not None:
+                self._append(warc.gzip_member(warc.metadata(record.url, date, response_id, _metadata_fields(record))))
+            if revisit is not None:
+                self.revisits_written += 1
+            elif self.digests is not None and _dedupable(record):
+                self.digests.add(digest, Original(response_id, record.url, date))
+            locations.append(Location(self._path.name, offset, len(member),
+                                      "response" if revisit is None else "revisit",
+                                      digest if revisit is None else revisit.payload_digest))
+            self.records_written += 1
+            if self._file_bytes >= self.max_file_bytes:
+                self._close_file()  # the next write opens the next file
+        self._write_pending()
+        return locations
+
+    def _revisit(self, record: FetchRecord, digest: str) -> warc.Revisit | None:
+        """A revisit record's fields for this exchange (``digest``: of its payload), or None."""
+        if record.status == 304:
+            return warc.Revisit(warc.REVISIT_NOT_MODIFIED, refers_to_uri=record.url)
+        if self.digests is None or not _dedupable(record):
+            return None
+        original = self.digests.lookup(digest)
+        if original is None:
+            return None
+        return warc.Revisit(warc.REVISIT_IDENTICAL, payload_digest=digest, refers_to=original.record_id,
+                            refers_to_uri=original.url, refers_to_date=original.date)
+
+    def _append(self, member: bytes) -> None:
+        self._pending.append(member)
+        self._file_bytes += len(member)
+        self.bytes_written += len(member)
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            assert self._file is not None  # members are pending only while their file is open
+            self._file.write(b"".join(self._pending))
+            self._pending.clear()
+
+    def _open_file(self) -> None:
+        now = datetime.now(UTC)
+        stamp = now.strftime("%Y%m%d%H%M%S%f")[:-3]
+        while True:
+            path = self.directory / f"{self.node_id}-{stamp}-{self._serial:05d}.warc.gz"
+            self._serial += 1
+            try:
+                # "x": never append to or clobber a file another run left behind.
+                self._file = open(path, "xb")
+                break
+            except FileExistsError:
+                continue
+        self._path = path
+        self._file_bytes = 0
+        self._append(warc.gzip_member(warc.warcinfo(path.name, iso_utc(now.timestamp(), timespec="seconds"),
+                                                    warcinfo_fields(self.node_id, self.info))))
+        self.files.append(path)
+
+    def flush(self, *, fsync: bool = False) -> None:
+        if self._file is not None:
+            self._write_pending()
+            self._file.flush()
+            if fsync:
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._close_file()
+        self._closed = True
+
+    def _close_file(self) -> None:
+        # Every record is a complete gzip member; closing writes what is pending and releases.
+        if self._file is not None:
+            self._write_pending()
+            self._file.close()
+            path, self._path = self._path, None
+            if self._on_close is not None and path is not None:
+                self._on_close(path)
+        self._file = None
+
+
+def _dedupable(record: FetchRecord) -> bool:
+    """A payload another response may stand in for: a complete, non-empty 2xx body."""
+    status = record.status
+    return status is not None and 200 <= status < 300 and not record.truncated and bool(record.body)
+
+
+def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
+    """The warcinfo record's fields (WARC 1.1 annex C's names where it has one)."""
+    fields = [("software", SOFTWARE), ("hostname", socket.gethostname()), ("node-id", node_id),
+              ("isPartOf", info.crawl_name)]
+    if info.operator:
+        fields.append(("operator", info.operator))
+    if info.user_agent:
+        fields.append(("http-header-user-agent", info.user_agent))
+    fields.append(("robots", info.robots))
+    if info.description:
+        fields.append(("description", info.description))
+    fields += [("format", "WARC File Format 1.1"),
+               ("conformsTo", "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/")]
+    return fields
+
+
+def _metadata_fields(record: FetchRecord) -> list[tuple[str, str]]:
+    # Heritrix's names: hopsFromSeed is one letter per hop (L: a link; redirects keep the depth).
+    fields = []
+    if record.via:
+        fields.append(("via", record.via))
+    fields.append(("hopsFromSeed", "L" * record.depth))
+    fields += [("outlink", link) for link in record.outlinks.split("\n") if link] if record.outlinks else []
+    return fields
+
+
+_STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
+
+
+def stored_payload(record: FetchRecord) -> bytes:
+    """The payload as the response record holds it: the body as received, framed again in
+    one chunk when the server sent it chunked (see warc.chunked)."""
+    if _is_chunked(record.response_headers):
+        return warc.chunked(record.body)
+    return record.body
+
+
+def _is_chunked(headers: Sequence[tuple[str, str]]) -> bool:
+    for name, value in headers:
+        if len(name) == 17 and name.lower() == "transfer-encoding":
+            return "chunked" in value.lower()
+    return False
+
+
+def exchange_records(record: FetchRecord, *, ids: tuple[str, str] | None = None,
+                     revisit: warc.Revisit | None = None, payload: bytes | None = None,
+                     payload_digest: str | None = None) -> tuple[bytes, bytes]:
+    """The response (or revisit) and request records (uncompressed) of one fetch attempt
+    with a status. `ids` are the records' ids (`warc.record_ids`), drawn here when not given."""
+    status = record.status
+    if status is None:
+        raise ValueError(f"no HTTP exchange to record for {record.url}: it has no status")
+    netloc, target = _request_target(record.url)
+    request_headers = record.request_headers
+    # HTTP/1.1 clients always send Host; add it if the caller left it out of its list.
+    if not _has_host(request_headers):
+        request_headers = [("Host", netloc), *request_headers]
+    return warc.exchange(
+        record.url,
+        iso_utc(record.fetched_at, timespec="microseconds"),
+        status_line=record.status_line or _STATUS_LINES.get(status) or f"HTTP/1.1 {status} ",
+        response_headers=record.response_headers,
+        body=b"" if revisit is not None else stored_payload(record) if payload is None else payload,
+        request_line=f"GET {target} HTTP/1.1",
+        request_headers=request_headers,
+        ip_address=record.remote_addr,
+        # The node stopped reading: at its cap ("length"), at its timeout ("time"), or the
+        # connection was lost mid-body ("disconnect"); the record holds what came before.
+        truncated=record.truncated or ("length" if record.outcome == FetchOutcome.TOO_LARGE else None),
+        ids=ids,
+        revisit=revisit,
+        payload_digest=payload_digest,
+    )
+
+
+def _has_host(headers: Sequence[tuple[str, str]]) -> bool:
+    for name, _ in headers:  # aiohttp sends Host first
+        if name.lower() == "host":
+            return True
+    return False
+
+
+def _request_target(url: str) -> tuple[str, str]:
+    """(host[:port], path?query) of a URL: by hand for the canonical URLs the node fetches
+    (`scheme://host[:port]/path[?query]`, no fragment), by urlsplit for anything else."""
+    start = url.find("://") + 3
+    slash = url.find("/", start)
+    if start >= 3 and slash > start and "#" not in url:
+        return url[start:slash], url[slash:]
+    parts = urlsplit(url)
+    return parts.netloc, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
