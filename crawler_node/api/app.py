@@ -31,6 +31,7 @@ log = logging.getLogger("crawler_node.api")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_MEMBER_BODY_BYTES = 4096  # {"id": ..., "url": ...}
 MAX_URLS_PER_REQUEST = 10_000
+MAX_VIA_LENGTH = 8192  # characters of an item's "via", the page its URL was found on
 # The largest legitimate msgpack body: {"urls": [up to 10,000 maps of a few small fields]}.
 _MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "max_ext_len": 0,
                    "max_array_len": MAX_URLS_PER_REQUEST, "max_map_len": 16}
@@ -130,9 +131,12 @@ def _fields_ok(item: dict) -> bool:
     def small(key: str, low: int) -> bool:
         value = item.get(key, 0)
         return isinstance(value, int) and not isinstance(value, bool) and low <= value < 10**6
-    # "redirects" is optional, as every field but "url": a peer of an earlier version omits it.
+    # "redirects" and "via" are optional, as every field but "url": a peer of an earlier
+    # version omits them.
+    via = item.get("via")
     return small("depth", 0) and small("hops", 0) and small("redirects", 0) \
-        and small("priority", -(10**6) + 1) and isinstance(item.get("seen", False), bool)
+        and small("priority", -(10**6) + 1) and isinstance(item.get("seen", False), bool) \
+        and (via is None or (isinstance(via, str) and len(via) <= MAX_VIA_LENGTH))
 
 
 def _prepare(intake: Intake, items: list[tuple[int, dict]]) -> tuple[Prepared, list[dict]]:

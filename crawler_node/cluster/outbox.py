@@ -130,7 +130,7 @@ class Outboxes:
             return 0.0
         payload = msgpack.packb({"urls": [
             {"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops, "redirects": e.redirects,
-             "seen": seen}
+             "via": e.via, "seen": seen}
             for _, e, seen in rows]})
         try:
             async with self._session.post(f"{url}/v1/urls", data=payload,

@@ -7,6 +7,7 @@ politeness, and the outbox of URLs owed to peers.
     shedding  Frontier.shedding: parking low-priority URLs and bringing them back
     outbox    Frontier.outbox: URLs owed to peers, until acknowledged
     handoff   Frontier.handoff: hosts changing owner, URLs fetched elsewhere, ownership sweeps
+    recrawl   Frontier.recrawl: what a fetch leaves for the next one, and done URLs queued again when due
     service   FrontierService: the async shell, the only holder of the Frontier and its thread
 
 Internals: core (what the parts share: connection, transactions, counters), hosts (the
@@ -29,6 +30,7 @@ from crawler_node.frontier.records import (
     Lease,
     UrlEntry,
 )
+from crawler_node.frontier.recrawl import Recrawl
 from crawler_node.frontier.schema import FRONTIER_FILENAME
 from crawler_node.frontier.service import FrontierService
 from crawler_node.frontier.shedding import Shedding
@@ -50,6 +52,7 @@ __all__ = [
     "HostQueue",
     "Lease",
     "Outbox",
+    "Recrawl",
     "Shedding",
     "UrlEntry",
 ]

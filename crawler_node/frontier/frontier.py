@@ -1,5 +1,5 @@
 """The durable frontier of one node: the exact URL-seen set, per-host queues, priorities and
-leases, with its parts (shedding, outbox, handoff) as attributes.
+leases, with its parts (shedding, outbox, handoff, recrawl) as attributes.
 
 Python memory holds one small `HostQueue` per host with work and nothing per URL; a host's
 record leaves memory when its work is done (see hosts.HostRecords), so memory is bounded by the
@@ -41,6 +41,7 @@ from crawler_node.frontier.records import (
     UrlEntry,
     snapshot,
 )
+from crawler_node.frontier.recrawl import Recrawl
 from crawler_node.frontier.schema import FRONTIER_FILENAME, connect
 from crawler_node.frontier.shedding import Shedding
 from crawler_node.frontier.statements import in_lists
@@ -50,7 +51,7 @@ _UNKNOWN_ROW = ("", -1)  # (host, state) of an id that matches no row
 # Leasing reads the rows in lease order, then marks them by id. Cheaper than one UPDATE ...
 # RETURNING, whose rows come back in no particular order and cost a copy each.
 _LEASE_SELECT_SQL = """
-SELECT id, url, depth, priority, attempts, hops, redirects FROM urls
+SELECT id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits FROM urls
 WHERE host = ? AND state = 0 AND not_before <= ?
 ORDER BY priority DESC, id
 LIMIT ?
@@ -86,7 +87,8 @@ class Frontier:
         self.shedding = Shedding(self._core)
         self._intake = Intake(self._core, self.shedding)
         self.outbox = Outbox(self._core, self._intake)
-        self.handoff = Handoff(self._core, self.outbox, self._intake)
+        self.recrawl = Recrawl(self._core, self.shedding)
+        self.handoff = Handoff(self._core, self.outbox, self._intake, self.recrawl)
         self._core.recover_leases()
         self._core.load_counts()
 
@@ -171,8 +173,8 @@ class Frontier:
         core.count_record(record, LEASED, len(rows))
         # attempts + 1: this attempt, which _mark_leased counts in the row
         leases = [
-            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects)
-            for row_id, url, depth, priority, attempts, hops, redirects in rows
+            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects, via, etag, last_modified, visits)
+            for row_id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits in rows
         ]
         core.leases.update(dict.fromkeys([lease.id for lease in leases], (record, expires)))
         return leases, None
@@ -213,14 +215,15 @@ class Frontier:
         done/failed finish a row that is leased or back in the queue after its lease expired
         (the fetch happened; no need to repeat it). retry/returned only touch rows still
         leased: anything else means the lease was lost and someone else owns the URL now.
-        Unknown ids are ignored.
+        Unknown ids are ignored. `recrawl` is stored for the done rows it lists (see Recrawl).
         """
         retry_at = dict(batch.retry)
         postponed_to = dict(batch.postponed)
         ids = [*batch.done, *batch.failed, *retry_at, *batch.returned, *postponed_to]
         with self._core.transaction():
             states = self._states(ids)
-            self._finish(self._transition(states, batch.done, _FINISHABLE, DONE), DONE)
+            done = self._transition(states, batch.done, _FINISHABLE, DONE)
+            self._finish(self.recrawl.finish(done, batch.recrawl), DONE)
             self._finish(self._transition(states, batch.failed, _FINISHABLE, FAILED), FAILED)
             retry = self._transition(states, retry_at, _STILL_LEASED, QUEUED)
             returned = self._transition(states, batch.returned, _STILL_LEASED, QUEUED)
@@ -299,6 +302,17 @@ class Frontier:
             count(host, new_state, rows)
         return moved
 
+    # -- recrawling ----------------------------------------------------------------------
+
+    def requeue_due(self, now: float, limit: int, priority: int) -> Counter[str]:
+        """Queue again up to `limit` done URLs due by `now`, the longest due first, at
+        `priority`; returns the URLs queued per host (see Recrawl.requeue_due)."""
+        return self.recrawl.requeue_due(now, limit, priority)
+
+    def due_count(self, now: float) -> int:
+        """Done URLs due for a recrawl by `now`."""
+        return self.recrawl.due_count(now)
+
     # -- per-host records and totals -----------------------------------------------------
 
     def save_hosts(self, records: Sequence[HostPoliteness]) -> None:
@@ -328,6 +342,7 @@ class Frontier:
             "hosts": core.hosts.rows,
             "hosts_with_work": len(core.hosts.with_work),
             "oldest_queued_age_s": self._oldest_queued_age_s(),
+            "recrawl_scheduled": self.recrawl.scheduled,  # done, with a due time
         }
 
     def snapshot(self) -> dict[str, Any]:
@@ -335,6 +350,9 @@ class Frontier:
         thread may want to show, read on the frontier's own thread."""
         return {
             **self.totals(),
+            # not in totals(), which the shedding loop asks many times a second: an index
+            # count, as long as the backlog of rows due
+            "recrawl_due": self.recrawl.due_count(self._core.clock()),
             "hosts_in_memory": len(self._core.hosts.records),
             "recent_urls": len(self._core.recent),
             "shedding": {"cut": self.shedding.cut, "counts": self.shedding.counts()},

@@ -10,17 +10,20 @@ from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.outbox import Outbox
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, UrlEntry
+from crawler_node.frontier.recrawl import Recrawl
 
 _HOST_ROWS_SQL = (
-    "SELECT id, url, depth, priority, hops, redirects, state FROM urls WHERE host = ? AND state != ? LIMIT ?"
+    "SELECT id, url, depth, priority, hops, redirects, via, state, due_at IS NOT NULL FROM urls"
+    " WHERE host = ? AND state != ? LIMIT ?"
 )
 
 
 class Handoff:
-    def __init__(self, core: FrontierCore, outbox: Outbox, intake: Intake) -> None:
+    def __init__(self, core: FrontierCore, outbox: Outbox, intake: Intake, recrawl: Recrawl) -> None:
         self._core = core
         self._outbox = outbox
         self._intake = intake
+        self._recrawl = recrawl  # counts the rows due for a recrawl, some of which leave here
 
     def handoff_host(self, host: str, peer: str, limit: int = 5000) -> int:
         """Move a host this node no longer owns to ``peer``'s outbox in one transaction: its
@@ -33,14 +36,17 @@ class Handoff:
             if rows:
                 to_crawl: list[tuple[str, UrlEntry]] = []
                 fetched: list[tuple[str, UrlEntry]] = []
-                for _, url, depth, priority, hops, redirects, state in rows:
-                    item = (peer, UrlEntry(url, host, depth, priority, hops, redirects))
+                for _, url, depth, priority, hops, redirects, via, state, _ in rows:
+                    item = (peer, UrlEntry(url, host, depth, priority, hops, redirects, via))
                     (to_crawl if state in (QUEUED, DEFERRED) else fetched).append(item)
                 self._outbox.put(to_crawl)
                 self._outbox.put(fetched, seen=True)
                 core.conn.executemany("DELETE FROM urls WHERE id = ?", [(row[0],) for row in rows])
-                for state, count in Counter(row[6] for row in rows).items():
+                for state, count in Counter(row[7] for row in rows).items():
                     core.count(host, state, -count)
+                # The new owner records them as seen, never to be fetched again: what this
+                # node knew of their next visit goes with the rows.
+                self._recrawl.unscheduled(sum(row[8] for row in rows))
                 core.forget_recent()  # rows are gone: their URLs are new again
             record = core.hosts.records.get(host)
             if len(rows) < limit and (record is None or not record.leased):

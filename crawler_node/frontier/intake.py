@@ -19,20 +19,18 @@ from crawler_node.frontier.statements import INSERT_CHUNKS, chunk_sizes, in_list
 # entry (NULL url) still fails the batch instead of silently counting as a duplicate.
 # Many rows per statement (statements.chunk_sizes): one statement per row cost more than the
 # row itself.
-# url, host, depth, priority, hops, redirects, state, not_before, now
-_INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
+# url, host, depth, priority, hops, redirects, via, state, not_before, now
+_INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
 _INSERT_ROW_PARAMS = _INSERT_ROW.count("?")
+_INSERT_COLUMNS = "url, host, depth, priority, hops, redirects, via, state, attempts, not_before, enqueued_at"
 _INSERT_SEEN_SQL = (
-    "INSERT INTO urls (url, host, depth, priority, hops, redirects, state, attempts, not_before, enqueued_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, 2, 0, 0, ?) ON CONFLICT(url) DO NOTHING"
+    f"INSERT INTO urls ({_INSERT_COLUMNS})"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 2, 0, 0, ?) ON CONFLICT(url) DO NOTHING"
 )
 
 
 def _insert_sql(rows: int) -> str:
-    return (
-        "INSERT INTO urls (url, host, depth, priority, hops, redirects, state, attempts, not_before, enqueued_at)"
-        f" VALUES {', '.join([_INSERT_ROW] * rows)} ON CONFLICT(url) DO NOTHING"
-    )
+    return f"INSERT INTO urls ({_INSERT_COLUMNS}) VALUES {', '.join([_INSERT_ROW] * rows)} ON CONFLICT(url) DO NOTHING"
 
 
 _INSERT_SQL = {rows: _insert_sql(rows) for rows in INSERT_CHUNKS}
@@ -81,8 +79,8 @@ class Intake:
         params: list[object] = []
         for entry in fresh:
             state = DEFERRED if cut is not None and entry.priority <= cut else QUEUED
-            params += (entry.url, entry.host, entry.depth, entry.priority, entry.hops, entry.redirects, state,
-                       not_before, now)
+            params += (entry.url, entry.host, entry.depth, entry.priority, entry.hops, entry.redirects, entry.via,
+                       state, not_before, now)
         # Ids only grow (AUTOINCREMENT), so the rows this insert makes are those above it.
         highest_id = conn.execute("SELECT MAX(id) FROM urls").fetchone()[0] or 0
         inserted = 0
@@ -115,7 +113,7 @@ class Intake:
         with core.transaction():
             for entry in entries:
                 cursor = conn.execute(_INSERT_SEEN_SQL, (entry.url, entry.host, entry.depth, entry.priority,
-                                                         entry.hops, entry.redirects, now))
+                                                         entry.hops, entry.redirects, entry.via, now))
                 if cursor.rowcount:
                     core.count(entry.host, DONE, 1)
                     new_hosts.add(entry.host)

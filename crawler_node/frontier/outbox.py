@@ -15,9 +15,9 @@ from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.records import AddResult, UrlEntry
 
-_INSERT_SQL = ("INSERT INTO outbox (peer, url, host, depth, priority, hops, redirects, seen)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-_PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, seen FROM outbox"
+_INSERT_SQL = ("INSERT INTO outbox (peer, url, host, depth, priority, hops, redirects, via, seen)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, via, seen FROM outbox"
              " WHERE peer = ? ORDER BY id LIMIT ?")
 
 
@@ -33,13 +33,15 @@ class Outbox:
             return
         with self._core.transaction():
             self._core.conn.executemany(_INSERT_SQL, [
-                (peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, int(seen)) for peer, e in items])
+                (peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, int(seen))
+                for peer, e in items])
             self._core.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
 
     def peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
         """The oldest `n` rows owed to `peer`, as (id, URL, seen), without removing them."""
         rows = self._core.conn.execute(_PEEK_SQL, (peer, n)).fetchall()
-        return [(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5], row[6]), bool(row[7])) for row in rows]
+        return [(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5], row[6], row[7]), bool(row[8]))
+                for row in rows]
 
     def ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
         """Remove what ``peer`` acknowledged: the (id, url) pairs of the batch it answered.

@@ -24,7 +24,9 @@ class UrlEntry:
 
     `hops`: times the URL was forwarded on by nodes that disagreed on its owner.
     `redirects`: redirects followed to reach it (0 for a link or a seed); it travels with a
-    redirect's target as depth does with a link, so a chain ends at --max-redirects."""
+    redirect's target as depth does with a link, so a chain ends at --max-redirects.
+    `via`: the URL of the page it was found on (None for a seed or a submitted URL). Last, so
+    entries built positionally before it existed still mean what they did."""
 
     url: str
     host: str
@@ -32,11 +34,16 @@ class UrlEntry:
     priority: int = 0
     hops: int = 0
     redirects: int = 0
+    via: str | None = None
 
 
 @dataclass(slots=True)
 class Lease:
-    """One leased URL. `attempts` counts this attempt (1 on the first lease)."""
+    """One leased URL. `attempts` counts this attempt (1 on the first lease).
+
+    `etag`, `last_modified` and `visits` are what the last recorded fetches left (see
+    `FrontierBatch.recrawl`): a recrawl sends them back as If-None-Match / If-Modified-Since.
+    """
 
     id: int
     url: str
@@ -46,6 +53,10 @@ class Lease:
     attempts: int
     hops: int
     redirects: int = 0
+    via: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    visits: int = 0  # fetches recorded through `FrontierBatch.recrawl` before this lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +133,10 @@ class FrontierBatch:
     add: list[UrlEntry] = field(default_factory=list)
     forward: list[tuple[str, UrlEntry]] = field(default_factory=list)  # (peer, url) to the outbox
     replicate: list[tuple[str, UrlEntry]] = field(default_factory=list)  # fetched here: tell the successor
+    # (lease id, due_at, etag, last_modified) of leases also in `done` whose fetch is recorded:
+    # the validators are kept, `visits` counts one more, and the row is due again at due_at
+    # (None: never; a done lease not listed here keeps due_at NULL too). See Frontier.requeue_due.
+    recrawl: list[tuple[int, float | None, str | None, str | None]] = field(default_factory=list)
 
 
 def snapshot(record: HostQueue) -> HostQueue:

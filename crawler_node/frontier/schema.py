@@ -26,8 +26,9 @@ WAL_AUTOCHECKPOINT_BYTES = 32 * 1024 * 1024
 # Keeps the WAL file from staying huge on disk after a burst of writes.
 JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # PRAGMA user_version of the current layout. 1: `hosts` has the politeness columns and a row
-# for every host that has rows in `urls`. 2: `urls` and `outbox` have `redirects`.
-SCHEMA_VERSION = 2
+# for every host that has rows in `urls`. 2: `urls` and `outbox` have `redirects`. 3: `urls` and
+# `outbox` have `via`; `urls` has what a recrawl needs (etag, last_modified, due_at, visits).
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -44,7 +45,12 @@ CREATE TABLE IF NOT EXISTS urls (
     not_before REAL NOT NULL DEFAULT 0,
     lease_expires REAL,
     enqueued_at REAL NOT NULL,
-    redirects INTEGER NOT NULL DEFAULT 0  -- redirects followed to reach this URL (--max-redirects)
+    redirects INTEGER NOT NULL DEFAULT 0, -- redirects followed to reach this URL (--max-redirects)
+    via TEXT,                        -- the page it was found on (NULL: a seed, a submitted URL)
+    etag TEXT,                       -- validators of the last recorded fetch, for a recrawl's
+    last_modified TEXT,              --   If-None-Match / If-Modified-Since
+    due_at REAL,                     -- a done URL is fetched again from then (NULL: never)
+    visits INTEGER NOT NULL DEFAULT 0  -- fetches recorded so far
 );
 -- Leasing walks this in order; not_before rides along so waiting rows are skipped in the index.
 CREATE INDEX IF NOT EXISTS urls_ready ON urls(host, priority DESC, id, not_before)
@@ -77,7 +83,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     priority INTEGER NOT NULL,
     hops INTEGER NOT NULL,
     seen INTEGER NOT NULL DEFAULT 0,
-    redirects INTEGER NOT NULL DEFAULT 0
+    redirects INTEGER NOT NULL DEFAULT 0,
+    via TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
 -- URLs a neighbour on the ring has fetched, kept by its successor: if the neighbour dies and
@@ -85,6 +92,14 @@ CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
 CREATE TABLE IF NOT EXISTS replica (
     url TEXT PRIMARY KEY
 ) WITHOUT ROWID;
+"""
+
+# Indexes on columns that migrate() may have to add first: created after it, not in SCHEMA,
+# whose statements run on a file of any layout.
+INDEXES_ON_ADDED_COLUMNS = """
+-- Done rows due for a recrawl, oldest due first (Frontier.requeue_due). Only rows given a
+-- due_at pay for it; a query must repeat both conditions for SQLite to use it.
+CREATE INDEX IF NOT EXISTS urls_due ON urls(due_at) WHERE state = 2 AND due_at IS NOT NULL;
 """
 
 # Columns tables gained after their first layout, as ALTER TABLE adds them (at the end, which
@@ -96,8 +111,18 @@ _COLUMNS_ADDED = {
         "backoff_level": "INTEGER NOT NULL DEFAULT 0",
         "last_throttle": "REAL",
     },
-    "urls": {"redirects": "INTEGER NOT NULL DEFAULT 0"},  # layout 2
-    "outbox": {"redirects": "INTEGER NOT NULL DEFAULT 0"},  # layout 2
+    "urls": {
+        "redirects": "INTEGER NOT NULL DEFAULT 0",  # layout 2
+        "via": "TEXT",  # layout 3, and the four after it
+        "etag": "TEXT",
+        "last_modified": "TEXT",
+        "due_at": "REAL",
+        "visits": "INTEGER NOT NULL DEFAULT 0",
+    },
+    "outbox": {
+        "redirects": "INTEGER NOT NULL DEFAULT 0",  # layout 2
+        "via": "TEXT",  # layout 3
+    },
 }
 
 
@@ -120,6 +145,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
     conn.executescript(SCHEMA)
     migrate(conn)
+    conn.executescript(INDEXES_ON_ADDED_COLUMNS)
     return conn
 
 

@@ -82,6 +82,16 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.apply, batch)
 
+    # -- recrawling ------------------------------------------------------------------------
+
+    async def requeue_due(self, now: float, limit: int, priority: int) -> Counter[str]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.requeue_due, now, limit, priority)
+
+    async def due_count(self, now: float) -> int:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.due_count, now)
+
     # -- hosts and totals ------------------------------------------------------------------
 
     async def hosts_with_work(self) -> list[HostQueue]:

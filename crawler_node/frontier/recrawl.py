@@ -1,0 +1,106 @@
+"""Recrawling: a done URL whose fetch was recorded with a due time goes back to the queue then.
+
+What a fetch leaves for the next one (its validators, one more visit, when it is due again) is
+stored as its lease finishes, from `FrontierBatch.recrawl`, in the transaction of the batch
+(`finish`). `requeue_due` turns the rows whose time has come into queued work again: from then
+on they are leased, retried, deferred by shedding and handed off as any queued row is.
+
+Invariant: only done rows have a due_at. Every way out of the done state clears it
+(`requeue_due`) or deletes the row (a handoff, which reports it through `unscheduled`), so the
+rows scheduled are counted in memory, as the outbox counts its rows: the count changes once the
+transaction that moved them commits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from functools import partial
+
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.records import DONE, QUEUED
+from crawler_node.frontier.shedding import Shedding
+
+# One statement per recorded row, and it is the row's only one: `finish` leaves these rows out
+# of the plain done update.
+_FINISH_SQL = (
+    "UPDATE urls SET state = 2, lease_expires = NULL, due_at = ?, etag = ?, last_modified = ?,"
+    " visits = visits + 1 WHERE id = ?"
+)
+# Both conditions of the urls_due index are repeated, or SQLite does not use it; the index
+# keeps equal due times in id order, so the ORDER BY costs no sort.
+_DUE = "state = 2 AND due_at IS NOT NULL"
+_REQUEUE_SQL = f"""
+UPDATE urls SET state = 0, attempts = 0, not_before = 0, priority = ?, due_at = NULL, enqueued_at = ?
+WHERE id IN (SELECT id FROM urls WHERE {_DUE} AND due_at <= ? ORDER BY due_at, id LIMIT ?)
+RETURNING host
+"""
+_DUE_COUNT_SQL = f"SELECT COUNT(*) FROM urls WHERE {_DUE} AND due_at <= ?"
+_SCHEDULED_COUNT_SQL = f"SELECT COUNT(*) FROM urls WHERE {_DUE}"
+
+
+class Recrawl:
+    def __init__(self, core: FrontierCore, shedding: Shedding) -> None:
+        self._core = core
+        self._shedding = shedding  # its cut keeps recrawls out while it sheds
+        # A pass over the urls_due index, once; totals() is asked many times a second.
+        self._scheduled: int = core.conn.execute(_SCHEDULED_COUNT_SQL).fetchone()[0]
+
+    @property
+    def scheduled(self) -> int:
+        """Done rows with a due time, past or future, as last committed."""
+        return self._scheduled
+
+    def finish(self, done: Sequence[int], recorded: Sequence[tuple[int, float | None, str | None, str | None]],
+               ) -> Sequence[int]:
+        """In the caller's transaction: finish the rows of `done` (ids that are moving to done
+        now) that `recorded` lists, (id, due_at, etag, last_modified), keeping what their fetch
+        left. Returns the other ids of `done`, for the caller to finish plainly."""
+        if not recorded:
+            return done
+        finishing = set(done)
+        kept = {entry[0]: entry for entry in recorded if entry[0] in finishing}  # the last of an id wins
+        if not kept:
+            return done
+        self._core.conn.executemany(
+            _FINISH_SQL, [(due_at, etag, last_modified, row_id) for row_id, due_at, etag, last_modified
+                          in kept.values()])
+        scheduled = sum(1 for _, due_at, _, _ in kept.values() if due_at is not None)
+        if scheduled:
+            self._core.after_commit(partial(self._count, scheduled))
+        return [row_id for row_id in done if row_id not in kept]
+
+    def requeue_due(self, now: float, limit: int, priority: int) -> Counter[str]:
+        """Queue again up to `limit` done rows due by `now`, the longest due first, at
+        `priority`, as new work: no attempts spent, eligible at once, aged from `now`, no
+        longer due. Returns the rows queued per host (the node's host table learns of them
+        from this; the frontier's records of the hosts are counted here).
+
+        While shedding parks URLs at or below `priority` on arrival, none is queued: the rows
+        stay due and come back once shedding stops."""
+        cut = self._shedding.cut
+        if limit <= 0 or (cut is not None and priority <= cut):
+            return Counter()
+        core = self._core
+        with core.transaction():
+            per_host = Counter(host for (host,) in core.conn.execute(_REQUEUE_SQL, (priority, now, now, limit)))
+            # A host that finished long ago has no record any more: this makes it one.
+            core.hosts.ensure(per_host)
+            for host, count in per_host.items():
+                core.count(host, DONE, -count)
+                core.count(host, QUEUED, count)
+            if per_host:
+                core.after_commit(partial(self._count, -sum(per_host.values())))
+        return per_host
+
+    def unscheduled(self, count: int) -> None:
+        """The open transaction deleted `count` scheduled rows (a host handed away)."""
+        if count:
+            self._core.after_commit(partial(self._count, -count))
+
+    def due_count(self, now: float) -> int:
+        """Done rows due by `now`: an index-only count, as long as the rows due."""
+        return self._core.conn.execute(_DUE_COUNT_SQL, (now,)).fetchone()[0]
+
+    def _count(self, delta: int) -> None:
+        self._scheduled += delta
