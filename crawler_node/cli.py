@@ -13,7 +13,7 @@ from crawler_node.settings import Settings, SettingsError, load_settings, settin
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
 _FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight",
-               "pipelines": "pipeline"}
+               "pipelines": "pipeline", "recrawl_hosts": "recrawl-host"}
 _HIDDEN = {"parse_delay_s", "parse_crash_url"}  # test hooks: accepted, not advertised
 _HELP = {
     "worker_nice": "niceness (0-19) of the parser and store processes: they yield CPU to the event loop",
@@ -40,6 +40,11 @@ _HELP = {
     "max_redirects": "redirect hops a chain may take before it ends as too_many_redirects (default 10)",
     "max_parse_bytes": "bytes of a page that links are extracted from (default 5000000)",
     "sitemaps": "off, robots (read the Sitemap: lines of robots.txt, default) or probe (also /sitemap.xml)",
+    "recrawl_after": "fetch each fetched URL again this long after (90s, 15m, 6h, 1d, 1h30m), asking with "
+                     "If-None-Match / If-Modified-Since (default: never)",
+    "recrawl_hosts": "GLOB=DURATION: another recrawl interval (or never) for the hosts the glob matches (repeatable; "
+                     "a [recrawl_hosts] table in the config file)",
+    "recrawl_priority": "priority of recrawl work (default -1000: below every discovered link)",
     "pipelines": "a pipeline run on every HTML page: MODULE:CALLABLE or an installed name such as summary "
                  "(repeatable); its items go to items/*.jsonl",
     "pipeline_budget_s": "seconds a pipeline may spend on one page before it is stopped (default 2)",

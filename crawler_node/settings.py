@@ -15,8 +15,11 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from crawler_node.core.recrawl import RecrawlPolicy
 
 
 class SettingsError(ValueError):
@@ -121,6 +124,11 @@ class Settings:
     # payload digests remembered for revisit records (identical-payload-digest); 0 = none
     dedup_max_entries: int = 1_000_000
     warc_metadata: str = "on"  # "off": no metadata record (outlinks, via, hops) per parsed HTML page
+    # recrawl: a fetched URL is fetched again this long after (90s, 15m, 6h, 1d; none: never),
+    # with the validators of its last answer; "GLOB=DURATION" overrides per host (or never)
+    recrawl_after: str | None = None
+    recrawl_hosts: list[str] = field(default_factory=list)
+    recrawl_priority: int = -1000  # below every discovered link: discovery goes first
     # user pipelines: "module:callable" or an entry point name in the group crawler_node.pipelines
     pipelines: list[str] = field(default_factory=list)
     pipeline_budget_s: float = 2.0  # per pipeline per page; past it the pipeline is stopped, its output dropped
@@ -204,6 +212,10 @@ class Settings:
                 problems.append(f"{name} must be >= 1")
         if self.max_hops < 0 or self.max_redirects < 0:
             problems.append("max_hops and max_redirects must be >= 0")
+        try:
+            self.recrawl_policy()
+        except ValueError as exc:
+            problems.append(f"recrawl: {exc}")
         if self.pipeline_budget_s <= 0:
             problems.append(f"pipeline_budget_s must be > 0, got {self.pipeline_budget_s}")
         if self.pipelines:
@@ -304,6 +316,11 @@ class Settings:
             weights[node_id.strip()] = int(weight)
         return weights
 
+    def recrawl_policy(self) -> RecrawlPolicy:
+        from crawler_node.core.recrawl import RecrawlPolicy
+
+        return RecrawlPolicy.from_specs(self.recrawl_after, self.recrawl_hosts)
+
     @property
     def advertise_url(self) -> str:
         if self.advertise:
@@ -320,7 +337,7 @@ def listen_address(value: str) -> tuple[str, int]:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights", "pipelines"}
+_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights", "pipelines", "recrawl_hosts"}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
@@ -328,6 +345,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _FIELDS[name].type
     try:
         if name in _LIST_FIELDS:
+            if isinstance(value, Mapping):  # a TOML table: {"GLOB" = "DURATION"} reads as GLOB=DURATION
+                return [f"{key}={item}" for key, item in value.items()]
             if isinstance(value, str):
                 return [item.strip() for item in value.split(",") if item.strip()]
             return [str(item) for item in value]

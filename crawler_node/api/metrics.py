@@ -85,6 +85,12 @@ class NodeCollector:
         for state in ("queued", "leased", "done", "failed", "deferred"):
             frontier.add_metric([state], status["frontier"].get(state, 0))
         yield frontier
+        yield _single(GaugeMetricFamily, "crawler_recrawl_due", "Fetched URLs due for their recrawl now",
+                      status["frontier"].get("recrawl_due", 0))
+        yield _single(GaugeMetricFamily, "crawler_recrawl_scheduled", "Fetched URLs with a recrawl scheduled",
+                      status["frontier"].get("recrawl_scheduled", 0))
+        yield _single(CounterMetricFamily, "crawler_recrawl_queued", "URLs queued again for their recrawl",
+                      counters["recrawl_queued"])
         yield from _host_metrics(status)
         yield from pressure_metrics(status)
 

@@ -67,6 +67,7 @@ async def node_status(node: Node) -> dict[str, Any]:
             "parse_errors": parse["parse_errors"],
             "parser_restarts": parse["parser_restarts"],
             "items": parse["items"],  # made by the pipelines
+            "recrawl_queued": upkeep["recrawl_queued"],  # URLs due again, queued again
             "pipeline_errors": parse["pipeline_errors"],
             "pipeline_timeouts": parse["pipeline_timeouts"],
             "outcomes": fetch["outcomes"],

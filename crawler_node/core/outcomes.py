@@ -28,6 +28,7 @@ class FetchOutcome(enum.StrEnum):
 
     OK = "ok"
     REDIRECT = "redirect"
+    NOT_MODIFIED = "not_modified"  # a 304 to a recrawl's conditional request: the stored page still holds
     HTTP_ERROR = "http_error"  # 4xx other than the throttling ones
     THROTTLED = "throttled"  # the site's 429 / 503 / 509
     SERVER_ERROR = "server_error"
@@ -50,4 +51,4 @@ class FetchOutcome(enum.StrEnum):
         return self in _SUCCESSES
 
 
-_SUCCESSES = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT})
+_SUCCESSES = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_MODIFIED})

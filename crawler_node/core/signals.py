@@ -40,6 +40,7 @@ class Signal:
 # The answers to most requests, made once (a Signal is immutable).
 _OK = Signal(FetchOutcome.OK, Outcome.SUCCESS)
 _REDIRECT = Signal(FetchOutcome.REDIRECT, Outcome.SUCCESS)
+_NOT_MODIFIED = Signal(FetchOutcome.NOT_MODIFIED, Outcome.SUCCESS)
 _OUTCOME_OF_ERROR = {
     ErrorKind.CONNECTION: FetchOutcome.CONNECTION,
     ErrorKind.PROXY: FetchOutcome.PROXY,
@@ -66,7 +67,7 @@ def classify(
         return Signal(_OUTCOME_OF_ERROR[kind], Outcome.ERROR, error=kind)
     status = result.status or 0
     if 200 <= status < 400:  # most answers: their Retry-After or API header means nothing
-        return _OK if status < 300 else _REDIRECT
+        return _OK if status < 300 else _NOT_MODIFIED if status == 304 else _REDIRECT
     retry_after = parse_retry_after(result.header("Retry-After"), now=now) if result.status else None
     api_header = result.header(api_limit_header)
     if through_api and api_header is not None and status in (429, 509):

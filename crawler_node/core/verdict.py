@@ -118,7 +118,7 @@ def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_
     throttle now is a new cut, not an echo of one already made."""
     signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
     outcome = signal.outcome
-    if outcome is FetchOutcome.OK or outcome is FetchOutcome.REDIRECT:
+    if outcome is FetchOutcome.OK or outcome is FetchOutcome.REDIRECT or outcome is FetchOutcome.NOT_MODIFIED:
         return _success(host, signal, result, now, rules)  # most answers: the short way
     if signal.api is not ApiSignal.NONE:
         # The API's answer, not the host's (rule 5): nothing about the host changes.

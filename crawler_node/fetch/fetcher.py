@@ -158,7 +158,9 @@ class Fetcher:
         if self._resolver is not None:  # a resolver passed in is not the connector's to close
             await self._resolver.close()
 
-    async def fetch(self, url: str, *, max_body_bytes: int | None = None) -> FetchResult:
+    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
+                    headers: dict[str, str] | None = None) -> FetchResult:
+        """``headers``: sent with this request besides the session's (a recrawl's validators)."""
         assert self._session is not None, "Fetcher.start() must be awaited first"
         limit = self._max_body_bytes if max_body_bytes is None else max_body_bytes
         result = FetchResult(url=url, started_at=time.time())
@@ -170,7 +172,8 @@ class Fetcher:
                 return result
         chunks: list[bytes] = []  # the body so far: kept when a timeout or a reset cuts it
         try:
-            async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False) as response:
+            async with self._session.get(_request_url(url), proxy=self._proxy_url, allow_redirects=False,
+                                         headers=headers) as response:
                 result.headers_s = time.monotonic() - started
                 result.status = response.status
                 version = response.version

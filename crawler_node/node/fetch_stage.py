@@ -40,7 +40,8 @@ log = logging.getLogger("crawler_node.fetch")
 
 
 class Fetcher(Protocol):
-    async def fetch(self, url: str, *, max_body_bytes: int | None = None) -> FetchResult: ...
+    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
+                    headers: dict[str, str] | None = None) -> FetchResult: ...
 
 
 class NextStage(Protocol):
@@ -80,7 +81,7 @@ class FetchStage:
     # ----------------------------------------------------------------- pages
     async def fetch_page(self, state: HostState, lease: Lease, permit: Permit) -> None:
         try:
-            result = await self._fetcher.fetch(lease.url)
+            result = await self._fetcher.fetch(lease.url, headers=_validators(lease))
         except asyncio.CancelledError:
             self._release(state, permit, None, self._clock())
             self._hosts.cancel_request(state, permit.host_ticket, self._clock())
@@ -151,7 +152,7 @@ class FetchStage:
             self.outcomes[FetchOutcome.TOO_MANY_REDIRECTS] += 1
             return []
         return [UrlEntry(url=target, host=host_of(target), depth=lease.depth, priority=lease.priority,
-                         redirects=redirects)]
+                         redirects=redirects, via=lease.url)]
 
     # ----------------------------------------------------------------- robots.txt
     async def fetch_robots(self, state: HostState, permit: Permit, lease: Lease) -> None:
@@ -248,3 +249,17 @@ class FetchStage:
             "robots_given_up": counters["robots_given_up"],
             "gave_up": dict(self.gave_up),
         }
+
+
+def _validators(lease: Lease) -> dict[str, str] | None:
+    """A recrawl asks with what the last answer said of the page (RFC 9110 13.1): the server
+    answers 304, without the body, if it has not changed."""
+    etag, last_modified = lease.etag, lease.last_modified
+    if etag is None and last_modified is None:
+        return None
+    headers = {}
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    if last_modified is not None:
+        headers["If-Modified-Since"] = last_modified
+    return headers

@@ -99,7 +99,8 @@ class Intake:
             prepared.entries.append(UrlEntry(url=url, host=host_of(url), depth=depth,
                                              priority=int(fields.get("priority", priority)),
                                              hops=int(fields.get("hops") or 0),
-                                             redirects=int(fields.get("redirects") or 0)))
+                                             redirects=int(fields.get("redirects") or 0),
+                                             via=fields.get("via")))
         return prepared
 
     async def submit(self, urls: Iterable[str | Mapping], *,

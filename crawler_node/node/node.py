@@ -121,6 +121,7 @@ class Node:
                                         clock=clock)
         scope = Scope(allow_hosts=s.allow_hosts, max_depth=s.max_depth)
         rules = build_rules(s)
+        recrawl = s.recrawl_policy()
         self.hosts = HostTable(
             new_limiter=lambda: AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor,
                                             ceiling=s.host_limit_ceiling),
@@ -144,7 +145,7 @@ class Node:
                                               robots=f"obey (RFC 9309) as {s.robots_agent}")),
             frontier=self.frontier, hosts=self.hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
             held=self.held, node_id=s.node_id, queue_size=s.store_queue, lag_s=s.store_lag_s, taken=pressure,
-            clock=clock)
+            clock=clock, recrawl=recrawl)
         self.parse = ParseStage(scope=scope, max_links=s.max_links_per_page, workers=s.parse_workers,
                                 nice=s.worker_nice, queue_size=s.parse_queue, store=self.store,
                                 ring_generation=lambda: self.cluster.membership.version, taken=pressure,
@@ -182,7 +183,8 @@ class Node:
                              shed_policy=ShedPolicy(high_water=s.shed_high_water, low_water=s.shed_low_water,
                                                     after_s=s.shed_after_s),
                              serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock,
-                             release_memory=release_free_heap)
+                             release_memory=release_free_heap, recrawl=recrawl.enabled,
+                             recrawl_priority=s.recrawl_priority)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:

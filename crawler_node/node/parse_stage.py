@@ -145,8 +145,8 @@ class ParseStage:
                 self._note(page, parsed)
             else:
                 links, found, page.outlinks = parsed
-            depth = page.lease.depth + 1
-            page.links = [UrlEntry(url, host, depth, -depth) for url, host in links]
+            depth, via = page.lease.depth + 1, page.lease.url
+            page.links = [UrlEntry(url, host, depth, -depth, 0, 0, via) for url, host in links]
             discovered += found
         self.counters["links_discovered"] += discovered
 

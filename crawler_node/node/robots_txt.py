@@ -56,6 +56,7 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
         listed = [*listed, robots_url(lease.url).removesuffix("robots.txt") + "sitemap.xml"]
     entries: list[UrlEntry] = []
     seen: set[str] = set()
+    via = robots_url(lease.url)  # where the crawl learnt of them (a probed /sitemap.xml too)
     for raw in listed[:100]:  # a robots.txt that lists thousands of sitemaps gets the first 100
         try:
             url = normalize_url(raw, base=lease.url)
@@ -64,7 +65,7 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
         if url in seen or scope.check(url, lease.depth) is not None:
             continue
         seen.add(url)
-        entries.append(UrlEntry(url=url, host=host_of(url), depth=lease.depth, priority=SITEMAP_PRIORITY))
+        entries.append(UrlEntry(url=url, host=host_of(url), depth=lease.depth, priority=SITEMAP_PRIORITY, via=via))
     return entries
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.recrawl import RecrawlPolicy
 from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
 from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
@@ -34,7 +35,8 @@ STORE_BATCH = 256  # pages per store write and frontier transaction, at most
 # A body cut by the size cap, a timeout or a lost connection is archived as far as it came,
 # marked WARC-Truncated (the fetcher says why in FetchResult.truncated); before the headers
 # these have no status, and no WARC record.
-_ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.HTTP_ERROR, FetchOutcome.THROTTLED,
+_ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_MODIFIED, FetchOutcome.HTTP_ERROR,
+                       FetchOutcome.THROTTLED,
                        FetchOutcome.SERVER_ERROR, FetchOutcome.TOO_LARGE, FetchOutcome.TIMEOUT,
                        FetchOutcome.CONNECTION, FetchOutcome.TOO_MANY_REDIRECTS})
 
@@ -61,7 +63,8 @@ class StoreStage:
 
     def __init__(self, *, worker: StoreWorker, frontier: FrontierService, hosts: HostTable, router: Router,
                  outboxes: Outboxes, held: HeldBytes, node_id: str, queue_size: int, lag_s: float,
-                 taken: Wakeup, clock: Callable[[], float]) -> None:
+                 taken: Wakeup, clock: Callable[[], float], recrawl: RecrawlPolicy | None = None) -> None:
+        """``recrawl``: when a URL done with an answer of its site is due again (None: never)."""
         self._worker = worker
         self._frontier = frontier
         self._hosts = hosts
@@ -71,6 +74,7 @@ class StoreStage:
         self._node_id = node_id
         self._lag_s = lag_s
         self._clock = clock
+        self._recrawl = recrawl if recrawl is not None and recrawl.enabled else None
         self._idle = taken
         self.queue: StageQueue[PageResult] = StageQueue("store", queue_size, taken=taken)
         self._busy = False
@@ -156,6 +160,7 @@ class StoreStage:
         retried: Counter[str] = Counter()
         router = self._router
         single = router.is_single
+        recrawl, wall = self._recrawl, time.time()
         for page in pages:
             if page.kind == "robots":
                 continue  # archived and logged; no lease of its own to finish
@@ -163,6 +168,10 @@ class StoreStage:
             action = verdict.retry
             if action is RetryAction.DONE:
                 batch.done.append(lease.id)
+                if recrawl is not None and page.fetch.status is not None:
+                    after = recrawl.after(lease.host)
+                    if after is not None:
+                        batch.recrawl.append((lease.id, wall + after, *_validators(page)))
             elif action is RetryAction.GIVE_UP:
                 batch.failed.append(lease.id)
             else:
@@ -176,7 +185,7 @@ class StoreStage:
                 if successor is not None:
                     batch.replicate.append(
                         (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops,
-                                             lease.redirects)))
+                                             lease.redirects, lease.via)))
         return batch, retried
 
     def _route_links(self, batch: FrontierBatch, pages: list[PageResult]) -> None:
@@ -213,4 +222,14 @@ class StoreStage:
                 fetch.header("Location") if outcome is FetchOutcome.REDIRECT or
                 outcome is FetchOutcome.TOO_MANY_REDIRECTS else None,
                 fetch.truncated, page.parse_truncated, page.kind, fetch.status_line, lease.depth,
-                getattr(lease, "via", None), page.outlinks, page.items, getattr(lease, "visits", 0))
+                lease.via, page.outlinks, page.items, lease.visits)
+
+
+def _validators(page: PageResult) -> tuple[str | None, str | None]:
+    """(ETag, Last-Modified) for the URL's next visit: the answer's, or, for a 304 that did
+    not repeat them, the ones the request was made with."""
+    fetch, lease = page.fetch, page.lease
+    etag, last_modified = fetch.header("ETag"), fetch.header("Last-Modified")
+    if fetch.status == 304:
+        return etag or lease.etag, last_modified or lease.last_modified
+    return etag, last_modified

@@ -7,7 +7,9 @@ supervisor as a recurring job: a round that fails is logged and the job runs aga
   restart keeps them;
 - host collection: hosts idle for a while leave memory;
 - load shedding (rule 7): the lowest-priority URLs are deferred while the queue stays over its
-  high-water mark, and restored once it has drained (the policy is core.shedding.ShedPolicy).
+  high-water mark, and restored once it has drained (the policy is core.shedding.ShedPolicy);
+- recrawl: URLs due again go back to their queues, in bounded batches and only while the
+  queue is below the shedding low-water mark, at a priority below discovery's (--recrawl-*).
 """
 
 from __future__ import annotations
@@ -29,13 +31,17 @@ log = logging.getLogger("crawler_node.upkeep")
 RESYNC_EVERY_S = 5.0
 COLLECT_EVERY_S = 1.0
 RELEASE_EVERY_S = 30.0  # heap pages freed by the collector go back to the kernel this often at most
+RECRAWL_EVERY_S = 1.0
+RECRAWL_BATCH = 2000  # URLs due again moved back to their queues per round, at most
 
 
 class Upkeep:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, shed_policy: ShedPolicy,
                  serves: Callable[[str], bool], lease_timeout_s: float, clock: Callable[[], float],
-                 release_memory: Callable[[], object] = lambda: None) -> None:
-        """``release_memory``: hands memory freed by the host collector back to the system."""
+                 release_memory: Callable[[], object] = lambda: None, recrawl: bool = False,
+                 recrawl_priority: int = -1000) -> None:
+        """``release_memory``: hands memory freed by the host collector back to the system;
+        ``recrawl``: URLs due again (frontier due_at) are queued again, at ``recrawl_priority``."""
         self._frontier = frontier
         self._hosts = hosts
         self._shed = shed_policy
@@ -45,6 +51,8 @@ class Upkeep:
         self._resync_wanted = Wakeup()
         self._shed_active_in_frontier = False
         self._release_memory = release_memory
+        self._recrawl = recrawl
+        self._recrawl_priority = recrawl_priority
         self._collected_since_release = 0
         self._released_at = time.monotonic()
         self.counters: Counter[str] = Counter()
@@ -59,6 +67,8 @@ class Upkeep:
         supervisor.recurring("host-collector", self._collect, every_s=COLLECT_EVERY_S)
         interval = min(1.0, max(0.05, self._shed.after_s / 4))
         supervisor.recurring("load-shedding", self._shed_round, every_s=interval)
+        if self._recrawl:
+            supervisor.recurring("recrawl", self._requeue_due, every_s=RECRAWL_EVERY_S)
 
     async def flush(self) -> None:
         """At stop: what changed of the hosts' politeness is saved."""
@@ -66,7 +76,8 @@ class Upkeep:
             await self._frontier.save_hosts(self._hosts.take_dirty())
 
     def snapshot(self) -> dict:
-        return {"leases_expired": self.counters["leases_expired"], "shedding": self._shed.snapshot()}
+        return {"leases_expired": self.counters["leases_expired"], "shedding": self._shed.snapshot(),
+                "recrawl_queued": self.counters["recrawl_queued"]}
 
     # ----------------------------------------------------------------- rounds
     async def _expire_leases(self) -> None:
@@ -123,3 +134,28 @@ class Upkeep:
             for host, count in per_host.items():
                 self._hosts.add_work(host, count, now)
             log.info("load shedding: restored %d deferred URLs", sum(per_host.values()))
+
+    async def _requeue_due(self) -> None:
+        # Recrawl is load like any other: it waits while the queue is deep (the shedding
+        # low-water mark), so a node behind on discovery is not buried under old pages.
+        policy = self._shed
+        if policy.high_water:
+            totals = await self._frontier.totals()
+            if int(totals["queued"]) >= policy.low_water:
+                return
+        per_host = await self._frontier.requeue_due(time.time(), RECRAWL_BATCH, self._recrawl_priority)
+        if not per_host:
+            return
+        now = self._clock()
+        gone = 0
+        for host, count in per_host.items():
+            if self._hosts.get(host) is not None:
+                self._hosts.add_work(host, count, now)
+            else:
+                gone += 1
+        if gone:
+            # A host that left memory comes back through the resync, which brings its stored
+            # politeness (a pause, its Crawl-delay) along with its counts.
+            self._resync_wanted.notify()
+        self.counters["recrawl_queued"] += sum(per_host.values())
+        log.debug("recrawl: %d URLs due again went back to their queues", sum(per_host.values()))

@@ -1,0 +1,78 @@
+"""When a fetched URL is due again: pure, no I/O.
+
+``--recrawl-after DURATION`` sets how long after a fetch a URL is fetched again (none by
+default: a URL is fetched once); ``--recrawl-host GLOB=DURATION`` (repeatable, or a
+``[recrawl_hosts]`` table in the config file) overrides it for the hosts a glob matches, the
+first matching glob winning, and ``never`` turns recrawl off for them. The recrawl asks
+with the validators of the last answer (If-None-Match, If-Modified-Since), so an unchanged
+page costs the site a 304 and no body.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+
+from crawler_node.core.urls import bare_host
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in ``text``: ``90``, ``90s``, ``15m``, ``6h``, ``1d``, ``2w``, or a sum such as
+    ``1h30m``; ``never`` (or ``off``) is None. Raises ValueError on anything else."""
+    value = text.strip().lower()
+    if value in ("never", "off", "none"):
+        return None
+    position, total = 0, 0.0
+    for match in _DURATION.finditer(value):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2) or "s"]
+        position = match.end()
+    if not value or position != len(value):
+        raise ValueError(f"{text!r} is not a duration (like 90s, 15m, 6h, 1d, 1h30m, or never)")
+    if total <= 0:
+        raise ValueError(f"{text!r}: a recrawl interval must be more than 0 (or never)")
+    return total
+
+
+class RecrawlPolicy:
+    def __init__(self, default_s: float | None, hosts: Sequence[tuple[str, float | None]] = ()) -> None:
+        self.default_s = default_s
+        self._hosts = [(re.compile(fnmatch.translate(glob.strip().lower())), seconds) for glob, seconds in hosts]
+        self._cache: dict[str, float | None] = {}
+
+    @classmethod
+    def from_specs(cls, default: str | None, specs: Sequence[str]) -> RecrawlPolicy:
+        """From the settings' strings; ValueError names the bad one."""
+        hosts = []
+        for spec in specs:
+            glob, sep, duration = spec.rpartition("=")
+            if not sep or not glob.strip():
+                raise ValueError(f"recrawl host {spec!r} must look like GLOB=DURATION")
+            hosts.append((glob, parse_duration(duration)))
+        return cls(parse_duration(default) if default else None, hosts)
+
+    @property
+    def enabled(self) -> bool:
+        return self.default_s is not None or any(seconds is not None for _, seconds in self._hosts)
+
+    def after(self, host: str) -> float | None:
+        """Seconds from a fetch of ``host`` (host[:port]) to its recrawl, or None: never."""
+        try:
+            return self._cache[host]
+        except KeyError:
+            pass
+        seconds = self.default_s
+        bare = bare_host(host)
+        for pattern, override in self._hosts:
+            if pattern.match(host) or pattern.match(bare):
+                seconds = override
+                break
+        if len(self._cache) > 65_536:
+            self._cache.clear()
+        self._cache[host] = seconds
+        return seconds
