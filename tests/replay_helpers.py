@@ -123,13 +123,14 @@ class Wayback:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def replay(self, url: str, *, accept_encoding: str | None = None) -> Replayed:
+    def replay(self, url: str, *, accept_encoding: str | None = None, at: str | None = None) -> Replayed:
         """The capture of `url` as pywb replays it in identity mode. pywb passes a stored
         Content-Encoding and its encoded bytes through only to a client that accepts that
         encoding (else it decodes the body and renames the header), so pass the node's own
-        Accept-Encoding to see the record as stored."""
+        Accept-Encoding to see the record as stored. ``at``: a 14-digit timestamp, for the
+        capture closest to it (else the latest)."""
         headers = {} if accept_encoding is None else {"Accept-Encoding": accept_encoding}
-        return self._get(f"/{COLLECTION}/id_/{url}", headers)
+        return self._get(f"/{COLLECTION}/{at or ''}id_/{url}", headers)
 
     def _get(self, path: str, headers: dict[str, str] | None = None) -> Replayed:
         # http.client, not urllib: no redirect is followed (a replayed 302 points at the live
