@@ -12,6 +12,7 @@ numbers by ~10% from run to run.
 
     python bench/throughput.py [--hosts 50 --pages 400 --concurrency 64 --rounds 3]
     python bench/throughput.py --other-tree /tmp/old   # also another checkout's node, same rounds
+    python bench/throughput.py --gzip                  # testweb's HTML gzip-encoded
 
 --other-tree runs a second checkout's node (e.g. `git worktree add /tmp/old <rev>`) in every
 round, in alternating order, against the same testweb: a change measured this way is compared
@@ -108,6 +109,9 @@ def main() -> int:
     parser.add_argument("--node-arg", action="append", default=[], help="extra option for crawler-node run")
     parser.add_argument("--rounds", type=int, default=3,
                         help="bare/node pairs, run alternately; the median pair's ratio is reported")
+    parser.add_argument("--gzip", action="store_true",
+                        help="testweb sends its HTML gzip-encoded (what a real server does): the cost of storing "
+                             "bodies as received and inflating them in the parser shows")
     parser.add_argument("--other-tree", type=Path,
                         help="another checkout whose node also runs in every round (a side-by-side baseline)")
     args = parser.parse_args()
@@ -116,7 +120,8 @@ def main() -> int:
         trees[f"other ({args.other_tree})"] = args.other_tree.resolve()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp, \
-            TestwebProcess(hosts=args.hosts, pages=args.pages, seed=1, tmp_dir=Path(tmp)) as web:
+            TestwebProcess(hosts=args.hosts, pages=args.pages, seed=1, tmp_dir=Path(tmp),
+                           profile={"*": {"gzip": True}} if args.gzip else None) as web:
         os.chdir(tmp)  # a neutral working directory for the nodes (see --other-tree)
         urls = web.expected()
         print(f"{len(urls)} URLs over {args.hosts} hosts; concurrency {args.concurrency}", flush=True)
