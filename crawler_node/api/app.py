@@ -21,6 +21,7 @@ from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.status import member_summary, node_status
 from crawler_node.cluster.membership import member_problem
+from crawler_node.cluster.outbox import FORWARDED_BY
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.node import Node
@@ -182,6 +183,8 @@ async def post_urls(request: web.Request) -> web.Response:
             result.duplicates += seen_result.duplicates
     except InboundFull as exc:
         return _inbound_full(exc.retry_after_s)
+    if FORWARDED_BY in request.headers:  # a peer's outbox batch: the other end of its "forwarded" count
+        node.cluster.note_received(sum(1 for _, item in items if not item.get("seen")))
     rejected = fresh.out_of_scope + seen.out_of_scope
     intake.rejected(len(rejected))
     reasons: dict[str, int] = {}
@@ -225,7 +228,10 @@ async def get_ring(request: web.Request) -> web.Response:
     router = request.app[NODE_KEY].cluster.router
     host = request.query.get("host")
     if host is None:
-        return web.json_response(router.snapshot())
+        snapshot = router.snapshot()
+        if request.query.get("points") == "1":  # every (point, owner) clockwise: the dashboard draws the arcs
+            snapshot["points"] = router.ring.points()
+        return web.json_response(snapshot)
     try:
         url = normalize_url(f"http://{host}/")
     except InvalidURL as exc:

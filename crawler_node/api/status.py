@@ -85,7 +85,7 @@ async def node_status(node: Node) -> dict[str, Any]:
         **_flow_control(node, fetch, totals, shed_state, upkeep["shedding"]),
         "hosts": busiest,
         "host_table": host_table,
-        "members": cluster["members"],
+        "members": _with_heartbeat_ages(node, cluster["members"]),
         "cluster": {"counters": cluster["counters"], "events": cluster["events"],
                     "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"],
                     "peer_dns": cluster.get("peer_dns")},
@@ -124,6 +124,16 @@ def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict, polic
     }
 
 
+def _with_heartbeat_ages(node: Node, members: list[dict]) -> list[dict]:
+    """Each member with the seconds since it last answered a heartbeat (0 for this node)."""
+    now = time.time()
+    seen = {member.node_id: member.last_ok for member in node.cluster.membership.members()}
+    for member in members:
+        last_ok = seen.get(member["id"])
+        member["heartbeat_age_s"] = 0.0 if member["self"] or last_ok is None else round(max(0.0, now - last_ok), 1)
+    return members
+
+
 def member_summary(status: dict | None) -> dict[str, Any]:
     """What the cluster view shows of one member, from that member's own status."""
     if status is None:
@@ -135,6 +145,12 @@ def member_summary(status: dict | None) -> dict[str, Any]:
             "fetched": status["counters"]["fetched"],
             "fetched_per_s": status["rates"]["fetched_per_s"],
             "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
+            "oldest_age_s": {stage: queue.get("oldest_age_s") for stage, queue in status["queues"].items()},
+            # progress: URLs finished (done or failed) of those this member knows
+            "finished": status["frontier"].get("done", 0) + status["frontier"].get("failed", 0),
+            "known": sum(status["frontier"].get(state, 0) for state in ("queued", "leased", "done", "failed",
+                                                                         "deferred")),
+            "admission": {"open": status["admission"].get("open"), "blocked_by": status["admission"].get("blocked_by")},
             "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
         }
     except (KeyError, TypeError, AttributeError):
