@@ -92,6 +92,8 @@ async def node_status(node: Node) -> dict[str, Any]:
         "dns": node.resolver.snapshot() if node.resolver is not None else None,
         "supervisor": node.supervisor.snapshot(),
         "leases_expired": upkeep["leases_expired"],
+        # page fetches: durations, body sizes (histograms), answers by status class, bytes received
+        "fetches": {key: fetch[key] for key in ("fetch_seconds", "body_bytes", "responses", "fetched_bytes")},
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
 from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
@@ -77,6 +78,12 @@ class FetchStage:
         self.outcomes: Counter[FetchOutcome] = Counter()
         self.counters: Counter[str] = Counter()
         self.gave_up: Counter[str] = Counter()
+        # What page fetches cost and answered (/metrics histograms): one observation per
+        # answer judged here; robots.txt requests add only to the bytes received.
+        self.fetch_seconds = CountingHistogram(FETCH_SECONDS_BOUNDS)
+        self.body_bytes = CountingHistogram(BODY_BYTES_BOUNDS)  # HTTP answers only
+        self.responses: Counter[str] = Counter({code_class: 0 for code_class in CODE_CLASSES})
+        self.fetched_bytes = 0  # response bodies received, pages and robots.txt, as sent
 
     # ----------------------------------------------------------------- pages
     async def fetch_page(self, state: HostState, lease: Lease, permit: Permit) -> None:
@@ -88,6 +95,7 @@ class FetchStage:
             self._returned(lease.id)
             raise
         now = self._clock()
+        self._observe(result)
         verdict = judge_page(state, result, attempt=lease.attempts, now=now, rules=self._rules,
                              in_current_round=state.limiter.is_current(permit.host_ticket))
         # The host's slot and the global ones are given back together, before any await.
@@ -105,6 +113,13 @@ class FetchStage:
             await self._parse.put(page)
         else:
             await self._store.put(page)
+
+    def _observe(self, result: FetchResult) -> None:
+        self.fetch_seconds.observe(result.elapsed_s)
+        self.responses[code_class(result.status)] += 1
+        if result.status is not None:
+            self.body_bytes.observe(len(result.body))
+        self.fetched_bytes += len(result.body)
 
     def _count(self, state: HostState, verdict: Verdict) -> None:
         signal = verdict.signal
@@ -190,6 +205,7 @@ class FetchStage:
         if answer.ready:
             pages[-1].links = sitemap_entries(answer.rules, lease=lease, mode=self._sitemaps, scope=self._scope)
         for page in pages:
+            self.fetched_bytes += len(page.fetch.body)
             self._held.hold(len(page.fetch.body))
             await self._store.put(page)
 
@@ -248,7 +264,21 @@ class FetchStage:
             "robots_fetched": counters["robots_fetched"],
             "robots_given_up": counters["robots_given_up"],
             "gave_up": dict(self.gave_up),
+            "fetch_seconds": self.fetch_seconds.snapshot(),
+            "body_bytes": self.body_bytes.snapshot(),
+            "responses": dict(self.responses),  # page fetches by status class; none: no HTTP answer
+            "fetched_bytes": self.fetched_bytes,
         }
+
+
+CODE_CLASSES = ("2xx", "3xx", "4xx", "5xx", "none")
+
+
+def code_class(status: int | None) -> str:
+    """``2xx`` .. ``5xx``; ``none`` for a fetch that got no HTTP answer; ``other`` outside."""
+    if status is None:
+        return "none"
+    return f"{status // 100}xx" if 100 <= status < 600 else "other"
 
 
 def _validators(lease: Lease) -> dict[str, str] | None:
