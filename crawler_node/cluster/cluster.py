@@ -34,7 +34,7 @@ log = logging.getLogger("crawler_node.cluster")
 
 EVENTS_KEPT = 50
 _COUNTER_KEYS = ("forwarded", "sent_seen", "forward_batches", "forward_throttled", "forward_failed",
-                 "handed_off", "rerouted")
+                 "handed_off", "rerouted", "received")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +103,7 @@ class Cluster:
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
         self.events: list[dict] = []  # membership changes, newest last (bounded)
+        self.received = 0  # URLs peers' outboxes forwarded here to crawl (the other end of "forwarded")
         self._ip: IpShareLink | None = None
         self.peer_dns: PeerDns | None = None
         if config.peer_dns:
@@ -189,6 +190,12 @@ class Cluster:
         if self.membership.observe_ok(peer, self._clock()):
             self._changed(f"{peer} is alive")
 
+    def note_received(self, count: int) -> None:
+        """A peer's batch of ``count`` URLs to crawl (not seen ones) was taken in and answered
+        202: once every batch is acknowledged, the members' forwarded totals sum to their
+        received totals (a batch whose 202 was lost is sent, and received, again)."""
+        self.received += count
+
     # ----------------------------------------------------------------- membership API
     def accept_join(self, node_id: str, url: str) -> list[dict]:
         """Raises ValueError for an id or URL that cannot be a member."""
@@ -239,6 +246,7 @@ class Cluster:
         counters = {key: 0 for key in _COUNTER_KEYS}
         counters.update(self.outboxes.counters)
         counters["handed_off"] = self.sweeper.counters["handed_off"]
+        counters["received"] = self.received
         return {"members": self.members_status(), "counters": counters, "events": self.events[-10:],
                 "outbox_total": self.outboxes.total(), "heartbeats": self.heartbeats.snapshot(),
                 "leaving": self.leaving,

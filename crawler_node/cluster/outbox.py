@@ -27,6 +27,9 @@ from crawler_node.runtime.wakeup import Wakeup
 log = logging.getLogger("crawler_node.cluster")
 
 MSGPACK = "application/msgpack"
+# Names the member a batch of POST /v1/urls comes from: the receiver counts what peers
+# forwarded apart from what users submitted (Cluster.note_received).
+FORWARDED_BY = "X-Crawler-Forwarded-By"
 
 
 class Outboxes:
@@ -133,8 +136,8 @@ class Outboxes:
              "via": e.via, "seen": seen}
             for _, e, seen in rows]})
         try:
-            async with self._session.post(f"{url}/v1/urls", data=payload,
-                                          headers={"Content-Type": MSGPACK}) as response:
+            headers = {"Content-Type": MSGPACK, FORWARDED_BY: self._node_id}
+            async with self._session.post(f"{url}/v1/urls", data=payload, headers=headers) as response:
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
                 await response.read()
