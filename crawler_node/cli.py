@@ -140,6 +140,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    from crawler_node.core.scope import Scope
+    from crawler_node.tools import recover
+
+    try:
+        settings = load_settings(_flags(args), config_path=args.config)
+    except SettingsError as exc:
+        print(f"crawler-node recover: error: {exc}", file=sys.stderr)
+        return 2
+    return recover.main(settings.data_dir, Scope(allow_hosts=settings.allow_hosts, max_depth=settings.max_depth))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from crawler_node.tools.demo import run_demo
 
@@ -168,6 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--node", required=True, help="base URL of a node")
     status.add_argument("--json", action="store_true", help="print the raw JSON status")
     status.set_defaults(handler=cmd_status)
+
+    recover = commands.add_parser(
+        "recover", help="rebuild a lost or damaged frontier from crawl.log and the WARC files",
+        description="Rebuild the frontier of a stopped node's data directory from its crawl.log and the "
+                    "metadata records of its WARC files (the damaged files are moved aside). Give it the "
+                    "node's own settings (--data-dir, --allow-host, --max-depth or --config): links are "
+                    "queued only when they are in scope.")
+    _add_settings_options(recover)
+    recover.set_defaults(handler=cmd_recover)
 
     from crawler_node.testweb import cli as testweb_cli
 

@@ -49,6 +49,7 @@ from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.pipeline import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
+from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.malloctune import release_free_heap
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
@@ -184,7 +185,8 @@ class Node:
                                                     after_s=s.shed_after_s),
                              serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock,
                              release_memory=release_free_heap, recrawl=recrawl.enabled,
-                             recrawl_priority=s.recrawl_priority)
+                             recrawl_priority=s.recrawl_priority,
+                             watermark=Watermark(self.data_dir, self.data_dir / "frontier.sqlite3"))
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:

@@ -14,6 +14,7 @@ supervisor as a recurring job: a round that fails is logged and the job runs aga
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from crawler_node.core.shedding import ShedPolicy
 from crawler_node.frontier import FrontierService
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY
+from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -32,6 +34,7 @@ RESYNC_EVERY_S = 5.0
 COLLECT_EVERY_S = 1.0
 RELEASE_EVERY_S = 30.0  # heap pages freed by the collector go back to the kernel this often at most
 RECRAWL_EVERY_S = 1.0
+WATERMARK_EVERY_S = 2.0
 RECRAWL_BATCH = 2000  # URLs due again moved back to their queues per round, at most
 
 
@@ -39,9 +42,11 @@ class Upkeep:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, shed_policy: ShedPolicy,
                  serves: Callable[[str], bool], lease_timeout_s: float, clock: Callable[[], float],
                  release_memory: Callable[[], object] = lambda: None, recrawl: bool = False,
-                 recrawl_priority: int = -1000) -> None:
+                 recrawl_priority: int = -1000, watermark: Watermark | None = None) -> None:
         """``release_memory``: hands memory freed by the host collector back to the system;
-        ``recrawl``: URLs due again (frontier due_at) are queued again, at ``recrawl_priority``."""
+        ``recrawl``: URLs due again (frontier due_at) are queued again, at ``recrawl_priority``;
+        ``watermark``: kept up to date, so a frontier that loses committed rows is refused at
+        the next start (runtime.frontier_guard)."""
         self._frontier = frontier
         self._hosts = hosts
         self._shed = shed_policy
@@ -53,6 +58,7 @@ class Upkeep:
         self._release_memory = release_memory
         self._recrawl = recrawl
         self._recrawl_priority = recrawl_priority
+        self._watermark = watermark
         self._collected_since_release = 0
         self._released_at = time.monotonic()
         self.counters: Counter[str] = Counter()
@@ -69,11 +75,17 @@ class Upkeep:
         supervisor.recurring("load-shedding", self._shed_round, every_s=interval)
         if self._recrawl:
             supervisor.recurring("recrawl", self._requeue_due, every_s=RECRAWL_EVERY_S)
+        if self._watermark is not None:
+            supervisor.recurring("frontier-watermark", self._update_watermark, every_s=WATERMARK_EVERY_S)
 
     async def flush(self) -> None:
-        """At stop: what changed of the hosts' politeness is saved."""
+        """At stop: what changed of the hosts' politeness is saved, and the watermark brought
+        up to what the frontier holds."""
         if self._hosts.has_dirty():
             await self._frontier.save_hosts(self._hosts.take_dirty())
+        if self._watermark is not None:
+            await asyncio.to_thread(self._watermark.update)
+            self._watermark.close()
 
     def snapshot(self) -> dict:
         return {"leases_expired": self.counters["leases_expired"], "shedding": self._shed.snapshot(),
@@ -134,6 +146,9 @@ class Upkeep:
             for host, count in per_host.items():
                 self._hosts.add_work(host, count, now)
             log.info("load shedding: restored %d deferred URLs", sum(per_host.values()))
+
+    async def _update_watermark(self) -> None:
+        await asyncio.to_thread(self._watermark.update)  # type: ignore[union-attr]  # started only with one
 
     async def _requeue_due(self) -> None:
         # Recrawl is load like any other: it waits while the queue is deep (the shedding

@@ -4,7 +4,8 @@ Two nodes on one directory would share one SQLite frontier and append to one cra
 the same WARC names: each would lease the other's URLs and interleave records. A lock file
 (``flock``, released by the kernel when the process dies, so a SIGKILLed node leaves no stale
 lock) keeps a second node out. A directory that cannot be created or written is refused here
-with one line, before the frontier's SQLite would raise a traceback.
+with one line, before the frontier's SQLite would raise a traceback, and so is a frontier that
+lost what it had committed (runtime.frontier_guard).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+
+from crawler_node.runtime.frontier_guard import FrontierLost, check_frontier
 
 LOCK_FILENAME = "node.lock"
 
@@ -33,8 +36,9 @@ class DataDirLock:
             self._fd = None
 
 
-def claim_data_dir(data_dir: Path) -> DataDirLock:
-    """Create ``data_dir`` if needed, check it can be written, and lock it for this process."""
+def claim_data_dir(data_dir: Path, *, check_frontier_whole: bool = True) -> DataDirLock:
+    """Create ``data_dir`` if needed, check it can be written, and lock it for this process;
+    then (``check_frontier_whole``) check its frontier holds what it had committed."""
     if data_dir.exists() and not data_dir.is_dir():
         raise DataDirError(f"data directory {data_dir} is not a directory")
     try:
@@ -59,6 +63,14 @@ def claim_data_dir(data_dir: Path) -> DataDirLock:
     except OSError as exc:
         os.close(fd)
         raise DataDirError(f"data directory {data_dir} cannot be written: {exc.strerror or exc}") from exc
+    if check_frontier_whole:
+        from crawler_node.frontier.schema import FRONTIER_FILENAME  # the frontier's file, by its own name
+
+        try:
+            check_frontier(data_dir, data_dir / FRONTIER_FILENAME)
+        except FrontierLost as exc:
+            os.close(fd)
+            raise DataDirError(str(exc)) from exc
     return DataDirLock(lock_path, fd)
 
 

@@ -1,0 +1,173 @@
+"""`crawler-node recover`: rebuild a lost or damaged frontier from what the crawl wrote down.
+
+The frontier is the one copy of the crawl's queue. When it is lost (the node refuses to start:
+runtime.frontier_guard), what the crawl did is still on disk: crawl.log has a line for every
+attempt, and the WARC metadata records list every parsed page's links. From them:
+
+- every URL with a final line (fetched, or ended without a request: robots, scope, traps) is
+  recorded as seen and done, never fetched again;
+- a URL whose last attempt failed in a way that is retried (timeout, connection, throttled,
+  server error, DNS) is queued again, its retry budget fresh;
+- the links of the pages fetched (metadata records' outlinks) and redirect targets
+  (crawl.log's location) that are in scope and not yet seen are queued, one step deeper.
+
+The damaged files are moved aside (`frontier-lost-<stamp>/`), never deleted. What was queued
+but never reached crawl.log, and never linked from an archived page (seeds not yet fetched,
+URLs submitted and not yet fetched), cannot be rebuilt: submit them again.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from warcio.archiveiterator import ArchiveIterator
+
+from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.scope import Scope
+from crawler_node.core.urls import InvalidURL, host_of, normalize_url
+from crawler_node.frontier import UrlEntry
+from crawler_node.frontier.frontier import Frontier
+from crawler_node.frontier.schema import FRONTIER_FILENAME
+from crawler_node.runtime.datadir import DataDirError, claim_data_dir
+from crawler_node.runtime.frontier_guard import WATERMARK_FILENAME, highest_url_id, write_watermark
+
+# The outcomes the retry policy tries again: their URL is queued again, not finished.
+RETRIED = frozenset({FetchOutcome.TIMEOUT, FetchOutcome.CONNECTION, FetchOutcome.THROTTLED,
+                     FetchOutcome.SERVER_ERROR, FetchOutcome.DNS, FetchOutcome.PROXY,
+                     FetchOutcome.API_THROTTLED, FetchOutcome.API_QUOTA})
+BATCH = 5000
+
+
+@dataclass
+class Recovered:
+    done: int = 0
+    requeued: int = 0
+    links: int = 0
+    moved_to: Path | None = None
+    skipped_lines: int = 0
+    unreadable_files: list[str] = field(default_factory=list)
+
+
+def crawl_log_lines(data_dir: Path, recovered: Recovered) -> Iterator[dict]:
+    """Every crawl.log line, rotated files first; a torn or garbled line is skipped, counted."""
+    current = data_dir / "crawl.log"
+    for path in [*sorted(data_dir.glob("crawl.log.*")), current]:
+        if not path.exists():
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for text in handle:
+                try:
+                    entry = json.loads(text)
+                    if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+                        yield entry
+                        continue
+                except ValueError:
+                    pass
+                recovered.skipped_lines += 1
+
+
+def outlinks(data_dir: Path, recovered: Recovered) -> Iterator[tuple[str, list[str]]]:
+    """(page URL, its links) of every metadata record in the WARC files."""
+    for path in sorted((data_dir / "warc").glob("*.warc.gz")):
+        try:
+            with open(path, "rb") as handle:
+                for record in ArchiveIterator(handle):
+                    if record.rec_type != "metadata":
+                        continue
+                    page = record.rec_headers.get_header("WARC-Target-URI")
+                    block = record.content_stream().read().decode("utf-8", "replace")
+                    links = [line[len("outlink: "):].strip() for line in block.splitlines()
+                             if line.startswith("outlink: ")]
+                    if page:
+                        yield page, links
+        except Exception as exc:  # noqa: BLE001 - a torn last file still gave what it had
+            recovered.unreadable_files.append(f"{path.name}: {type(exc).__name__}: {exc}")
+
+
+def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> Recovered:
+    recovered = Recovered()
+    db = data_dir / FRONTIER_FILENAME
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+    aside = data_dir / f"frontier-lost-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        damaged = db.with_name(db.name + suffix)
+        if damaged.exists():
+            aside.mkdir(exist_ok=True)
+            damaged.rename(aside / damaged.name)
+            recovered.moved_to = aside
+
+    last: dict[str, dict] = {}  # URL -> its last line (the outcome that counts)
+    for entry in crawl_log_lines(data_dir, recovered):
+        if entry.get("kind", "page") == "robots":
+            continue
+        last[entry["url"]] = entry
+    with Frontier(db, lease_timeout_s=lease_timeout_s) as frontier:
+        done: list[UrlEntry] = []
+        again: list[UrlEntry] = []
+        for url, entry in last.items():
+            try:
+                outcome = FetchOutcome(str(entry.get("outcome")))
+            except ValueError:
+                outcome = FetchOutcome.OK
+            item = UrlEntry(url, entry.get("host") or host_of(url), int(entry.get("depth") or 0), 0, 0, 0,
+                            entry.get("via"))
+            (again if outcome in RETRIED else done).append(item)
+        for start in range(0, len(done), BATCH):
+            batch = done[start:start + BATCH]
+            recovered.done += len(batch) - frontier.take_in(batch, [], True, []).duplicates
+        for start in range(0, len(again), BATCH):
+            recovered.requeued += len(frontier.add(again[start:start + BATCH]).accepted)
+        found: list[UrlEntry] = []
+        for page, links in outlinks(data_dir, recovered):
+            depth = int(last.get(page, {}).get("depth") or 0) + 1
+            found += _in_scope(links, page, depth, scope, last)
+        for entry in last.values():
+            if entry.get("location") and entry.get("status") is not None:
+                found += _in_scope([entry["location"]], entry["url"], int(entry.get("depth") or 0), scope, last)
+        for start in range(0, len(found), BATCH):
+            recovered.links += len(frontier.add(found[start:start + BATCH]).accepted)
+    highest = highest_url_id(db) or 0
+    write_watermark(data_dir, highest)
+    return recovered
+
+
+def _in_scope(links: list[str], via: str, depth: int, scope: Scope, seen: dict[str, dict]) -> list[UrlEntry]:
+    entries = []
+    for raw in links:
+        try:
+            url = normalize_url(raw, base=via)
+        except InvalidURL:
+            continue
+        if url not in seen and scope.check(url, depth) is None:
+            entries.append(UrlEntry(url, host_of(url), depth, -depth, 0, 0, via))
+    return entries
+
+
+def main(data_dir: Path, scope: Scope) -> int:
+    try:
+        lock = claim_data_dir(data_dir, check_frontier_whole=False)
+    except DataDirError as exc:
+        print(f"crawler-node recover: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if not (data_dir / "crawl.log").exists() and not list(data_dir.glob("crawl.log.*")):
+            print(f"crawler-node recover: error: {data_dir} has no crawl.log to rebuild the frontier from",
+                  file=sys.stderr)
+            return 2
+        recovered = recover(data_dir, scope=scope)
+    finally:
+        lock.release()
+    where = f"; the damaged frontier is in {recovered.moved_to}" if recovered.moved_to else ""
+    print(f"recovered the frontier of {data_dir}: {recovered.done} URLs done (from crawl.log), "
+          f"{recovered.requeued} queued again to retry, {recovered.links} links queued (from the WARC metadata "
+          f"records and redirects){where}. URLs queued but never fetched nor linked from an archived page "
+          f"cannot be rebuilt: submit them again. {WATERMARK_FILENAME} now matches the rebuilt frontier.")
+    if recovered.skipped_lines or recovered.unreadable_files:
+        print(f"  skipped {recovered.skipped_lines} unreadable crawl.log lines; WARC files read in part: "
+              f"{'; '.join(recovered.unreadable_files) or 'none'}")
+    return 0
