@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
 from crawler_node.runtime.workers import SyncWorker
@@ -28,6 +29,7 @@ class FrontierService:
         self._clock = clock
         self._thread: SyncWorker | None = None
         self._frontier: Frontier | None = None
+        self._control: FrontierControl | None = None
 
     async def open(self) -> None:
         """Open the frontier on its own thread (recovering leases, counting rows: a scan)."""
@@ -41,13 +43,14 @@ class FrontierService:
             self._thread.shutdown()
             self._thread = None
             raise
+        self._control = FrontierControl.of(self._frontier)
 
     async def close(self) -> None:
         """Close the frontier, then stop its thread. Calls made after this fail."""
         thread, frontier = self._thread, self._frontier
         if thread is None:
             return
-        self._thread = self._frontier = None
+        self._thread = self._frontier = self._control = None
         try:
             if frontier is not None:
                 await thread.call(frontier.close)
@@ -164,3 +167,20 @@ class FrontierService:
     async def hosts_after(self, after: str, limit: int) -> list[str]:
         thread, frontier = self._opened()
         return await thread.call(frontier.handoff.hosts_after, after, limit)
+
+    # -- operator control (frontier.control) -----------------------------------------------
+
+    async def host_counts(self) -> list[HostCounts]:
+        thread, _ = self._opened()
+        assert self._control is not None
+        return await thread.call(self._control.host_counts)
+
+    async def host_queue(self, host: str, limit: int) -> tuple[HostCounts | None, list[QueuedUrl]]:
+        thread, _ = self._opened()
+        assert self._control is not None
+        return await thread.call(self._control.host_queue, host, limit)
+
+    async def drop_host(self, host: str, lease_ids: Sequence[int] = ()) -> Counter[str]:
+        thread, _ = self._opened()
+        assert self._control is not None
+        return await thread.call(self._control.drop_host, host, lease_ids)

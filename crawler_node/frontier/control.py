@@ -1,0 +1,116 @@
+"""What an operator asks of the frontier: each host's counts, one host's queue, and dropping
+a host's queue (`crawler-node hosts`, `queue`, `drop-host`).
+
+Synchronous, on the frontier's thread like its other parts (`FrontierService` calls it). The
+counts come from the per-host records the frontier keeps in memory (hosts.HostRecords), so
+listing the hosts never scans `urls`; one host's queue is read through the `urls_ready` and
+`urls_deferred` indexes, in lease order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED
+from crawler_node.frontier.statements import in_lists
+
+if TYPE_CHECKING:
+    from crawler_node.frontier.frontier import Frontier
+
+# Queued rows first in the order they would be leased, then the deferred ones in the order
+# they would be restored: the queue as the node will work through it.
+_QUEUE_SQL = """
+SELECT url, depth, priority, attempts, not_before, state, via FROM urls
+WHERE host = ? AND state = ? ORDER BY priority DESC, id LIMIT ?
+"""
+_DROP_SQL = "DELETE FROM urls WHERE host = ? AND state = ?"
+_DROP_LEASED_SQL = "DELETE FROM urls WHERE state = 1 AND id IN ({})"
+_STATE_NAMES = {QUEUED: "queued", DEFERRED: "deferred"}
+
+
+@dataclass(frozen=True, slots=True)
+class HostCounts:
+    """One host's rows in this node's frontier that are not finished."""
+
+    host: str
+    queued: int  # waiting to be leased, retries waiting for their time included
+    leased: int  # handed to the node (buffered or in flight)
+    deferred: int  # parked by load shedding
+    next_eligible: float  # its stored pause (Retry-After, backoff) ends then; 0: none
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedUrl:
+    url: str
+    depth: int
+    priority: int
+    attempts: int
+    not_before: float  # not leased before this time (a retry's backoff); 0: at once
+    state: str  # "queued" or "deferred"
+    via: str | None
+
+
+class FrontierControl:
+    def __init__(self, core: FrontierCore) -> None:
+        self._core = core
+
+    @classmethod
+    def of(cls, frontier: Frontier) -> FrontierControl:
+        # The frontier builds its parts over its core (shedding, outbox, handoff, recrawl);
+        # this part is built beside it until Frontier.__init__ does the same for it.
+        return cls(frontier._core)  # noqa: SLF001 - the frontier's own part, see above
+
+    def host_counts(self) -> list[HostCounts]:
+        """Every host with unfinished rows here (queued, leased or deferred)."""
+        return [HostCounts(record.host, record.queued, record.leased, record.deferred,
+                           record.politeness.next_eligible if record.politeness is not None else 0.0)
+                for record in self._core.hosts.records.values()]
+
+    def host_queue(self, host: str, limit: int) -> tuple[HostCounts | None, list[QueuedUrl]]:
+        """The host's counts (None: nothing unfinished here) and up to ``limit`` of its queued,
+        then deferred, URLs, each in lease order."""
+        record = self._core.hosts.records.get(host)
+        if record is None or limit < 0:
+            return None, []
+        counts = HostCounts(host, record.queued, record.leased, record.deferred,
+                            record.politeness.next_eligible if record.politeness is not None else 0.0)
+        rows: list[QueuedUrl] = []
+        for state in (QUEUED, DEFERRED):
+            if len(rows) >= limit:
+                break
+            for url, depth, priority, attempts, not_before, _, via in self._core.conn.execute(
+                    _QUEUE_SQL, (host, state, limit - len(rows))):
+                rows.append(QueuedUrl(url, depth, priority, attempts, not_before or 0.0, _STATE_NAMES[state], via))
+        return counts, rows
+
+    def drop_host(self, host: str, lease_ids: Sequence[int] = ()) -> Counter[str]:
+        """Delete the host's queued and deferred rows, and the leases in ``lease_ids`` (the
+        node's buffer for the host, never dispatched), in one transaction. Leases not listed
+        (requests in flight) stay and finish normally. Returns the rows deleted by state.
+
+        The rows leave the seen-set: a link found later queues its URL again."""
+        core = self._core
+        dropped: Counter[str] = Counter()
+        record = core.hosts.records.get(host)
+        if record is None:
+            return dropped
+        with core.transaction():
+            ours = [row_id for row_id in lease_ids if (lease := core.leases.get(row_id)) and lease[0] is record]
+            for placeholders, chunk in in_lists(ours):
+                core.conn.execute(_DROP_LEASED_SQL.format(placeholders), chunk)
+            for row_id in ours:
+                del core.leases[row_id]
+            if ours:
+                core.count_record(record, LEASED, -len(ours))
+                dropped["leased"] = len(ours)
+            for state in (QUEUED, DEFERRED):
+                count = core.conn.execute(_DROP_SQL, (host, state)).rowcount
+                if count:
+                    core.count_record(record, state, -count)
+                    dropped[_STATE_NAMES[state]] = count
+            core.forget_recent()  # rows are gone: their URLs are new again
+        return dropped
