@@ -23,6 +23,7 @@ from prometheus_client.utils import floatToGoString
 
 from crawler_node import __version__
 from crawler_node.api.status import node_status
+from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
@@ -116,6 +117,7 @@ class NodeCollector:
 
 
 PINNED_HOSTS = 50
+DEFERRAL_REASONS = (QUEUE_OVER_HIGH_WATER, ARRIVED_WHILE_SHEDDING)  # each a series from the start
 
 
 class PinnedHosts:
@@ -200,8 +202,9 @@ def pressure_metrics(status: dict) -> Iterator[Metric]:
                                      labels=["reason"])
     blocked = CounterMetricFamily("crawler_admission_blocked_seconds",
                                   "Time new fetches were held back, by reason (stage)", labels=["reason"])
-    for reason in sorted(admission["rejections"]):
-        rejections.add_metric([reason], admission["rejections"][reason])
+    # Every pressure source has its series from the start (at 0), so rate() has one to read.
+    for reason in sorted(set(admission["rejections"]) | set(admission.get("pressure_sources", ()))):
+        rejections.add_metric([reason], admission["rejections"].get(reason, 0))
         blocked.add_metric([reason], admission["blocked_s"].get(reason, 0.0))
     yield from (rejections, blocked)
     yield _single(GaugeMetricFamily, "crawler_pipeline_held_bytes", "Response bodies between fetch and store",
@@ -238,8 +241,8 @@ def _shedding_metrics(shedding: dict) -> Iterator[Metric]:
                   int(shedding["active"]))
     deferred = CounterMetricFamily("crawler_shed_deferred", "URLs deferred by load shedding, by reason",
                                    labels=["reason"])
-    for reason in sorted(shedding["deferred_by_reason"]):
-        deferred.add_metric([reason], shedding["deferred_by_reason"][reason])
+    for reason in sorted(set(shedding["deferred_by_reason"]) | set(DEFERRAL_REASONS)):
+        deferred.add_metric([reason], shedding["deferred_by_reason"].get(reason, 0))
     yield deferred
     yield _single(CounterMetricFamily, "crawler_shed_restored", "Deferred URLs queued again",
                   shedding["restored_total"])
