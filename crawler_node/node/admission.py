@@ -13,7 +13,9 @@ hosts lives here, and each signal reaches only the gate it describes:
   AIMD limiter on requests in flight through it, never a host's limit; its 509 (quota spent)
   pauses all fetching until the plan resets or an operator resumes it;
 - per-IP gates for direct fetches (node.ip_gates): hosts that resolve to one address share
-  its limit, and in a cluster each node takes its share of it (cluster.ipshare).
+  its limit, and in a cluster each node takes its share of it (cluster.ipshare);
+- an operator's pause (``crawler-node pause``, :class:`OperatorPause`): no new fetch starts
+  and nothing is leased until it is resumed. Asked first, so nothing else can let one through.
 
 A :class:`Permit` bundles the slots one request holds (host, API, IP), taken together when
 the request is dispatched and released together when it ends; the host's slot is taken and
@@ -33,8 +35,8 @@ from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
 from crawler_node.node.ip_gates import IpGate, IpGates
 
-__all__ = ["API_LIMIT", "API_QUOTA", "AdmissionStats", "ApiGate", "FetchAdmission", "IpGate", "IpGates",
-           "Permit", "PressureSource"]
+__all__ = ["API_LIMIT", "API_QUOTA", "PAUSED", "AdmissionStats", "ApiGate", "FetchAdmission", "IpGate", "IpGates",
+           "OperatorPause", "Permit", "PressureSource"]
 
 log = logging.getLogger("crawler_node.admission")
 
@@ -49,6 +51,20 @@ class PressureSource(Protocol):
 
 API_QUOTA = "api_quota"  # blocked reason: the API's quota is spent
 API_LIMIT = "api_limit"  # blocked reason: the API limiter has no free slot
+PAUSED = "paused"  # blocked reason: an operator paused the crawl
+
+
+@dataclass(slots=True)
+class OperatorPause:
+    """The crawl paused by an operator: why, by whom, since when (wall clock)."""
+
+    reason: str
+    by: str
+    since: float
+
+    def snapshot(self, now: float) -> dict:
+        return {"paused": True, "reason": self.reason, "by": self.by, "since": self.since,
+                "paused_for_s": round(max(0.0, now - self.since), 3)}
 
 
 class ApiGate:
@@ -150,6 +166,20 @@ class FetchAdmission:
         self.ip_gates = ip_gates
         self._sources = tuple(pressure)
         self.stats = AdmissionStats()
+        self.operator_pause: OperatorPause | None = None
+
+    def pause(self, pause: OperatorPause) -> bool:
+        """Start no new fetch until :meth:`resume`; False if it was paused already (the first
+        pause's reason stays)."""
+        if self.operator_pause is not None:
+            return False
+        self.operator_pause = pause
+        return True
+
+    def resume(self) -> OperatorPause | None:
+        """End the operator's pause; returns it (None: it was not paused)."""
+        pause, self.operator_pause = self.operator_pause, None
+        return pause
 
     def pressure(self) -> str | None:
         """The first pipeline stage that is too full, if any."""
@@ -160,6 +190,8 @@ class FetchAdmission:
 
     def blocked(self, now: float) -> str | None:
         """Why no new fetch may start now (None: it may)."""
+        if self.operator_pause is not None:
+            return PAUSED
         api = self.api
         if api is not None and api.paused(now):
             return API_QUOTA
@@ -173,6 +205,8 @@ class FetchAdmission:
     def hold_leasing(self, now: float) -> str | None:
         """Why the frontier should not hand out more leases now: pressure or a paused API,
         not a momentarily full API window (that frees up within one response time)."""
+        if self.operator_pause is not None:
+            return PAUSED
         if self.api is not None and self.api.paused(now):
             return API_QUOTA
         return self.pressure()
@@ -215,6 +249,7 @@ class FetchAdmission:
         return {
             "open": reason is None,
             "blocked_by": reason,
+            "pause": self.operator_pause.snapshot(now) if self.operator_pause is not None else {"paused": False},
             "pressure_sources": sorted(source.name for source in self._sources),
             "rejections": dict(self.stats.rejections),
             "blocked_s": {name: round(seconds, 3) for name, seconds in self.stats.blocked_s.items()},

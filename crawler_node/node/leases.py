@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from crawler_node.frontier import FrontierBatch, FrontierService
-from crawler_node.node.admission import API_QUOTA, FetchAdmission
+from crawler_node.node.admission import API_QUOTA, PAUSED, FetchAdmission
 from crawler_node.node.hosts import HostState, HostTable
 from crawler_node.node.pipeline import PageResult
 from crawler_node.runtime.supervisor import Supervisor
@@ -75,8 +75,9 @@ class LeaseKeeper:
         self._wake.notify()
 
     def api_paused(self) -> None:
-        """The API's quota is spent: hand the buffered leases back, so a long pause neither
-        holds URLs in memory nor lets their leases expire (an expired lease counts an attempt)."""
+        """The API's quota is spent, or an operator paused the crawl: hand the buffered leases
+        back, so a long pause neither holds URLs in memory nor lets their leases expire (an
+        expired lease counts an attempt)."""
         self.give_back(self._hosts.take_back_buffers())
 
     def idle(self) -> bool:
@@ -128,7 +129,7 @@ class LeaseKeeper:
         if reason is None:
             return
         self.counters[f"lease_held_{reason}"] += 1
-        if reason == API_QUOTA:
+        if reason == API_QUOTA or reason == PAUSED:
             # A lease round that was under way when the pause began has filled buffers since.
             self.give_back(self._hosts.take_back_buffers())
             await self._give_back_now()
