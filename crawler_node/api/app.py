@@ -17,9 +17,10 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
+from crawler_node.api.control import CONTROL_PATHS, add_control_routes
 from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.metrics import NodeMetrics
-from crawler_node.api.status import member_summary, node_status
+from crawler_node.api.status import cluster_status, node_status
 from crawler_node.cluster.membership import member_problem
 from crawler_node.cluster.outbox import FORWARDED_BY
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
@@ -204,24 +205,11 @@ def _inbound_full(retry_after_s: float) -> web.Response:
 
 async def get_status(request: web.Request) -> web.Response:
     """This node's status; unless ``?scope=local``, with the cluster as this node sees it, and
-    ``idle`` true only when every member is reachable and idle."""
+    ``idle`` true only when every member is reachable and idle (api.status.cluster_status)."""
     node = request.app[NODE_KEY]
-    status = await node_status(node)
-    if request.query.get("scope") == "local" or node.cluster.is_single:
-        return web.json_response(status)
-    status["node_idle"] = status["idle"]
-    peers = await node.cluster.peer_statuses()
-    for member in status["members"]:
-        if member["self"]:
-            member.update(member_summary(status))
-        else:
-            member.update(member_summary(peers.get(member["id"])))
-    # A member that left (--handoff-on-exit) handed its queue on; any other silent member may
-    # still hold work, so the cluster is not idle while it is unreachable.
-    status["idle"] = status["node_idle"] and all(
-        (member["left"] and not member["self"]) or (member["state"] == "alive" and member.get("idle") is True)
-        for member in status["members"])
-    return web.json_response(status)
+    if request.query.get("scope") == "local":
+        return web.json_response(await node_status(node))
+    return web.json_response(await cluster_status(node))
 
 
 async def get_ring(request: web.Request) -> web.Response:
@@ -299,8 +287,9 @@ async def get_dashboard(request: web.Request) -> web.Response:
 
 # Endpoints that change what the cluster crawls or who is in it: they need the cluster token
 # when one is set, whatever the method (HEAD included: aiohttp adds it to every GET route).
-# Reads (status, ring, metrics, health, dashboard) stay open.
-PROTECTED = frozenset({"/v1/urls", "/v1/resume", "/v1/members", "/v1/join", "/v1/leave"})
+# Reads (status, ring, metrics, health, dashboard) stay open; crawl control (api.control), its
+# host and queue listings included, does not.
+PROTECTED = frozenset({"/v1/urls", "/v1/resume", "/v1/members", "/v1/join", "/v1/leave"}) | CONTROL_PATHS
 # Endpoints only members use: a node without peers (and without --peer-dns) has no members, so
 # it answers them to no one -- a join would hand a stranger an arc of its crawl.
 MEMBERS_ONLY = frozenset({"/v1/members", "/v1/join", "/v1/leave"})
@@ -347,4 +336,5 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/", get_dashboard)
+    add_control_routes(app, NODE_KEY)
     return app

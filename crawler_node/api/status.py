@@ -40,6 +40,9 @@ async def node_status(node: Node) -> dict[str, Any]:
         "url": node.settings.advertise_url,
         "idle": idle,
         "stopping": node.stopping,
+        # an operator's pause (crawler-node pause): no new fetch until resumed
+        "paused": node.admission.operator_pause is not None,
+        "pause": node.admission.snapshot(time.time())["pause"],
         "uptime_s": round(uptime, 3),
         # Unix time of the last fetch attempt written to the store and committed to the
         # frontier (null before the first): an idle node's crawl ended then; a busy node
@@ -146,6 +149,8 @@ def member_summary(status: dict | None) -> dict[str, Any]:
             "idle": status["idle"],
             "fetched": status["counters"]["fetched"],
             "fetched_per_s": status["rates"]["fetched_per_s"],
+            "paused": status.get("paused", False),
+            "pause_reason": (status.get("pause") or {}).get("reason"),
             "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
             "oldest_age_s": {stage: queue.get("oldest_age_s") for stage, queue in status["queues"].items()},
             # progress: URLs finished (done or failed) of those this member knows
@@ -157,3 +162,51 @@ def member_summary(status: dict | None) -> dict[str, Any]:
         }
     except (KeyError, TypeError, AttributeError):
         return {"reachable": True, "idle": None, "malformed": True}
+
+
+async def cluster_status(node: Node) -> dict[str, Any]:
+    """This node's status with the cluster as this node sees it: each member's summary from its
+    own status, ``idle`` true only when every member is reachable and idle, and ``crawl_state``
+    in words."""
+    status = await node_status(node)
+    if node.cluster.is_single:
+        status["crawl_state"] = crawl_state(status)
+        return status
+    status["node_idle"] = status["idle"]
+    peers = await node.cluster.peer_statuses()
+    for member in status["members"]:
+        if member["self"]:
+            member.update(member_summary(status))
+        else:
+            member.update(member_summary(peers.get(member["id"])))
+    # A member that left (--handoff-on-exit) handed its queue on; any other silent member may
+    # still hold work, so the cluster is not idle while it is unreachable.
+    status["idle"] = status["node_idle"] and all(
+        (member["left"] and not member["self"]) or (member["state"] == "alive" and member.get("idle") is True)
+        for member in status["members"])
+    status["crawl_state"] = crawl_state(status)
+    return status
+
+
+def crawl_state(status: dict) -> str:
+    """The cluster's state in words: "crawling", "paused (why)", "idle", or "idle, but n2 is
+    down and its queue waits" when every member that answers is idle and one that may still
+    hold work does not answer (its hosts' URLs wait for it, or for its successor)."""
+    members = status.get("members") or []
+    paused = [m for m in members if m.get("paused")] or ([status] if status.get("paused") else [])
+    if paused:
+        reasons = sorted({str((m.get("pause") or {}).get("reason") or m.get("pause_reason") or "no reason")
+                          for m in paused})
+        return f"paused ({', '.join(reasons)})"
+    if status["idle"]:
+        return "idle"
+    if not status.get("node_idle", status["idle"]):
+        return "crawling"
+    silent = [m for m in members if not m.get("self") and not m.get("left")
+              and (m.get("state") != "alive" or m.get("reachable") is False)]
+    answering_busy = any(m.get("idle") is False for m in members if m not in silent and not m.get("self"))
+    if not silent or answering_busy:
+        return "crawling"
+    words = [f"{m['id']} is {'down' if m.get('state') == 'down' else 'not answering'}" for m in silent]
+    waits = "its queue waits" if len(silent) == 1 else "their queues wait"
+    return f"idle, but {', '.join(words)} and {waits}"
