@@ -6,16 +6,59 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
+from crawler_node.api.status import cluster_status
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, listen_address
+from crawler_node.tools.report import RateWindow, cluster_members, progress_log_line
 
 log = logging.getLogger("crawler_node.daemon")
+
+
+IDLE_CHECK_S = 5.0  # how soon "crawl finished" is said, at most, once the cluster is idle
+
+
+class ProgressLog:
+    """The daemon's progress: a line every ``interval_s`` (fetched, the rate over that window,
+    queued, finished / known), and one "crawl finished" line when the cluster becomes idle --
+    never while a member that may hold work is down: then it says so, in those words."""
+
+    def __init__(self, node: Node, *, interval_s: float) -> None:
+        self._node = node
+        self._interval_s = interval_s
+        self._rates = RateWindow()
+        self._last_line = 0.0
+        self._said: str | None = None  # the idle state last said, so each is said once
+
+    def start(self) -> None:
+        self._last_line = time.monotonic()
+        self._rates.rate("fetched", 0, self._last_line)
+        self._node.supervisor.recurring("progress-log", self.round, every_s=min(IDLE_CHECK_S, self._interval_s))
+
+    async def round(self) -> None:
+        status = await cluster_status(self._node)
+        now = time.monotonic()
+        if now - self._last_line >= self._interval_s:
+            window_s = now - self._last_line
+            self._last_line = now
+            rate = self._rates.rate("fetched", status["counters"]["fetched"], now)
+            log.info("%s", progress_log_line(status, rate, window_s))
+        state = status.get("crawl_state", "")
+        if not state.startswith("idle"):
+            self._said = None
+        elif state != self._said and any(member.get("fetched") for member in cluster_members(status)):
+            self._said = state
+            if state == "idle":
+                log.info("crawl finished: the cluster is idle (%s)", progress_log_line(status, None, 0)
+                         .removeprefix("progress: "))
+            else:
+                log.warning("%s", state)
 
 
 def open_cluster_refusal(settings: Settings) -> str | None:
@@ -67,8 +110,11 @@ async def _serve(settings: Settings) -> int:
         await node.stop()
         return 1
     print(f"crawler-node {settings.node_id} listening on http://{host}:{bound_port}", flush=True)
+    if settings.progress_interval_s:
+        ProgressLog(node, interval_s=settings.progress_interval_s).start()
 
     loop = asyncio.get_running_loop()
+    # POST /v1/control/stop (api.control) calls the same request_stop: one way to stop.
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, node.request_stop)
     await node.wait_stop_requested()

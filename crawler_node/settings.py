@@ -164,6 +164,8 @@ class Settings:
     # A node with peers (or --peer-dns) and no secret refuses to start unless this says the
     # peer endpoints (join, leave, members, forwarded URLs) may be open to anyone who can reach it
     insecure_open_cluster: bool = False
+    # the daemon logs a progress line this often (0: never), and "crawl finished" once idle
+    progress_interval_s: float = 30.0
     # test hook: seconds of extra CPU-free delay per parsed page (stages a slow parser)
     parse_delay_s: float = 0.0
     # test hook: the parser process dies (as on a page that crashes lexbor) on this exact URL
@@ -197,6 +199,8 @@ class Settings:
             problems.append("lease_timeout_s must be larger than fetch_timeout_s")
         if self.parse_workers < 0 or self.retry_budget < 0 or self.parse_delay_s < 0:
             problems.append("parse_workers, retry_budget and parse_delay_s must be >= 0")
+        if self.progress_interval_s < 0:
+            problems.append(f"progress_interval_s must be >= 0, got {self.progress_interval_s}")
         if not 0 <= self.worker_nice <= 19:
             problems.append("worker_nice must be between 0 and 19")
         if self.parse_crash_url and self.parse_workers == 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 def format_status(status: dict) -> str:
     counters = status["counters"]
@@ -66,3 +68,122 @@ def progress_line(statuses: list[dict], expected: int, elapsed_s: float) -> str:
     share = done / expected if expected else 0.0
     return (f"[{elapsed_s:6.1f}s] {done}/{expected} pages ({share:5.1%})  fetches {fetched}  "
             f"queued {queued}  in flight {in_flight}  {fetched / elapsed_s if elapsed_s else 0:.0f}/s")
+
+
+def format_control(answer: dict) -> str:
+    """What each member said to a cluster-wide pause, resume or stop."""
+    lines = [f"{answer['action']}: {'every member' if answer['complete'] else 'NOT every member'}"]
+    for member, said in sorted(answer["members"].items()):
+        if said.get("skipped"):
+            lines.append(f"  {member:<10} skipped ({said['skipped']})")
+        elif not said["ok"]:
+            lines.append(f"  {member:<10} FAILED: {said.get('error')}")
+        else:
+            done = "done" if said.get("changed", True) else "already so"
+            lines.append(f"  {member:<10} {done}")
+    return "\n".join(lines)
+
+
+def _age(seconds: float | None) -> str:
+    if not seconds:
+        return "now"
+    return f"in {seconds:.0f}s" if seconds < 120 else f"in {seconds / 60:.0f}m"
+
+
+def format_hosts(answer: dict) -> str:
+    lines = [f"{answer['total']} hosts with work; {len(answer['hosts'])} shown from {answer['offset']} "
+             f"by {answer['sort']} {answer['order']}"
+             + ("" if answer.get("complete", True) else f"; members not heard: {_not_ok(answer['members'])}"),
+             f"  {'host':<32} {'member':<10} {'queued':>7} {'leased':>6} {'deferred':>8} {'flight':>6} "
+             f"{'limit':>5} {'eligible':>9}  state"]
+    for row in answer["hosts"]:
+        limit = "-" if row.get("limit") is None else row["limit"]
+        lines.append(f"  {row['host']:<32} {row['member']:<10} {row['queued']:>7} {row['leased']:>6} "
+                     f"{row['deferred']:>8} {row['in_flight']:>6} {limit:>5} {_age(row['next_eligible_in_s']):>9}  "
+                     f"{row['state']}" + (f" ({row['held']})" if row.get("held") else ""))
+    return "\n".join(lines)
+
+
+def _not_ok(members: dict) -> str:
+    return ", ".join(f"{member} ({said})" for member, said in sorted(members.items()) if said != "ok")
+
+
+def format_queue(answer: dict) -> str:
+    lines = [f"{answer['host']} on {answer['member']}: {answer['queued']} queued, {answer['leased']} leased, "
+             f"{answer['deferred']} deferred; {len(answer['urls'])} shown",
+             f"  {'depth':>5} {'priority':>8} {'attempts':>8} {'eligible':>9} {'state':<8} url"]
+    for url in answer["urls"]:
+        lines.append(f"  {url['depth']:>5} {url['priority']:>8} {url['attempts']:>8} "
+                     f"{_not_before(url['not_before']):>9} {url['state']:<8} {url['url']}")
+    return "\n".join(lines)
+
+
+def _not_before(when: float) -> str:
+    return _age(max(0.0, when - time.time())) if when else "now"
+
+
+class RateWindow:
+    """Rates over the last window, from two successive samples of a counter (never a total
+    divided by the uptime, which an idle node would keep showing as a rate)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def rate(self, key: str, value: float, now: float) -> float | None:
+        """Per second since the previous sample of ``key`` (None at the first one)."""
+        last = self._last.get(key)
+        self._last[key] = (now, value)
+        if last is None or now <= last[0]:
+            return None
+        return max(0.0, value - last[1]) / (now - last[0])
+
+
+def cluster_members(status: dict) -> list[dict]:
+    """The members as the cluster view lists them; a node alone is its own one member."""
+    if "node_idle" in status:
+        return status["members"]
+    from crawler_node.api.status import member_summary
+
+    return [{"id": status["node_id"], "state": "alive", "self": True, **member_summary(status)}]
+
+
+def format_watch(status: dict, rates: RateWindow, now: float) -> str:
+    """One frame of `crawler-node status --watch`: the members, their windowed rates, progress."""
+    members = cluster_members(status)
+    lines = [f"{status['node_id']}: {status.get('crawl_state', 'idle' if status['idle'] else 'crawling')}",
+             f"  {'member':<10} {'state':<14} {'fetched':>8} {'/s':>7} {'queued':>8} {'flight':>6} {'outbox':>7} "
+             f"{'progress':>16}"]
+    for member in members:
+        fetched = member.get("fetched")
+        rate = rates.rate(member["id"], fetched, now) if isinstance(fetched, int) else None
+        queues = member.get("queues") or {}
+        state = member["state"] + (" paused" if member.get("paused") else "")
+        lines.append(f"  {member['id']:<10} {state:<14} {_dash(fetched):>8} "
+                     f"{'-' if rate is None else f'{rate:.1f}':>7} {_dash(queues.get('frontier')):>8} "
+                     f"{_dash(queues.get('fetch')):>6} {_dash(member.get('outbox_total')):>7} "
+                     f"{_share(member.get('finished'), member.get('known')):>16}")
+    finished = sum(member.get("finished") or 0 for member in members)
+    known = sum(member.get("known") or 0 for member in members)
+    lines.append(f"  progress: {_share(finished, known)} URLs finished of those known")
+    return "\n".join(lines)
+
+
+def _share(done: int | None, known: int | None) -> str:
+    if done is None or not known:
+        return "-"
+    return f"{done}/{known} {done / known:4.0%}"
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def progress_log_line(status: dict, rate: float | None, window_s: float) -> str:
+    """The daemon's periodic progress line, from the cluster status this node sees."""
+    members = cluster_members(status)
+    finished = sum(member.get("finished") or 0 for member in members)
+    known = sum(member.get("known") or 0 for member in members)
+    return (f"progress: fetched {status['counters']['fetched']} here "
+            f"({'-' if rate is None else f'{rate:.1f}'}/s over the last {window_s:.0f} s), "
+            f"queued {status['frontier']['queued']} here; cluster: {_share(finished, known)} "
+            f"finished of the URLs known; {status.get('crawl_state', '')}")
