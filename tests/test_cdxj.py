@@ -226,3 +226,33 @@ def test_a_file_that_cannot_be_indexed_is_logged_and_the_others_are_indexed(tmp_
     assert not index_path(broken).exists()
     assert [record.name for record in caplog.records] == ["crawler_node.store"]
     assert broken.name in caplog.messages[0]
+
+
+def test_the_writers_own_index_is_cdxj_indexers(tmp_path: Path) -> None:
+    # The writer makes each line as it writes the record (store.cdxj.index_line); reading the
+    # file back with cdxj-indexer must give the very same lines.
+    from crawler_node.store.writer import FetchRecord, Store
+
+    def record(url: str, status: int, body: bytes, headers: list[tuple[str, str]], **fields) -> FetchRecord:
+        fields.setdefault("outcome", "ok")
+        return FetchRecord(url=url, host=url.split("/")[2].lower(), node_id="n", attempt=1,
+                           fetched_at=1_700_000_000.5 + len(url), status=status,
+                           response_headers=headers, body=body, **fields)
+
+    page = b"<html><a href='/x'>x</a></html>"
+    store = Store(tmp_path, node_id="n")
+    store.write([
+        record("http://Site-1.test/p/1?b=2&a=1", 200, page, [("Content-Type", "text/html; charset=utf-8")],
+               outlinks="http://site-1.test/x"),
+        record("http://site-1.test/p/2", 200, page, [("Content-Type", "text/html")]),  # a revisit of p/1
+        record("http://site-1.test/r", 301, b"", [("Location", "/x")], outcome="redirect"),
+        record("http://site-1.test/nm", 304, b"", [("ETag", '"x"')], outcome="not_modified", visit=1),
+        record("http://site-1.test/img.png", 200, b"\x89PNG", []),
+        record("https://www.site-2.test:8443/a%20b", 404, b"gone", [("content-type", "Text/Plain ;x")],
+               outcome="http_error"),
+    ])
+    store.close()
+    (warc_path,) = (tmp_path / "warc").glob("*.warc.gz")
+    ours = index_path(warc_path).read_text()
+    assert ours.count("\n") == 6
+    assert write_index(warc_path).read_text() == ours

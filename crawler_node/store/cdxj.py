@@ -6,6 +6,12 @@ binary-search it. The lines are cdxj-indexer's, with the options pywb's `wb-mana
 uses: request records are read (a POST's body joins its URL key) but get no line of their own.
 pywb reads a directory of these files as one index, so there is no merged index to keep.
 
+The node's writer makes the lines itself, as it writes the records (`index_line`), and writes
+them out sorted when it closes the file (`write_lines`): it knows every field already, and
+reading the file back with cdxj-indexer cost ~110 µs of the store's CPU per record (3.5x what
+writing the record costs; measured on 5,000 20 KB pages), against ~15 µs here, most of it
+`surt`. The lines are the same as cdxj-indexer's (tests/test_cdxj.py compares them).
+
 A file is indexed once it is closed; one left unindexed (the node was killed before it closed
 the file) is indexed at the next start by `index_missing`. Such a file may end in a torn gzip
 member, and warcio reads one without complaint: the indexer then gives the torn record a line
@@ -23,12 +29,14 @@ import io
 import json
 import logging
 import os
+import re
 import zlib
 from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 
 # No types of its own, and pyproject's mypy overrides do not list it (yet).
+import surt  # type: ignore[import-untyped]
 from cdxj_indexer.main import CDXJIndexer  # type: ignore[import-untyped]
 
 log = logging.getLogger("crawler_node.store")
@@ -59,20 +67,64 @@ def index_path(warc_path: Path) -> Path:
     return warc_path.with_name(name[: -len(WARC_SUFFIX)] + INDEX_SUFFIX)
 
 
+def index_line(url: str, date: str, *, warc_type: str, status: int, content_type: str | None,
+               digest: str | None, offset: int, length: int, filename: str) -> str:
+    """The CDXJ line of one response or revisit record, as cdxj-indexer writes it: the SURT
+    key, the 14-digit timestamp of ``date`` (WARC-Date), and the JSON fields in its order."""
+    fields: dict[str, str] = {"url": url}
+    if warc_type == "revisit":
+        fields["mime"] = "warc/revisit"
+    elif content_type:
+        mime = _RE_SPACE.split(content_type, 1)[0].strip()
+        if mime:
+            fields["mime"] = mime
+    fields["status"] = str(status)
+    if digest:
+        fields["digest"] = digest
+    fields["length"], fields["offset"], fields["filename"] = str(length), str(offset), filename
+    return f"{_url_key(url)} {_timestamp(date)} {json.dumps(fields)}\n"
+
+
+def write_lines(warc_path: Path, lines: list[str]) -> Path:
+    """Write a closed file's index from the lines its writer made (`index_line`), sorted,
+    replacing any index atomically."""
+    target = index_path(warc_path)
+    _write_sorted(target, lines)
+    return target
+
+
+def _write_sorted(target: Path, lines: list[str]) -> None:
+    temp = target.with_name(target.name[: -len(INDEX_SUFFIX)] + TEMP_SUFFIX)
+    with open(temp, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(sorted(lines))
+        handle.flush()
+        # On disk before the rename: an empty index newer than its WARC file would never
+        # be made again by index_missing.
+        os.fsync(handle.fileno())
+    os.replace(temp, target)
+
+
+def _url_key(url: str) -> str:
+    try:
+        return surt.surt(url)
+    except Exception:  # noqa: BLE001 - as cdxj-indexer does: the URL itself is the key
+        return url
+
+
+def _timestamp(date: str) -> str:
+    """2024-05-01T12:00:00.123456Z -> 20240501120000"""
+    return date[:4] + date[5:7] + date[8:10] + date[11:13] + date[14:16] + date[17:19]
+
+
+_RE_SPACE = re.compile(r"[;\s]")  # cdxj-indexer's: a media type ends at ';' or a space
+
+
 def write_index(warc_path: Path) -> Path:
     """Index one closed WARC file into `index_path(warc_path)`, sorted, replacing it atomically.
     A torn tail is left out (see the module's docstring). Raises `WarcIndexError`."""
     target = index_path(warc_path)
     try:
-        lines = sorted(_index_lines(warc_path))
-        temp = target.with_name(target.name[: -len(INDEX_SUFFIX)] + TEMP_SUFFIX)
-        with open(temp, "w", encoding="utf-8", newline="\n") as handle:
-            handle.writelines(lines)
-            handle.flush()
-            # On disk before the rename: an empty index newer than its WARC file would never
-            # be made again by index_missing.
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
+        _write_sorted(target, _index_lines(warc_path))
     except WarcIndexError:
         raise
     except Exception as exc:  # OSError, or whatever warcio raises on a record it cannot read
@@ -80,14 +132,20 @@ def write_index(warc_path: Path) -> Path:
     return target
 
 
-def index_missing(directory: Path, *, skip: Collection[Path] = ()) -> list[Path]:
-    """Index every `*.warc.gz` in `directory` that has no index or one older than the file,
-    except those in `skip` (the file being written). Returns the indexes written; a file that
-    cannot be indexed is logged and the others are indexed all the same."""
+def unindexed(directory: Path) -> list[Path]:
+    """The `*.warc.gz` files in `directory` with no index, or one older than the file."""
+    return [path for path in sorted(directory.glob(f"*{WARC_SUFFIX}")) if not _index_is_current(path)]
+
+
+def index_missing(directory: Path, *, skip: Collection[Path] = (), files: Collection[Path] | None = None
+                  ) -> list[Path]:
+    """Index every `*.warc.gz` in `directory` that has no index or one older than the file
+    (or just ``files``), except those in `skip` (the file being written). Returns the indexes
+    written; a file that cannot be indexed is logged and the others are indexed all the same."""
     skipped = {path.resolve() for path in skip}
     written: list[Path] = []
-    for warc_path in sorted(directory.glob(f"*{WARC_SUFFIX}")):
-        if warc_path.resolve() in skipped or _index_is_current(warc_path):
+    for warc_path in (unindexed(directory) if files is None else files):
+        if warc_path.resolve() in skipped:
             continue
         try:
             written.append(write_index(warc_path))

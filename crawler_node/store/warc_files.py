@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from crawler_node.core.outcomes import FetchOutcome
-from crawler_node.store import warc
+from crawler_node.store import cdxj, warc
 from crawler_node.store.crawl_log import Location, iso_utc
 from crawler_node.store.digests import DigestIndex, Original
 from crawler_node.store.records import SOFTWARE, CrawlInfo, FetchRecord
@@ -35,8 +35,8 @@ class WarcWriter:
 
     def __init__(self, directory: Path, *, node_id: str, max_file_bytes: int = 100_000_000,
                  digests: DigestIndex | None = None, info: CrawlInfo | None = None,
-                 on_close: Callable[[Path], None] | None = None) -> None:
-        """``on_close``: called with each file once it is complete (its CDXJ index is made)."""
+                 index: bool = True) -> None:
+        """``index``: a CDXJ index beside each file, written when the file is closed (store.cdxj)."""
         if max_file_bytes <= 0:
             raise ValueError(f"max_file_bytes must be > 0, got {max_file_bytes}")
         if not node_id or "/" in node_id:
@@ -47,7 +47,8 @@ class WarcWriter:
         self.max_file_bytes = max_file_bytes
         self.digests = digests
         self.info = info or CrawlInfo()
-        self._on_close = on_close
+        self._index = index
+        self._index_lines: list[str] = []  # of the open file
         self.files: list[Path] = []
         self.records_written = 0  # exchanges
         self.revisits_written = 0
@@ -93,9 +94,14 @@ class WarcWriter:
                 self.revisits_written += 1
             elif self.digests is not None and _dedupable(record):
                 self.digests.add(digest, Original(response_id, record.url, date))
-            locations.append(Location(self._path.name, offset, len(member),
-                                      "response" if revisit is None else "revisit",
-                                      digest if revisit is None else revisit.payload_digest))
+            location = Location(self._path.name, offset, len(member), "response" if revisit is None else "revisit",
+                                digest if revisit is None else revisit.payload_digest)
+            locations.append(location)
+            if self._index:
+                self._index_lines.append(cdxj.index_line(
+                    record.url, date, warc_type=location.warc_type, status=record.status,
+                    content_type=_header(record.response_headers, "content-type"), digest=location.digest,
+                    offset=offset, length=location.length, filename=location.warc_file))
             self.records_written += 1
             if self._file_bytes >= self.max_file_bytes:
                 self._close_file()  # the next write opens the next file
@@ -160,8 +166,9 @@ class WarcWriter:
             self._write_pending()
             self._file.close()
             path, self._path = self._path, None
-            if self._on_close is not None and path is not None:
-                self._on_close(path)
+            lines, self._index_lines = self._index_lines, []
+            if self._index and path is not None:
+                cdxj.write_lines(path, lines)
         self._file = None
 
 
@@ -206,6 +213,13 @@ def stored_payload(record: FetchRecord) -> bytes:
     if _is_chunked(record.response_headers):
         return warc.chunked(record.body)
     return record.body
+
+
+def _header(headers: Sequence[tuple[str, str]], lowered: str) -> str | None:
+    for name, value in headers:
+        if name.lower() == lowered:
+            return value
+    return None
 
 
 def _is_chunked(headers: Sequence[tuple[str, str]]) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from crawler_node.store.cdxj import index_missing, write_index
+from crawler_node.store.cdxj import index_missing, unindexed
 from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME, CrawlLog, Location, _drop_torn_tail, iso_utc
 from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex
 from crawler_node.store.items import ITEMS_DIRNAME, ItemWriter
@@ -33,13 +33,6 @@ __all__ = ["CRAWL_LOG_FILENAME", "SOFTWARE", "CrawlInfo", "CrawlLog", "FetchReco
 log = logging.getLogger("crawler_node.store")
 
 WARC_DIRNAME = "warc"
-
-
-def _index_quietly(path: Path) -> None:
-    try:
-        write_index(path)
-    except Exception:  # noqa: BLE001 - an index can be made again (index_missing); the crawl goes on
-        log.exception("could not index %s (it is indexed again at the next start)", path)
 
 
 class Store:
@@ -55,14 +48,15 @@ class Store:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.digests = (DigestIndex(data_dir / DIGESTS_FILENAME, max_entries=dedup_max_entries)
                         if dedup_max_entries > 0 else None)
-        # A closed WARC file is indexed (CDXJ, beside it) on a thread of its own, so the store
-        # goes on writing meanwhile (~1 s per 50 MB file); files a killed run left without an
-        # index are indexed now, the same way.
+        # The writer indexes each file it closes (CDXJ, beside it) from the lines it made while
+        # writing; files a killed run left without an index are read back and indexed now, on
+        # a thread, so the store starts writing meanwhile (~1 s per 50 MB file).
         self._indexer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdxj")
         warc_dir = data_dir / WARC_DIRNAME
+        # The list is taken now, before this run's writer opens a file of its own.
+        self._indexer.submit(index_missing, warc_dir, files=unindexed(warc_dir) if warc_dir.exists() else [])
         self.warc = WarcWriter(warc_dir, node_id=node_id, max_file_bytes=warc_max_bytes,
-                               digests=self.digests, info=info, on_close=self._index)
-        self._indexer.submit(index_missing, warc_dir)
+                               digests=self.digests, info=info)
         self.crawl_log = CrawlLog(data_dir / CRAWL_LOG_FILENAME, max_file_bytes=crawl_log_max_bytes)
         self.items = ItemWriter(data_dir / ITEMS_DIRNAME, node_id=node_id, max_file_bytes=items_max_bytes)
         self.records_written = 0  # fetch attempts logged (with or without an HTTP exchange)
@@ -88,9 +82,6 @@ class Store:
         if self.digests is not None:
             self.digests.commit()
 
-    def _index(self, path: Path) -> None:
-        self._indexer.submit(_index_quietly, path)
-
     def flush(self, *, fsync: bool = False) -> None:
         self.warc.flush(fsync=fsync)
         self.crawl_log.flush(fsync=fsync)
@@ -98,7 +89,7 @@ class Store:
 
     def close(self) -> None:
         self.warc.close()
-        self._indexer.shutdown(wait=True)  # the last file's index is written before the store says closed
+        self._indexer.shutdown(wait=True)
         self.crawl_log.close()
         self.items.close()
         if self.digests is not None:
