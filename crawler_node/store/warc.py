@@ -204,10 +204,21 @@ class Revisit:
         return _header_block(lines)
 
 
-def metadata(url: str, date: str, concurrent_to: str, fields: Sequence[tuple[str, str]]) -> bytes:
-    """A metadata record about the response ``concurrent_to`` (outlinks, via, hops), as
-    application/warc-fields, the form Heritrix writes."""
-    record_fields = [("WARC-Record-ID", record_id()), ("WARC-Date", date), ("WARC-Target-URI", url),
-                     ("WARC-Concurrent-To", concurrent_to)]
-    return record("metadata", record_fields, _header_block(fields).encode("utf-8", "surrogateescape"),
-                  content_type="application/warc-fields")
+def metadata(url: str, date: str, concurrent_to: str, block: str, record_id: str) -> bytes:
+    """A metadata record about the response ``concurrent_to`` (outlinks, via, hops), its
+    ``block`` already application/warc-fields (see `warc_fields`), the form Heritrix writes."""
+    fields = (f"WARC-Record-ID: {record_id}\r\nWARC-Date: {_one_line(date)}\r\nWARC-Target-URI: {_one_line(url)}\r\n"
+              f"WARC-Concurrent-To: {concurrent_to}\r\n")
+    return _record("metadata", fields, block.encode("utf-8", "surrogateescape"), b"", "application/warc-fields", None)
+
+
+def warc_fields(fields: Sequence[tuple[str, str]], name: str = "", values: str = "") -> str:
+    """application/warc-fields text: ``fields``, then one ``name: value`` line per line of
+    ``values`` (newline-separated, as a page's links come from the parser: one string, not a
+    list, so a page's hundred links cost one join and one replace here, not a line each)."""
+    text = _header_block(fields)
+    if values:
+        if "\r" in values:
+            values = values.replace("\r", " ")
+        text += f"{name}: " + values.replace("\n", f"\r\n{name}: ") + "\r\n"
+    return text

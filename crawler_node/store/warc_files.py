@@ -67,7 +67,8 @@ class WarcWriter:
         exchanges = sum(1 for record in records if record.status is not None)
         if exchanges and self._closed:
             raise ValueError(f"WARC writer for {self.directory} is closed")
-        ids = iter(warc.record_ids(2 * exchanges))
+        # Ids for the response and request records of each exchange, and a metadata record's.
+        ids = iter(warc.record_ids(2 * exchanges + sum(1 for record in records if record.outlinks is not None)))
         locations: list[Location | None] = []
         for record in records:
             if record.status is None:
@@ -89,7 +90,8 @@ class WarcWriter:
             self._append(warc.gzip_member(request))
             date = iso_utc(record.fetched_at, timespec="microseconds")
             if record.outlinks is not None:
-                self._append(warc.gzip_member(warc.metadata(record.url, date, response_id, _metadata_fields(record))))
+                self._append(warc.gzip_member(warc.metadata(record.url, date, response_id, _metadata_block(record),
+                                                            next(ids))))
             if revisit is not None:
                 self.revisits_written += 1
             elif self.digests is not None and _dedupable(record):
@@ -194,14 +196,11 @@ def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
     return fields
 
 
-def _metadata_fields(record: FetchRecord) -> list[tuple[str, str]]:
+def _metadata_block(record: FetchRecord) -> str:
     # Heritrix's names: hopsFromSeed is one letter per hop (L: a link; redirects keep the depth).
-    fields = []
-    if record.via:
-        fields.append(("via", record.via))
+    fields = [("via", record.via)] if record.via else []
     fields.append(("hopsFromSeed", "L" * record.depth))
-    fields += [("outlink", link) for link in record.outlinks.split("\n") if link] if record.outlinks else []
-    return fields
+    return warc.warc_fields(fields, "outlink", record.outlinks or "")
 
 
 _STATUS_LINES = {status.value: f"HTTP/1.1 {status.value} {status.phrase}" for status in HTTPStatus}
