@@ -15,7 +15,8 @@ from crawler_node.settings import Settings, SettingsError, load_settings, settin
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
 _FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight",
-               "pipelines": "pipeline", "recrawl_hosts": "recrawl-host"}
+               "pipelines": "pipeline", "recrawl_hosts": "recrawl-host", "allow_urls": "allow-url",
+               "deny_urls": "deny-url"}
 _HIDDEN = {"parse_delay_s", "parse_crash_url"}  # test hooks: accepted, not advertised
 _HELP = {
     "worker_nice": "niceness (0-19) of the parser and store processes: they yield CPU to the event loop",
@@ -31,7 +32,18 @@ _HELP = {
     "data_dir": "directory for the frontier, WARC files and crawl.log",
     "seeds": "a URL to start from (repeatable)",
     "proxy": "fetch through this HTTP proxy (e.g. testweb)",
-    "allow_hosts": "only crawl hosts matching this glob (repeatable)",
+    "allow_hosts": "only crawl hosts matching this glob (repeatable; *.example.org includes example.org; "
+                   "* = any host; default: a link's host must be its page's host)",
+    "max_path_repeats": "a URL whose path has one segment more often than this is a trap: outcome "
+                        "repeated_segments (default 3; 0 = no limit)",
+    "max_path_depth": "a URL with more '/' in its path is a trap: outcome path_too_deep (default 32; 0 = no limit)",
+    "max_query_params": "a URL with more query parameters is a trap: outcome too_many_query_params "
+                        "(default 10; 0 = no limit)",
+    "allow_urls": "an RE2 regex searched in each canonical URL: when given, a URL must match one (repeatable)",
+    "deny_urls": "an RE2 regex searched in each canonical URL: a URL it matches is out, outcome denied_url "
+                 "(repeatable)",
+    "max_pages_per_host": "URLs of one host this node's frontier accepts; the rest end as host_page_cap "
+                          "(default 100000; 0 = no cap)",
     "max_depth": "do not follow links deeper than this",
     "allow_private": "permit direct fetches of private and loopback addresses",
     "ring_weights": "a member's ring weight as ID=WEIGHT (repeatable; the same on every member)",

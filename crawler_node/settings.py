@@ -43,6 +43,14 @@ class Settings:
     proxy: str | None = None
     allow_hosts: list[str] = field(default_factory=list)
     max_depth: int | None = None
+    # trap guards (core.traps; 0 turns a limit off): what a URL may look like, and how many
+    # URLs one host may give the frontier (counted on disk, per node)
+    max_path_repeats: int = 3  # times one path segment may occur (/a/b/a/b/a/b/a has "a" 4 times)
+    max_path_depth: int = 32  # "/" in the path, at most
+    max_query_params: int = 10
+    allow_urls: list[str] = field(default_factory=list)  # RE2 patterns: when given, a URL must match one
+    deny_urls: list[str] = field(default_factory=list)  # RE2 patterns: a URL one matches is out
+    max_pages_per_host: int = 100_000
     allow_private: bool = False
     user_agent: str = "crawler-node/0.1 (+https://example.invalid/crawler-node)"
     robots_agent: str = "crawler-node"
@@ -248,6 +256,7 @@ class Settings:
                 problems.append(f"dns_server {self.dns_server!r} must look like HOST[:PORT]")
         if self.max_depth is not None and self.max_depth < 0:
             problems.append("max_depth must be >= 0")
+        problems.extend(self._trap_problems())
         if self.proxy is not None:
             parts = urlsplit(self.proxy)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -275,6 +284,20 @@ class Settings:
         if problems:
             raise SettingsError("; ".join(problems))
         return self
+
+    def _trap_problems(self) -> list[str]:
+        from crawler_node.core.traps import PatternError, compile_pattern  # lazy: re2 loads only to check
+
+        problems = [f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}"
+                    for name in ("max_path_repeats", "max_path_depth", "max_query_params", "max_pages_per_host")
+                    if getattr(self, name) < 0]
+        for name in ("allow_urls", "deny_urls"):
+            for pattern in getattr(self, name):
+                try:
+                    compile_pattern(pattern)
+                except PatternError as exc:
+                    problems.append(f"{name}: {exc}")
+        return problems
 
     def _pressure_problems(self) -> list[str]:
         """The flow-control settings: backoff, latency, admission, API, shedding, host memory."""
@@ -341,7 +364,8 @@ def listen_address(value: str) -> tuple[str, int]:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights", "pipelines", "recrawl_hosts"}
+_LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights", "pipelines", "recrawl_hosts", "allow_urls",
+                "deny_urls"}
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:

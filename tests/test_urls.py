@@ -225,7 +225,8 @@ def test_host_of_drops_default_port_through_normalisation() -> None:
     assert host_of(normalize_url("HTTPS://A.test:443/x")) == "a.test"
 
 
-def test_scope_allows_everything_by_default() -> None:
+def test_scope_allows_any_host_for_a_url_without_a_source_by_default() -> None:
+    # A seed or a submitted URL has no page it was found on: its host is the scope.
     assert Scope().check("http://anything.test/", 1000) is None
 
 
@@ -235,7 +236,8 @@ def test_scope_host_globs() -> None:
     assert scope.check("http://site-7.test:9000/", 0) is None  # the bare host matches
     assert scope.check("http://localhost:8080/", 0) is None
     assert scope.check("http://localhost:9090/", 0) == "host_not_allowed"
-    assert scope.check("http://example.com/", 0) == "host_not_allowed"  # fnmatch: "*." needs a label
+    assert scope.check("http://example.com/", 0) is None  # "*.example.com" names the apex too
+    assert scope.check("http://notexample.com/", 0) == "host_not_allowed"
     assert scope.check("http://evil.test/", 0) == "host_not_allowed"
 
 

@@ -44,11 +44,56 @@ class FetchOutcome(enum.StrEnum):
     ROBOTS_DISALLOWED = "robots_disallowed"  # robots.txt forbids it: never fetched
     ROBOTS_UNAVAILABLE = "robots_unavailable"  # its robots.txt could not be had: given up, never fetched
     OUT_OF_SCOPE = "out_of_scope"  # a link whose host the crawl's scope leaves out: never fetched
+    # Trap guards (core.traps, frontier's per-host cap): the URL is never fetched
+    REPEATED_SEGMENTS = "repeated_segments"  # a path segment repeats past --max-path-repeats
+    PATH_TOO_DEEP = "path_too_deep"  # more path segments than --max-path-depth
+    TOO_MANY_QUERY_PARAMS = "too_many_query_params"  # more query parameters than --max-query-params
+    DENIED_URL = "denied_url"  # matched by a --deny-url pattern, or by no --allow-url pattern
+    HOST_PAGE_CAP = "host_page_cap"  # its host already had --max-pages-per-host URLs accepted
     TOO_MANY_REDIRECTS = "too_many_redirects"  # a redirect past --max-redirects: its target is not followed
 
     @property
     def success(self) -> bool:
         return self in _SUCCESSES
+
+
+class Rejection(enum.StrEnum):
+    """Why a URL is out of scope (core.scope.Scope.check): the reason the API reports for a
+    submitted URL, and for a link, through ``outcome``, its crawl.log line and its counter."""
+
+    HOST_NOT_ALLOWED = "host_not_allowed"
+    TOO_DEEP = "too_deep"  # no line: another path may reach the URL at a depth in scope
+    REPEATED_SEGMENTS = "repeated_segments"
+    PATH_TOO_DEEP = "path_too_deep"
+    TOO_MANY_QUERY_PARAMS = "too_many_query_params"
+    DENIED_URL = "denied_url"
+
+    @property
+    def outcome(self) -> FetchOutcome | None:
+        """The crawl.log outcome of a link turned away for this reason (None: no line)."""
+        return _REJECTION_OUTCOMES[self]
+
+
+_REJECTION_OUTCOMES: dict[Rejection, FetchOutcome | None] = {
+    Rejection.HOST_NOT_ALLOWED: FetchOutcome.OUT_OF_SCOPE,
+    Rejection.TOO_DEEP: None,
+    Rejection.REPEATED_SEGMENTS: FetchOutcome.REPEATED_SEGMENTS,
+    Rejection.PATH_TOO_DEEP: FetchOutcome.PATH_TOO_DEEP,
+    Rejection.TOO_MANY_QUERY_PARAMS: FetchOutcome.TOO_MANY_QUERY_PARAMS,
+    Rejection.DENIED_URL: FetchOutcome.DENIED_URL,
+}
+
+# The outcomes of URLs ended without a request because a scope rule or a trap guard turned
+# them away, each with its counter in /v1/status (store stage): the crawl.log `error` says why.
+SCOPE_OUTCOMES: dict[FetchOutcome, str] = {
+    FetchOutcome.OUT_OF_SCOPE: "its host is not in the crawl's scope (--allow-host; by default the host of the "
+                               "page it was found on)",
+    FetchOutcome.REPEATED_SEGMENTS: "a segment of its path occurs more than --max-path-repeats times",
+    FetchOutcome.PATH_TOO_DEEP: "its path has more segments than --max-path-depth",
+    FetchOutcome.TOO_MANY_QUERY_PARAMS: "its query has more parameters than --max-query-params",
+    FetchOutcome.DENIED_URL: "it matches a --deny-url pattern, or no --allow-url pattern",
+    FetchOutcome.HOST_PAGE_CAP: "its host has had --max-pages-per-host URLs accepted already",
+}
 
 
 _SUCCESSES = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_MODIFIED})
