@@ -80,7 +80,7 @@ def test_opens_a_database_with_the_two_column_hosts_table(tmp_path: Path, clock:
         assert reopened.handoff.hosts_after("", 10) == ["a.test", "b.test", "c.test"]
     with closing(sqlite3.connect(path)) as db:
         columns = [row[1] for row in db.execute("PRAGMA table_info(hosts)")]
-    assert columns == ["host", "next_eligible", "crawl_delay", "backoff_level", "last_throttle"]
+    assert columns == ["host", "next_eligible", "crawl_delay", "backoff_level", "last_throttle", "accepted"]
 
 
 # -- bounded memory --------------------------------------------------------------------------

@@ -71,10 +71,13 @@ class Frontier:
         lease_timeout_s: float = 120.0,
         clock: Callable[[], float] = time.time,
         recent_urls: int = RECENT_URLS,
+        max_pages_per_host: int = 0,
     ) -> None:
         """Open (or create) the frontier at `path`, a database file or a data directory.
 
         Leases left by a previous run return to the queue, their attempts kept.
+        `max_pages_per_host`: URLs one host may have taken in (0: no cap); the new ones past
+        it come back from `add`, `take_in` and `apply` as `AddResult.capped`.
         """
         if lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
@@ -85,7 +88,7 @@ class Frontier:
         self._lease_timeout_s = lease_timeout_s
         self._core = FrontierCore(connect(path), clock=clock, recent_urls=recent_urls)
         self.shedding = Shedding(self._core)
-        self._intake = Intake(self._core, self.shedding)
+        self._intake = Intake(self._core, self.shedding, max_per_host=max_pages_per_host)
         self.outbox = Outbox(self._core, self._intake)
         self.recrawl = Recrawl(self._core, self.shedding)
         self.handoff = Handoff(self._core, self.outbox, self._intake, self.recrawl)

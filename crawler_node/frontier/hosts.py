@@ -16,6 +16,10 @@ record counted down to nothing may be counted up again in the same transaction, 
 frontier's leases point at the records of leased rows. So memory holds the hosts with work,
 not every host the crawl has met. `ensure_rows` gives a row to hosts whose URLs arrive already
 finished; `remove_row` drops the row of a host handed away with all its rows.
+
+Each row also counts the URLs its host has had in `urls` (`accepted`, for the per-host page
+cap: frontier.intake). The count is read from and added to the row inside the caller's
+transaction, never cached, so a rollback leaves nothing in memory to undo.
 """
 
 from __future__ import annotations
@@ -93,6 +97,22 @@ class HostRecords:
                 if not politeness.is_default:
                     found[politeness.host] = politeness
         return found
+
+    # -- URLs taken in per host (the page cap) -----------------------------------------------
+
+    def accepted(self, hosts: Sequence[str]) -> dict[str, int]:
+        """URLs each of `hosts` has had in `urls` so far (0 for a host without a row)."""
+        found = dict.fromkeys(hosts, 0)
+        for placeholders, chunk in in_lists(list(found)):
+            found.update(self._conn.execute(
+                f"SELECT host, accepted FROM hosts WHERE host IN ({placeholders})", chunk))
+        return found
+
+    def count_accepted(self, per_host: Mapping[str, int]) -> None:
+        """Add new rows of `urls` to their hosts' counts (the hosts' rows exist: `ensure`)."""
+        if per_host:
+            self._conn.executemany("UPDATE hosts SET accepted = accepted + ? WHERE host = ?",
+                                   [(rows, host) for host, rows in per_host.items()])
 
     # -- counting --------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 already fetched (by this node, by another one, or by a neighbour whose replica is kept here).
 
 `insert` is the hot path: `Frontier.add`, `Frontier.apply` and `Outbox.reroute` all come in
-through it, inside their own transaction.
+through it, inside their own transaction. It holds each host to `max_per_host` URLs taken in
+(counted on the host's row: hosts.HostRecords.accepted); the new URLs past it are neither
+queued nor remembered, and go back to the caller as `AddResult.capped`.
 """
 
 from __future__ import annotations
@@ -37,9 +39,13 @@ _INSERT_SQL = {rows: _insert_sql(rows) for rows in INSERT_CHUNKS}
 
 
 class Intake:
-    def __init__(self, core: FrontierCore, shedding: Shedding) -> None:
+    def __init__(self, core: FrontierCore, shedding: Shedding, *, max_per_host: int = 0) -> None:
+        """`max_per_host`: URLs one host may have taken in, at most (0: no cap)."""
+        if max_per_host < 0:
+            raise ValueError(f"max_per_host must be >= 0 (0: no cap), got {max_per_host}")
         self._core = core
         self._shedding = shedding
+        self._max_per_host = max_per_host
         self._has_replica = core.conn.execute("SELECT 1 FROM replica LIMIT 1").fetchone() is not None
 
     def insert(self, entries: Sequence[UrlEntry], not_before: float) -> AddResult:
@@ -54,11 +60,15 @@ class Intake:
             if fetched_by_neighbour:
                 replicated = [entry for entry in fresh if entry.url in fetched_by_neighbour]
                 fresh = [entry for entry in fresh if entry.url not in fetched_by_neighbour]
+        capped: list[UrlEntry] = []
+        if self._max_per_host and fresh:
+            fresh, capped = self._cap(fresh)
         cut = self._shedding.cut
         accepted = self._insert_rows(fresh, not_before, cut) if fresh else fresh
         core.remember([entry.url for entry in fresh])  # rows now, new or not
         per_host = Counter(entry.host for entry in accepted)
         politeness = core.hosts.ensure(per_host)
+        core.hosts.count_accepted(per_host)
         for host, count in per_host.items():
             core.count(host, QUEUED, count)
         deferred = [entry for entry in accepted if entry.priority <= cut] if cut is not None else []
@@ -69,8 +79,46 @@ class Intake:
             self._shedding.parked_on_arrival(len(deferred))
         if replicated:
             self.mark_seen(replicated)
-        return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted), deferred=deferred,
-                         politeness=politeness)
+        return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted) - len(capped),
+                         deferred=deferred, politeness=politeness, capped=capped)
+
+    def _cap(self, fresh: list[UrlEntry]) -> tuple[list[UrlEntry], list[UrlEntry]]:
+        """`fresh` split into the URLs to insert and the new ones past their host's cap. Exact:
+        a URL that is a row already is a duplicate, never capped. Hosts far from the cap cost
+        one primary-key probe each; only those it would cross have their URLs looked up."""
+        cap = self._max_per_host
+        per_host = Counter(entry.host for entry in fresh)
+        taken = self._core.hosts.accepted(list(per_host))
+        room = {host: cap - taken[host] for host, count in per_host.items() if taken[host] + count > cap}
+        if not room:
+            return fresh, []
+        known = self._known([entry.url for entry in fresh if entry.host in room])
+        kept: list[UrlEntry] = []
+        capped: list[UrlEntry] = []
+        decided: dict[str, bool] = {}  # url -> kept, for a URL listed twice in the batch
+        for entry in fresh:
+            url, host = entry.url, entry.host
+            if host not in room or url in known:
+                kept.append(entry)  # a duplicate goes to the insert, which counts it as one
+                continue
+            if url in decided:
+                if decided[url]:
+                    kept.append(entry)
+                continue  # a second copy of a capped URL: a duplicate
+            keep = decided[url] = room[host] > 0
+            if keep:
+                room[host] -= 1
+                kept.append(entry)
+            else:
+                capped.append(entry)
+        return kept, capped
+
+    def _known(self, urls: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for placeholders, chunk in in_lists(urls):
+            found.update(url for (url,) in self._core.conn.execute(
+                f"SELECT url FROM urls WHERE url IN ({placeholders})", chunk))
+        return found
 
     def _insert_rows(self, fresh: list[UrlEntry], not_before: float, cut: int | None) -> list[UrlEntry]:
         """Insert `fresh` (URLs not known to be rows); returns those that were new."""
@@ -109,14 +157,14 @@ class Intake:
         conn = core.conn
         changed = 0
         now = core.clock()
-        new_hosts: set[str] = set()
+        new_hosts: Counter[str] = Counter()  # new rows per host: counted, never capped (fetched already)
         with core.transaction():
             for entry in entries:
                 cursor = conn.execute(_INSERT_SEEN_SQL, (entry.url, entry.host, entry.depth, entry.priority,
                                                          entry.hops, entry.redirects, entry.via, now))
                 if cursor.rowcount:
                     core.count(entry.host, DONE, 1)
-                    new_hosts.add(entry.host)
+                    new_hosts[entry.host] += 1
                     changed += 1
                     continue
                 row = conn.execute("UPDATE urls SET state = 2 WHERE url = ? AND state = 0 RETURNING host",
@@ -126,6 +174,7 @@ class Intake:
                     core.count(row[0], DONE, 1)
                     changed += 1
             core.hosts.ensure_rows(new_hosts)  # once per host, not per URL
+            core.hosts.count_accepted(new_hosts)
         return changed
 
     def replica_add(self, urls: Sequence[str]) -> int:

@@ -104,11 +104,14 @@ class HostQueue:
 @dataclass(slots=True)
 class AddResult:
     accepted: list[UrlEntry]  # new to the seen-set: queued, or deferred by load shedding
-    duplicates: int
+    duplicates: int  # known already (neither accepted nor capped)
     deferred: list[UrlEntry] = field(default_factory=list)  # the accepted ones parked on arrival
     # The stored politeness of the hosts whose record this call (re)created, when not all
     # defaults: the node may have dropped its own state of those hosts long ago.
     politeness: dict[str, HostPoliteness] = field(default_factory=dict)
+    # New URLs of hosts that had max_pages_per_host accepted already: neither queued nor in the
+    # seen-set (found again, they are turned away again), for the caller to log
+    capped: list[UrlEntry] = field(default_factory=list)
 
     @property
     def queued(self) -> list[UrlEntry]:

@@ -8,6 +8,7 @@ they only ever gain columns; `migrate` brings a database of an earlier layout up
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 FRONTIER_FILENAME = "frontier.sqlite3"
@@ -28,7 +29,8 @@ JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # PRAGMA user_version of the current layout. 1: `hosts` has the politeness columns and a row
 # for every host that has rows in `urls`. 2: `urls` and `outbox` have `redirects`. 3: `urls` and
 # `outbox` have `via`; `urls` has what a recrawl needs (etag, last_modified, due_at, visits).
-SCHEMA_VERSION = 3
+# 4: `hosts` has `accepted`, the URLs taken in per host (--max-pages-per-host).
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -70,7 +72,10 @@ CREATE TABLE IF NOT EXISTS hosts (
     next_eligible REAL NOT NULL DEFAULT 0,
     crawl_delay REAL NOT NULL DEFAULT 0,
     backoff_level INTEGER NOT NULL DEFAULT 0,
-    last_throttle REAL
+    last_throttle REAL,
+    -- rows this host has had in urls (queued ones, and ones fetched elsewhere): the count the
+    -- per-host page cap is held to; it only grows, so a finished URL still counts
+    accepted INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 -- URLs on their way to another node, kept until that node acknowledges them (cluster).
 -- seen = 1: already fetched here; the new owner only records it in its seen-set.
@@ -110,6 +115,7 @@ _COLUMNS_ADDED = {
         "crawl_delay": "REAL NOT NULL DEFAULT 0",
         "backoff_level": "INTEGER NOT NULL DEFAULT 0",
         "last_throttle": "REAL",
+        "accepted": "INTEGER NOT NULL DEFAULT 0",  # layout 4
     },
     "urls": {
         "redirects": "INTEGER NOT NULL DEFAULT 0",  # layout 2
@@ -169,12 +175,22 @@ def migrate(conn: sqlite3.Connection) -> None:
                 "INSERT INTO hosts (host, next_eligible) SELECT host, 0 FROM urls WHERE true"
                 " ON CONFLICT(host) DO NOTHING"
             )
+        if version < 4:
+            _count_accepted(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _count_accepted(conn: sqlite3.Connection) -> None:
+    """Fill `hosts.accepted` from the rows a file of an earlier layout already has, so the page
+    cap counts what was taken in before it existed. One pass over urls, once; it holds a count
+    per host (no index on urls.host covers every row, and a GROUP BY would sort them all)."""
+    counts = Counter(host for (host,) in conn.execute("SELECT host FROM urls"))
+    conn.executemany("UPDATE hosts SET accepted = ? WHERE host = ?", [(n, host) for host, n in counts.items()])
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

@@ -21,11 +21,13 @@ from crawler_node.runtime.workers import SyncWorker
 
 
 class FrontierService:
-    def __init__(self, *, path: Path, lease_timeout_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, path: Path, lease_timeout_s: float, clock: Callable[[], float] = time.time,
+                 max_pages_per_host: int = 0) -> None:
         if lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
         self._path = Path(path)
         self._lease_timeout_s = lease_timeout_s
+        self._max_pages_per_host = max_pages_per_host  # see Frontier
         self._clock = clock
         self._thread: SyncWorker | None = None
         self._frontier: Frontier | None = None
@@ -38,7 +40,8 @@ class FrontierService:
         self._thread = SyncWorker("frontier")
         try:
             self._frontier = await self._thread.call(
-                Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock)
+                Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock,
+                max_pages_per_host=self._max_pages_per_host)
         except BaseException:
             self._thread.shutdown()
             self._thread = None
