@@ -24,7 +24,7 @@ import pytest
 import yaml  # PyYAML, from the test extra
 from cluster_helpers import FAST_CLUSTER, SECURED, peers_of, plan, wait_until
 from conftest import read_crawl_log, roots
-from pressure_helpers import get_text
+from pressure_helpers import get_text, post
 from prometheus_client.parser import text_string_to_metric_families
 
 from crawler_node.api.metrics import PinnedHosts
@@ -211,6 +211,26 @@ def test_grafana_board_queries_series_a_node_has(cluster):
     for rule in rules:
         names = set(re.findall(r"\bcrawler_[a-z0-9_]+", rule["expr"]))
         assert names and names <= live, f"{rule['alert']}: {sorted(names - live)}"
+
+
+def test_a_pause_shows_on_every_member(cluster):
+    # The alert rules tell an operator's pause from a stall and from admission held by pressure.
+    nodes = cluster["nodes"]
+    token = {"Authorization": f"Bearer {SECURED[1]}"}
+    code, answer = post(f"{nodes[0].url}/v1/control/pause", {"reason": "metrics test"}, headers=token)
+    assert code == 200 and answer["complete"], answer
+    try:
+        for node in nodes:
+            text = scrape(node)
+            check_metrics(text)
+            samples = parse(text)
+            assert value(samples, "crawler_paused") == 1 and value(samples, "crawler_admission_open") == 0
+    finally:
+        code, answer = post(f"{nodes[0].url}/v1/control/resume", {}, headers=token)
+    assert code == 200 and answer["complete"], answer
+    for node in nodes:
+        samples = parse(scrape(node))
+        assert value(samples, "crawler_paused") == 0 and value(samples, "crawler_admission_open") == 1
 
 
 def test_a_killed_member_is_down_in_the_others_views(cluster):
