@@ -29,12 +29,22 @@ def start_testweb(tmp_path: Path):
         web.__exit__(None, None, None)
 
 
+# The tests written before the default scope (a link's host must be its page's) seed some
+# testweb hosts and reach the others through cross-host links: their nodes go wide.
+ANY_HOST = ("--allow-host", "*")
+
+
 @pytest.fixture
 def start_node(tmp_path: Path):
     started: list[NodeProcess] = []
 
-    def start(node_id: str = "node-1", *, wait: bool = True, **kwargs) -> NodeProcess:
+    def start(node_id: str = "node-1", *, wait: bool = True, default_scope: bool = False, **kwargs) -> NodeProcess:
+        """``default_scope``: the node keeps the crawl's default scope; otherwise, unless the
+        test names its own hosts, any host is in scope."""
         kwargs.setdefault("data_dir", tmp_path / node_id)
+        extra = list(kwargs.get("extra_args", ()))
+        if not default_scope and "--allow-host" not in extra:
+            kwargs["extra_args"] = [*ANY_HOST, *extra]
         node = NodeProcess(node_id=node_id, **kwargs)
         started.append(node)
         node.start(wait=wait)
@@ -45,7 +55,8 @@ def start_node(tmp_path: Path):
         node.stop(timeout_s=15)
 
 
-UNFETCHED_OUTCOMES = ("robots_disallowed", "robots_unavailable", "out_of_scope")
+UNFETCHED_OUTCOMES = ("robots_disallowed", "robots_unavailable", "out_of_scope", "repeated_segments", "path_too_deep",
+                      "too_many_query_params", "denied_url", "host_page_cap")
 
 
 def read_crawl_log(data_dir: Path, *, everything: bool = False) -> list[dict]:

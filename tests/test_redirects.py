@@ -221,9 +221,12 @@ def test_a_redirect_trap_ends_at_max_redirects(start_testweb, start_node) -> Non
     limited, default = "site-0.test", "site-1.test"
     web = start_testweb(hosts=2, pages=6, seed=3, profile={"site-*.test": {"redirect_trap": True}},
                         extra_args=["--images", "0", "--cross-link-prob", "0"])
+    # --max-path-repeats 0: the trap's /x/x/x... would end at the repeated-segment guard
+    # (test_node_traps); here it is the redirect limit alone that must end it.
     small = start_node("node-small", proxy=web.url, seeds=[f"http://{limited}/"],
-                       extra_args=["--max-redirects", "3"])
-    large = start_node("node-default", proxy=web.url, seeds=[f"http://{default}/"])
+                       extra_args=["--max-redirects", "3", "--max-path-repeats", "0"])
+    large = start_node("node-default", proxy=web.url, seeds=[f"http://{default}/"],
+                       extra_args=["--max-path-repeats", "0"])
     statuses = {node.node_id: node.wait_idle(timeout_s=90) for node in (small, large)}
     served = web.stats()["urls"]
 

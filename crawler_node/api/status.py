@@ -58,6 +58,12 @@ async def node_status(node: Node) -> dict[str, Any]:
             "rejected": intake["rejected"],
             "robots_disallowed": leases["robots_disallowed"],
             "out_of_scope": store["out_of_scope"],  # links whose host is out of scope (a crawl.log line each)
+            # trap guards: URLs turned away, a crawl.log line each with this outcome
+            "repeated_segments": store["repeated_segments"],
+            "path_too_deep": store["path_too_deep"],
+            "too_many_query_params": store["too_many_query_params"],
+            "denied_url": store["denied_url"],
+            "host_page_cap": store["host_page_cap"],  # past --max-pages-per-host
             "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
             "robots_fetched": fetch["robots_fetched"],
             "robots_given_up": fetch["robots_given_up"],  # authorities given up

@@ -155,7 +155,11 @@ class FetchStage:
         except InvalidURL:
             return []
         # A redirect is not a step deeper into the site; keep the source's depth and priority.
-        if self._scope.check(target, lease.depth) is not None:
+        # Its target may change host (no source host: see core.scope), not escape the trap guards.
+        why = self._scope.check(target, lease.depth)
+        if why is not None:
+            if why.outcome is not None:
+                page.rejected.append((target, why, lease.depth))
             return []
         redirects = lease.redirects + 1
         if redirects > self._max_redirects:

@@ -2,8 +2,11 @@
 
 URLs are normalised and scope-checked once, here; this node's own go to its frontier, the
 others to the owner's outbox, both durably before the caller is answered (so the API and
-peers may acknowledge). The inbound queue is bounded: past ``capacity`` URLs waiting for the
-frontier, callers are told to come back (InboundFull, a 429 with Retry-After).
+peers may acknowledge). A URL a peer forwarded is scoped by where it was found (its ``via``),
+as the peer scoped it: the scope's rules need no knowledge of the peer's seeds. URLs the
+frontier turns away at their host's page cap get their crawl.log lines from here. The
+inbound queue is bounded: past ``capacity`` URLs waiting for the frontier, callers are told
+to come back (InboundFull, a 429 with Retry-After).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crawler_node.core.scope import Scope
+from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.frontier import AddResult, FrontierService, UrlEntry
 from crawler_node.node.hosts import HostTable
@@ -34,6 +37,10 @@ class Outboxes(Protocol):
     def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
 
 
+class CrawlLog(Protocol):
+    async def log_capped(self, entries: list[UrlEntry]) -> None: ...
+
+
 @dataclass(slots=True)
 class Prepared:
     """Submitted items, checked: the entries to take in, and those turned away (url, reason)."""
@@ -47,7 +54,9 @@ class Intake:
     name = "inbound"
 
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, ring: Ring, outboxes: Outboxes,
-                 scope: Scope, capacity: int, max_hops: int, clock: Callable[[], float]) -> None:
+                 scope: Scope, capacity: int, max_hops: int, clock: Callable[[], float],
+                 crawl_log: CrawlLog | None = None) -> None:
+        """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged)."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._frontier = frontier
@@ -58,6 +67,7 @@ class Intake:
         self._capacity = capacity
         self._max_hops = max_hops
         self._clock = clock
+        self._crawl_log = crawl_log
         self._pending = 0
         self.counters: Counter[str] = Counter()
 
@@ -92,15 +102,14 @@ class Intake:
                 prepared.invalid.append((index, raw, exc.reason))
                 continue
             depth = int(fields.get("depth") or 0)
-            reason = self._scope.check(url, depth)
+            redirects, via = int(fields.get("redirects") or 0), fields.get("via")
+            reason = self._scope.check(url, depth, source_of(via, redirects))
             if reason is not None:
                 prepared.out_of_scope.append((url, reason))
                 continue
             prepared.entries.append(UrlEntry(url=url, host=host_of(url), depth=depth,
                                              priority=int(fields.get("priority", priority)),
-                                             hops=int(fields.get("hops") or 0),
-                                             redirects=int(fields.get("redirects") or 0),
-                                             via=fields.get("via")))
+                                             hops=int(fields.get("hops") or 0), redirects=redirects, via=via))
         return prepared
 
     async def submit(self, urls: Iterable[str | Mapping], *,
@@ -140,6 +149,8 @@ class Intake:
         self._hosts.add_queued(result, self._clock())
         self.counters["submitted"] += len(result.accepted)
         self.counters["forwarded"] += len(forward)
+        if result.capped and self._crawl_log is not None:
+            await self._crawl_log.log_capped(result.capped)  # counted there, with the crawl's other lines
         return result
 
     def _route_received(self, entries: list[UrlEntry]) -> tuple[list[UrlEntry], list[tuple[str, UrlEntry]]]:

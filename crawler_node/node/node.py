@@ -123,8 +123,8 @@ class Node:
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
         self.frontier = FrontierService(path=self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s,
-                                        clock=clock)
-        scope = Scope(allow_hosts=s.allow_hosts, max_depth=s.max_depth)
+                                        clock=clock, max_pages_per_host=s.max_pages_per_host)
+        scope = Scope.from_settings(s)
         rules = build_rules(s)
         recrawl = s.recrawl_policy()
         self.hosts = HostTable(
@@ -137,9 +137,6 @@ class Node:
         self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
                                supervisor=self.supervisor, on_change=self._membership_changed,
                                on_taken=self._taken, outbox_space=pressure, clock=clock)
-        self.intake = Intake(frontier=self.frontier, hosts=self.hosts, ring=self.cluster.router,
-                             outboxes=self.cluster.outboxes, scope=scope, capacity=s.inbound_capacity,
-                             max_hops=s.max_hops, clock=clock)
         self.held = HeldBytes(limit=s.pipeline_max_bytes, released=pressure)
         self.store = StoreStage(
             worker=StoreWorker(self.data_dir, node_id=s.node_id, warc_max_bytes=s.warc_max_bytes,
@@ -151,6 +148,10 @@ class Node:
             frontier=self.frontier, hosts=self.hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
             held=self.held, node_id=s.node_id, queue_size=s.store_queue, lag_s=s.store_lag_s, taken=pressure,
             clock=clock, recrawl=recrawl)
+        # After the store: URLs that come in past their host's page cap get their lines there.
+        self.intake = Intake(frontier=self.frontier, hosts=self.hosts, ring=self.cluster.router,
+                             outboxes=self.cluster.outboxes, scope=scope, capacity=s.inbound_capacity,
+                             max_hops=s.max_hops, clock=clock, crawl_log=self.store)
         self.parse = ParseStage(scope=scope, max_links=s.max_links_per_page, workers=s.parse_workers,
                                 nice=s.worker_nice, queue_size=s.parse_queue, store=self.store,
                                 ring_generation=lambda: self.cluster.membership.version, taken=pressure,

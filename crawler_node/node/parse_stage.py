@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
+from crawler_node.core.outcomes import Rejection
 from crawler_node.core.scope import Scope
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
@@ -153,7 +154,9 @@ class ParseStage:
     def _note(self, page: PageResult, report: PageReport) -> None:
         counters = self.counters
         page.parse_truncated = report.truncated is not None
-        page.out_of_scope = report.out_of_scope
+        if report.rejected:
+            depth = page.lease.depth + 1
+            page.rejected = [(url, Rejection(why), depth) for url, why in report.rejected]
         if report.pipelines is not None:
             self._note_pipelines(page, report)
         if report.kind != "sitemap":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crawler_node.core.outcomes import Rejection
 from crawler_node.core.response import FetchResult
 from crawler_node.core.verdict import Verdict
 from crawler_node.frontier import Lease, UrlEntry
@@ -23,7 +24,8 @@ class PageResult:
     parse_truncated: bool = False  # links came from the first max_parse_bytes of the body only
     outlinks: str | None = None  # all the page's links, one per line, for its WARC metadata record
     items: list[str] = field(default_factory=list)  # the pipelines' items of the page, as JSON lines
-    out_of_scope: list[str] = field(default_factory=list)  # its links whose host is out of scope (crawl.log)
+    # its links (or redirect target) out of scope, as (url, why, depth): a crawl.log line each
+    rejected: list[tuple[str, Rejection, int]] = field(default_factory=list)
 
 
 class InboundFull(Exception):

@@ -62,7 +62,8 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
             url = normalize_url(raw, base=lease.url)
         except InvalidURL:
             continue
-        if url in seen or scope.check(url, lease.depth) is not None:
+        # No source host: a sitemap robots.txt names may be on another host (core.scope).
+        if url in seen or scope.check(url, lease.depth, source_host=None) is not None:
             continue
         seen.add(url)
         entries.append(UrlEntry(url=url, host=host_of(url), depth=lease.depth, priority=SITEMAP_PRIORITY, via=via))

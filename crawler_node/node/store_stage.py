@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
-from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
 from crawler_node.core.recrawl import RecrawlPolicy
 from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
@@ -41,8 +41,6 @@ _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_
                        FetchOutcome.CONNECTION, FetchOutcome.TOO_MANY_REDIRECTS})
 
 
-_OUT_OF_SCOPE = FetchOutcome.OUT_OF_SCOPE.value
-_NOT_IN_SCOPE = "its host is not in the crawl's scope (--allow-host)"
 
 
 class Router(Protocol):
@@ -99,7 +97,8 @@ class StoreStage:
                 "fetched": self.counters["fetched"], "pages_done": self.counters["pages_done"],
                 "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"],
                 "unfetched": self.counters["unfetched"], "robots_records": self.counters["robots_records"],
-                "out_of_scope": self.counters["out_of_scope"]}
+                # URLs turned away by the scope or a trap guard, per outcome (a crawl.log line each)
+                **{outcome.value: self.counters[outcome.value] for outcome in SCOPE_OUTCOMES}}
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
@@ -127,8 +126,8 @@ class StoreStage:
     async def _commit(self, pages: list[PageResult]) -> None:
         rows = [self._record(page) for page in pages]
         for page in pages:
-            if page.out_of_scope:
-                rows += self._out_of_scope(page)
+            if page.rejected:
+                rows += self._rejected(page)
         await self._worker.write(rows)
         batch, retried = self._outcomes(pages)
         self._route_links(batch, pages)
@@ -139,6 +138,10 @@ class StoreStage:
             self.counters["outbox_blocked"] += 1
             await self._outboxes.wait_for_space(peers)
         result = await self._frontier.apply(batch)
+        if result.capped:
+            # Known only now: their lines follow the commit (a crash in between loses the lines
+            # of URLs that were never queued, nothing else).
+            await self.log_capped(result.capped)
         if batch.forward or batch.replicate:
             self._outboxes.note_outboxed(Counter(peer for peer, _ in batch.forward + batch.replicate))
         counters = self.counters
@@ -202,12 +205,30 @@ class StoreStage:
                 else:
                     batch.forward.append((owner, entry))
 
-    def _out_of_scope(self, page: PageResult) -> list[tuple]:
-        """A crawl.log line (no WARC record) per link of ``page`` whose host is out of scope."""
-        now, depth, via = time.time(), page.lease.depth + 1, page.lease.url
-        self.counters["out_of_scope"] += len(page.out_of_scope)
-        return [(url, host_of(url), self._node_id, 0, now, _OUT_OF_SCOPE, None, [], [], b"", None, _NOT_IN_SCOPE, None,
-                 0.0, None, None, False, "page", None, depth, via, None, [], 0) for url in page.out_of_scope]
+    async def log_capped(self, entries: list[UrlEntry]) -> None:
+        """A crawl.log line for each URL the frontier turned away at its host's page cap (from
+        this stage's batches, or from the intake: seeds, submitted and forwarded URLs)."""
+        outcome = FetchOutcome.HOST_PAGE_CAP
+        now = time.time()
+        self.counters[outcome.value] += len(entries)
+        await self._worker.write([self._unfetched_row(entry.url, outcome, entry.depth, entry.via, now)
+                                  for entry in entries])
+
+    def _rejected(self, page: PageResult) -> list[tuple]:
+        """A crawl.log line (no WARC record) per link (or redirect target) of ``page`` that
+        the scope or a trap guard turned away, with its outcome, counted per outcome."""
+        now, via, counters, rows = time.time(), page.lease.url, self.counters, []
+        for url, why, depth in page.rejected:
+            outcome = why.outcome
+            if outcome is not None:
+                counters[outcome.value] += 1
+                rows.append(self._unfetched_row(url, outcome, depth, via, now))
+        return rows
+
+    def _unfetched_row(self, url: str, outcome: FetchOutcome, depth: int, via: str | None, now: float) -> tuple:
+        """A FetchRecord tuple (see _record) for a URL that ends without a request."""
+        return (url, host_of(url), self._node_id, 0, now, outcome.value, None, [], [], b"", None,
+                SCOPE_OUTCOMES[outcome], None, 0.0, None, None, False, "page", None, depth, via, None, [], 0)
 
     def _record(self, page: PageResult) -> tuple:
         """The page's FetchRecord as the tuple of its fields in order: the store process makes

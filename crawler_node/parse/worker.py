@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from crawler_node.core.bounded import TwoGenerationSet
 from crawler_node.core.encoding import decode_body
+from crawler_node.core.outcomes import Rejection
 from crawler_node.core.scope import Scope
 from crawler_node.core.urls import InvalidURL, directory_of, host_of, normalize_url, origin_of, resolve_plain
 from crawler_node.parse.charset import decode_document
@@ -27,7 +28,8 @@ class ReturnedLinks:
     after unpickling them, making their frontier entries and asking its frontier.
 
     Handed over once is enough: the node commits every link it receives to its frontier or
-    to a peer's outbox, both durable, and neither ever drops one. What a node fetches moves
+    to a peer's outbox, both durable, and neither ever drops one (a frontier turns away the
+    URLs of a host past its --max-pages-per-host for good, with a crawl.log line). What a node fetches moves
     only when the ring's live members change (a peer down, back, joining), and then links
     must be routed again: a new ``generation`` (the membership version) empties the memory.
     A new worker (after a crash, or a restart of the node) starts empty. Bounded (see
@@ -99,7 +101,8 @@ class PageReport:
     truncated: str | None = None  # "bytes": the page or sitemap was cut at its size limit; "urls": at sitemap_max_urls
     error: str | None = None  # why a sitemap candidate could not be read (in whole or to its end)
     outlinks: str | None = None  # as in PageLinks
-    out_of_scope: list[str] = field(default_factory=list)  # links whose host is not in scope, new to this worker
+    # links out of scope with their reasons (Rejection values), new to this worker; too deep ones are not here
+    rejected: list[tuple[str, str]] = field(default_factory=list)
     pipelines: PageOutput | None = None  # what the user's pipelines made of the page
 
 
@@ -124,16 +127,16 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset
     page = extract_links(body, url, max_links=context.max_links, encoding=charset,
                          max_parse_bytes=context.max_parse_bytes, memo=context.memo, with_title=False)
     outlinks = "\n".join(page.links) if context.outlinks else None
-    rejected: list[str] = []
+    rejected: list[tuple[str, str]] = []
     output = None
     if context.pipelines is not None:
         output = _run_pipelines(context.pipelines, body, url, depth, charset, meta, page.links)
-        links = _fresh_in_scope(context, _followed(page.links, output.links, url), depth, rejected)
+        links = _fresh_in_scope(context, _followed(page.links, output.links, url), depth, host_of(url), rejected)
     else:
-        links = _fresh_in_scope(context, page.links, depth, rejected)
+        links = _fresh_in_scope(context, page.links, depth, host_of(url), rejected)
     if page.truncated or rejected or output is not None:
         return PageReport(links, len(page.links), truncated="bytes" if page.truncated else None, outlinks=outlinks,
-                          pipelines=output, out_of_scope=rejected)
+                          pipelines=output, rejected=rejected)
     return links, len(page.links), outlinks
 
 
@@ -174,9 +177,9 @@ def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> 
         link = resolve_plain(loc, origin, directory) or _normalized_or_none(loc, url)
         if link is not None:
             found.append(link)
-    rejected: list[str] = []
-    return PageReport(_fresh_in_scope(context, found, depth, rejected), len(sitemap.urls), kind="sitemap",
-                      truncated=sitemap.truncated, error=sitemap.error, out_of_scope=rejected)
+    rejected: list[tuple[str, str]] = []
+    return PageReport(_fresh_in_scope(context, found, depth, host_of(url), rejected), len(sitemap.urls),
+                      kind="sitemap", truncated=sitemap.truncated, error=sitemap.error, rejected=rejected)
 
 
 def _normalized_or_none(raw: str, base: str) -> str | None:
@@ -186,24 +189,20 @@ def _normalized_or_none(raw: str, base: str) -> str | None:
         return None
 
 
-def _fresh_in_scope(context: ParseContext, found: list[str], depth: int,
-                    rejected: list[str] | None = None) -> list[tuple[str, str]]:
-    """The links in scope not handed over before; with ``rejected``, the links out of scope
-    by host (never fetched: crawl.log says so, once per worker, as far as its bounded memory
-    goes) are appended to it. A link too deep is not: at another depth it may be in scope."""
+def _fresh_in_scope(context: ParseContext, found: list[str], depth: int, source_host: str,
+                    rejected: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """The links in scope not handed over before, of a page at ``depth`` on ``source_host``;
+    with ``rejected``, the links out of scope (never fetched: crawl.log says so, once per
+    worker, as far as its bounded memory goes) are appended to it with their reasons. A link
+    too deep is not: at another depth it may be in scope."""
     # The scope first: a link out of scope at this depth may be in scope at another.
     scope = context.scope
     if scope.too_deep(depth + 1):
         return []
-    if scope.allow_hosts:
-        in_scope: list[str] = []
-        out: list[str] = []
-        for link in found:
-            (in_scope if scope.check(link, depth + 1) is None else out).append(link)
-        if out and rejected is not None:
-            rejected.extend(context.rejected.add_new(out))
-    else:
-        in_scope = found
+    in_scope, out = scope.split(found, depth + 1, source_host)
+    if out and rejected is not None:
+        reasons = {link: reason for link, reason in out if reason is not Rejection.TOO_DEEP}
+        rejected.extend((link, reasons[link].value) for link in context.rejected.add_new(list(reasons)))
     return [(link, host_of(link)) for link in context.returned.fresh(in_scope)]
 
 
