@@ -232,16 +232,23 @@ async def get_ring(request: web.Request) -> web.Response:
 async def get_members(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
-                              "leaving": node.cluster.leaving, "ips": node.cluster.ip_announcement()})
+                              "leaving": node.cluster.leaving, "drained": node.cluster.drained,
+                              "ips": node.cluster.ip_announcement()})
 
 
 async def _member_body(request: web.Request) -> tuple[str, str]:
+    node_id, url, _ = await _member_body_and_fields(request)
+    return node_id, url
+
+
+async def _member_body_and_fields(request: web.Request) -> tuple[str, str, dict]:
     body = decode_body(await read_body(request, MAX_MEMBER_BODY_BYTES), "application/json")
     node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
     problem = member_problem(node_id, url)
     if problem is not None:
         raise BadRequest("bad_member", f'body must be {{"id": NODE_ID, "url": "http://HOST:PORT"}}: {problem}')
-    return str(node_id), str(url)
+    assert isinstance(body, dict)
+    return str(node_id), str(url), body
 
 
 async def post_join(request: web.Request) -> web.Response:
@@ -256,12 +263,17 @@ async def post_join(request: web.Request) -> web.Response:
 
 
 async def post_leave(request: web.Request) -> web.Response:
+    """A member leaves; with ``"drained": true``, it has handed all its work on. Without it
+    (an older node, or one announcing the start of its drain) it is counted as down with work."""
     node = request.app[NODE_KEY]
     try:
-        node_id, _ = await _member_body(request)
+        node_id, _, body = await _member_body_and_fields(request)
     except BadRequest as exc:
         return exc.response()
-    node.cluster.accept_leave(node_id)
+    drained = body.get("drained", False)
+    if not isinstance(drained, bool):
+        return error(400, "bad_member", f"drained must be true or false, got {type(drained).__name__}")
+    node.cluster.accept_leave(node_id, drained=drained)
     return web.json_response({"ok": True})
 
 

@@ -102,6 +102,7 @@ class Cluster:
         self._session: aiohttp.ClientSession | None = None
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
+        self.drained = False  # ... and all of it handed on and acknowledged (heartbeats say so)
         self.events: list[dict] = []  # membership changes, newest last (bounded)
         self.received = 0  # URLs peers' outboxes forwarded here to crawl (the other end of "forwarded")
         self._ip: IpShareLink | None = None
@@ -201,8 +202,8 @@ class Cluster:
         """Raises ValueError for an id or URL that cannot be a member."""
         return self.heartbeats.accept_join(node_id, url)
 
-    def accept_leave(self, node_id: str) -> None:
-        self.heartbeats.accept_leave(node_id)
+    def accept_leave(self, node_id: str, *, drained: bool = False) -> None:
+        self.heartbeats.accept_leave(node_id, drained=drained)
 
     async def begin_leaving(self) -> None:
         """--handoff-on-exit: stop owning an arc; the others route this node's hosts elsewhere."""
@@ -211,9 +212,14 @@ class Cluster:
         self.membership.set_self_leaving()
         self._changed("leaving the cluster")
 
-    async def end_leaving(self) -> None:
+    async def end_leaving(self, *, drained: bool) -> None:
+        """The drain is over: ``drained``, everything was handed on and acknowledged, and the
+        peers are told so (they stop counting this node's work); else they are told nothing
+        more, and count this node as down with work until it comes back."""
         self.leaving_done = True
-        await self.heartbeats.announce_leave()
+        if drained:
+            self.drained = True
+            await self.heartbeats.announce_leave(drained=True)
 
     async def peer_statuses(self) -> dict[str, dict]:
         """Every reachable peer's own status (``scope=local``), fetched concurrently."""
@@ -238,7 +244,11 @@ class Cluster:
     def members_status(self) -> list[dict]:
         shares = self.router.ring.arc_shares()
         counts = self.outboxes.counts
-        return [{"id": m.node_id, "url": m.url, "state": m.state.value, "self": m.is_self, "left": m.left,
+        # "left": said goodbye and handed all its work on; "leaving": said goodbye, not (yet)
+        # that it was drained: killed mid-drain, it still holds work, and the cluster is not idle.
+        return [{"id": m.node_id, "url": m.url, "state": m.state.value, "self": m.is_self,
+                 "left": m.left and (m.drained or (m.is_self and self.drained)),
+                 "leaving": m.left and not (m.drained or (m.is_self and self.drained)),
                  "arc_share": round(shares.get(m.node_id, 0.0), 4), "outbox": counts.get(m.node_id, 0)}
                 for m in self.membership.members()]
 

@@ -62,6 +62,12 @@ def parse_members_answer(answer: object) -> tuple[list[tuple[str, str]], bool]:
         raise BadPeerAnswer(str(exc)) from exc
 
 
+def drained_of(answer: object) -> bool:
+    """A leaving member's heartbeat answer says whether it has handed all its work on
+    (``"drained": true``); absent, or anything but true, it has not."""
+    return isinstance(answer, dict) and answer.get("drained") is True
+
+
 def parse_ips_answer(answer: object) -> Announcement | None:
     """The per-IP announcement of a member list answer (already checked to be an object)."""
     assert isinstance(answer, dict)
@@ -141,7 +147,7 @@ class Heartbeats:
         now = self._clock()
         if leaving:
             # Still answering while it drains, but its arc is already its successors'.
-            if self._membership.observe_leave(node_id, now):
+            if self._membership.observe_leave(node_id, now, drained=drained_of(answer)):
                 self._on_changed(f"{node_id} is leaving")
             return
         if self._membership.observe_ok(node_id, now, returning=True):
@@ -197,14 +203,17 @@ class Heartbeats:
                                           self._post_quietly(f"{member.url}/v1/join", {"id": node_id, "url": url}))
         return self._membership.view()
 
-    def accept_leave(self, node_id: str) -> None:
-        if self._membership.observe_leave(node_id, self._clock()):
+    def accept_leave(self, node_id: str, *, drained: bool = False) -> None:
+        if self._membership.observe_leave(node_id, self._clock(), drained=drained):
             self._on_changed(f"{node_id} left")
 
-    async def announce_leave(self) -> None:
+    async def announce_leave(self, *, drained: bool = False) -> None:
+        """Tell the peers this node is leaving; ``drained``: and that its queue and outbox are
+        handed on and acknowledged, so it holds no work (until then, a peer counts it as a
+        member that is down with work, and the cluster is not idle)."""
         if self._session is None:
             return
-        body = {"id": self._node_id, "url": self._advertise_url}
+        body = {"id": self._node_id, "url": self._advertise_url, "drained": drained}
         await asyncio.gather(*(self._post_quietly(f"{m.url}/v1/leave", body)
                                for m in self._membership.peers() if m.state is not PeerState.DOWN))
 

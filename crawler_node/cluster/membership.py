@@ -90,6 +90,9 @@ class Member:
     state: PeerState = PeerState.ALIVE
     is_self: bool = False
     left: bool = False  # said goodbye (--handoff-on-exit): down at once, no waiting
+    # ... and said its queue and outbox were handed on and acknowledged: it holds no work. A
+    # member that left without saying so (killed while it drained) still holds some.
+    drained: bool = False
 
 
 class Membership:
@@ -142,7 +145,7 @@ class Membership:
         member.failures = 0
         if member.left and not returning:
             return False
-        member.left = False
+        member.left = member.drained = False
         return self._set_state(member, PeerState.ALIVE)
 
     def observe_failure(self, node_id: str, now: float) -> bool:
@@ -153,11 +156,13 @@ class Membership:
         member.failures += 1
         return self._update(member, now)
 
-    def observe_leave(self, node_id: str, now: float) -> bool:
+    def observe_leave(self, node_id: str, now: float, *, drained: bool = False) -> bool:
+        """The member is leaving (``drained``: and has handed all its work on)."""
         member = self._members.get(node_id)
         if member is None or member.is_self:
             return False
         member.left = True
+        member.drained = member.drained or drained
         return self._set_state(member, PeerState.DOWN)
 
     def tick(self, now: float) -> bool:

@@ -258,12 +258,15 @@ class Node:
         """--handoff-on-exit: this node leaves the ring, its queue drains to the successors
         through the acknowledged outboxes, then it says goodbye."""
         log.info("leaving the cluster: handing the queue to the successors")
-        # Goodbye first, so the others stop routing this node's hosts here while it drains.
+        # "Leaving" first, so the others stop routing this node's hosts here while it drains;
+        # "drained" only once the queue and the outbox are handed on and acknowledged, so that
+        # a drain cut short (a kill) leaves a member the others count as down with work, and
+        # whose queue resumes when it comes back.
         await self.cluster.begin_leaving()
         await self.dispatcher.drain(grace_s)
         deadline = time.monotonic() + grace_s + 20
         sweeper, outboxes = self.cluster.sweeper, self.cluster.outboxes
-        full = True
+        full, drained = True, False
         while time.monotonic() < deadline:
             # Woken by the stages draining and the outboxes' acknowledgements; the timeout
             # bounds the wait for what notifies nobody (the frontier's counts).
@@ -277,8 +280,12 @@ class Node:
                 self.cluster.leaving_done = True
                 # one more round: what arrived while the API was still open
                 if await sweeper.sweep(full=True) == 0 and outboxes.total() == 0:
+                    drained = True
                     break
-        await self.cluster.end_leaving()
+        if not drained:
+            log.warning("the queue could not be handed on in time (%d URLs in the outbox): it waits here for the "
+                        "next start, and the others count this node as down with work", outboxes.total())
+        await self.cluster.end_leaving(drained=drained)
 
     # ----------------------------------------------------------------- wiring callbacks
     def _membership_changed(self) -> None:
