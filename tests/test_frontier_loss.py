@@ -53,6 +53,13 @@ def test_the_watermark_tells_a_lost_frontier_from_a_whole_one(tmp_path: Path) ->
     with pytest.raises(FrontierLost):
         check_frontier(tmp_path, db)
     assert highest_url_id(tmp_path / "none.sqlite3") is None
+    # No watermark, but a crawl.log: a missing or empty frontier is refused all the same.
+    (tmp_path / "frontier.watermark").unlink()
+    db.unlink()
+    check_frontier(tmp_path, db)
+    (tmp_path / "crawl.log").write_text('{"url": "http://a.test/"}\n')
+    with pytest.raises(FrontierLost, match="crawl happened"):
+        check_frontier(tmp_path, db)
 
 
 def _wait_for_lines(node, count: int, timeout_s: float = 60) -> None:

@@ -73,9 +73,18 @@ def write_watermark(data_dir: Path, highest: int) -> None:
 
 def check_frontier(data_dir: Path, db_path: Path) -> None:
     """Raise FrontierLost when the frontier at ``db_path`` holds less than the watermark says
-    it had committed (see the module's docstring)."""
+    it had committed (see the module's docstring), or, without a watermark, when it is missing
+    or empty while crawl.log is not."""
     expected = read_watermark(data_dir)
     if expected == 0:
+        # No watermark (a data directory from before it, or the file moved away): a frontier
+        # that is missing or empty beside a crawl.log that says a crawl happened is refused too.
+        log_path = data_dir / "crawl.log"
+        if log_path.exists() and log_path.stat().st_size > 0 and not highest_url_id(db_path):
+            raise FrontierLost(
+                f"the frontier {db_path} is missing or empty, but {log_path} shows a crawl happened here. "
+                f"Rebuild it with `crawler-node recover --data-dir {data_dir}`, or move crawl.log away to "
+                f"start a new crawl in this directory")
         return
     highest = highest_url_id(db_path)
     if highest is None or highest < expected:
