@@ -87,17 +87,31 @@ class Scope:
               source_host: str | None) -> tuple[list[str], list[tuple[str, Rejection]]]:
         """``check`` over the links of one page (the parser's hot path): those in scope, and
         the others with their reasons."""
-        if self.any_host and self._traps is None and not self.too_deep(depth):
+        traps = self._traps
+        if self.any_host and traps is None and not self.too_deep(depth):
             return list(links), []
         kept: list[str] = []
         rejected: list[tuple[str, Rejection]] = []
-        check = self.check
+        if self.too_deep(depth) or self._allowed is not None or source_host is None:
+            check = self.check
+            for link in links:
+                reason = check(link, depth, source_host)
+                if reason is None:
+                    kept.append(link)
+                else:
+                    rejected.append((link, reason))
+            return kept, rejected
+        # The default rule, inlined for the parser: a canonical link on the page's host starts
+        # with one of these (host_of decides the rest, such as a URL without a path).
+        same_host = (f"http://{source_host}/", f"https://{source_host}/")
+        any_host = self.any_host
         for link in links:
-            reason = check(link, depth, source_host)
-            if reason is None:
-                kept.append(link)
-            else:
+            if not (any_host or link.startswith(same_host) or host_of(link) == source_host):
+                rejected.append((link, Rejection.HOST_NOT_ALLOWED))
+            elif traps is not None and (reason := traps.check(link)) is not None:
                 rejected.append((link, reason))
+            else:
+                kept.append(link)
         return kept, rejected
 
 
