@@ -42,7 +42,13 @@ class ProgressLog:
         self._node.supervisor.recurring("progress-log", self.round, every_s=min(IDLE_CHECK_S, self._interval_s))
 
     async def round(self) -> None:
-        status = await cluster_status(self._node)
+        try:
+            status = await cluster_status(self._node)
+        except RecursionError:
+            # A peer's status nested past the JSON decoder's limit (a hostile or broken member):
+            # cluster.peer_statuses lets that error through. Say so in one line, ask again later.
+            log.warning("progress: a member's status could not be read (nested too deeply); skipped this round")
+            return
         now = time.monotonic()
         if now - self._last_line >= self._interval_s:
             window_s = now - self._last_line
