@@ -79,6 +79,8 @@ def test_pause_then_resume_a_cluster_through_one_node(start_testweb, start_node)
         assert status["paused"] is True and status["pause"]["reason"] == "maintenance window"
         assert status["admission"]["blocked_by"] == "paused"
     assert nodes["a"].status()["crawl_state"] == "paused (maintenance window)"
+    shown = cli("status", "--node", nodes["c"].url)
+    assert "PAUSED by b (POST /v1/control/pause) (maintenance window)" in shown.stdout, shown.stdout
     wait_until(lambda: settled(web, members), 30, "in-flight requests ended")
     before = web.stats(summary=True)["totals"]["requests"]
     assert sum(node.status()["frontier"]["queued"] for node in members) > 0  # work is waiting

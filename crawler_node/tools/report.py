@@ -11,7 +11,8 @@ def format_status(status: dict) -> str:
     own_idle = status.get("node_idle", cluster_idle)
     lines = [
         f"node {status['node_id']} ({status.get('url', '')}) — {'idle' if own_idle else 'crawling'}"
-        + (f"; cluster {'idle' if cluster_idle else 'busy'}" if "node_idle" in status else ""),
+        + (f"; cluster {'idle' if cluster_idle else 'busy'}" if "node_idle" in status else "")
+        + (f" — {status['crawl_state']}" if status.get("crawl_state") else ""),
         f"  fetched {counters['fetched']}  done {counters['pages_done']}  failed {counters['failed']}  "
         f"retries {counters['retries']} (ratio {counters['retry_ratio']})  "
         f"{status['rates']['fetched_per_s']} fetches/s",
@@ -38,9 +39,17 @@ def format_status(status: dict) -> str:
     return "\n".join(lines)
 
 
+def _pause_line(status: dict) -> str | None:
+    pause = status.get("pause") or {}
+    if not pause.get("paused"):
+        return None
+    return (f"  PAUSED by {pause['by']} ({pause['reason']}) for {pause['paused_for_s']:.0f} s: no new fetch "
+            "until `crawler-node resume`")
+
+
 def _pressure_lines(status: dict) -> list[str]:
-    """Flow control at a glance: what holds fetching back, the API, shedding."""
-    lines = []
+    """Flow control at a glance: an operator's pause, what holds fetching back, the API, shedding."""
+    lines = [line] if (line := _pause_line(status)) is not None else []
     admission = status.get("admission")
     if admission is not None:
         held = "open" if admission["open"] else f"held back by {admission['blocked_by']}"
