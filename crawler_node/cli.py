@@ -165,7 +165,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"crawler-node recover: error: {exc}", file=sys.stderr)
         return 2
-    return recover.main(settings.data_dir, Scope(allow_hosts=settings.allow_hosts, max_depth=settings.max_depth))
+    return recover.main(settings.data_dir, Scope.from_settings(settings))
 
 
 def _watch(args: argparse.Namespace) -> int:

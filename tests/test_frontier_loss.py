@@ -91,7 +91,9 @@ def test_a_node_refuses_a_damaged_frontier_and_recover_rebuilds_it(start_testweb
     errors = [line for line in refused.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and "crawler-node recover" in errors[0], refused.stderr
 
-    rebuilt = subprocess.run([sys.executable, "-m", "crawler_node", "recover", "--data-dir", str(data)],
+    # recover is given the node's scope (the test helper's nodes run with --allow-host '*')
+    rebuilt = subprocess.run([sys.executable, "-m", "crawler_node", "recover", "--data-dir", str(data),
+                              "--allow-host", "*"],
                              capture_output=True, text=True, timeout=120)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "recovered the frontier" in rebuilt.stdout and list(data.glob("frontier-lost-*/frontier.sqlite3"))

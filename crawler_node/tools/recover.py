@@ -128,7 +128,9 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
             found += _in_scope(links, page, depth, scope, last)
         for entry in last.values():
             if entry.get("location") and entry.get("status") is not None:
-                found += _in_scope([entry["location"]], entry["url"], int(entry.get("depth") or 0), scope, last)
+                # A redirect may change host (the scope's seed-redirect rule): no source host.
+                found += _in_scope([entry["location"]], entry["url"], int(entry.get("depth") or 0), scope, last,
+                                   redirect=True)
         for start in range(0, len(found), BATCH):
             recovered.links += len(frontier.add(found[start:start + BATCH]).accepted)
     highest = highest_url_id(db) or 0
@@ -136,15 +138,16 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
     return recovered
 
 
-def _in_scope(links: list[str], via: str, depth: int, scope: Scope, seen: dict[str, dict]) -> list[UrlEntry]:
+def _in_scope(links: list[str], via: str, depth: int, scope: Scope, seen: dict[str, dict], *,
+              redirect: bool = False) -> list[UrlEntry]:
     entries = []
     for raw in links:
         try:
             url = normalize_url(raw, base=via)
         except InvalidURL:
             continue
-        if url not in seen and scope.check(url, depth) is None:
-            entries.append(UrlEntry(url, host_of(url), depth, -depth, 0, 0, via))
+        if url not in seen and scope.check(url, depth, source_host=None if redirect else host_of(via)) is None:
+            entries.append(UrlEntry(url, host_of(url), depth, -depth, 0, 1 if redirect else 0, via))
     return entries
 
 
