@@ -88,6 +88,17 @@ def test_pause_then_resume_a_cluster_through_one_node(start_testweb, start_node)
     while time.monotonic() < deadline:
         assert web.stats(summary=True)["totals"]["requests"] == before
         time.sleep(0.2)
+    # The hosts of every member, merged through one node; one host's queue from its owner.
+    listed = json.loads(cli("hosts", "--node", nodes["a"].url, "--json", "--limit", "1000").stdout)
+    assert listed["complete"] is True and listed["total"] == len(listed["hosts"])
+    for node in members:
+        own = [row for row in listed["hosts"] if row["member"] == node.node_id]
+        assert sum(row["queued"] for row in own) == node.status()["frontier"]["queued"]
+    busiest = listed["hosts"][0]
+    owner = nodes[busiest["member"]]
+    elsewhere = next(node for node in members if node is not owner)
+    shown = json.loads(cli("queue", "--node", elsewhere.url, "--host", busiest["host"], "--json").stdout)
+    assert shown["member"] == owner.node_id and shown["queued"] == busiest["queued"]
     # Intake and heartbeats go on while paused: a submitted URL is taken, members stay alive.
     assert cli("submit", "--node", nodes["c"].url, "--secret", TOKEN, "http://site-0.test/extra").returncode == 0
     assert {m["state"] for m in nodes["a"].status()["members"]} == {"alive"}
