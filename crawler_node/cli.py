@@ -74,6 +74,8 @@ _HELP = {
     "ip_inflight_limit": "requests in flight to one IP address, over the whole cluster (default 8; 0 = none)",
     "robots_max_attempts": "failed robots.txt fetches in a row (5xx, 429, network) before the host's "
                            "queued URLs end as robots_unavailable (default 6)",
+    "progress_interval_s": "seconds between the daemon's progress log lines; \"crawl finished\" is logged "
+                           "once the cluster is idle (default 30; 0 = neither)",
 }
 
 
