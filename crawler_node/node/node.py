@@ -25,6 +25,7 @@ import logging
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -358,18 +359,25 @@ class Node:
     async def drop_host(self, host: str) -> dict[str, int]:
         """Delete the host's queued and deferred URLs here, and its leases buffered but not
         dispatched; requests in flight finish normally. Returns the rows deleted by state."""
-        now = self._clock()
-        state = self.hosts.get(host)
-        # No await between taking the buffer and handing it to the frontier call below: the
-        # dispatcher cannot start one of these leases meanwhile (release_host empties it).
-        buffered = self.hosts.release_host(state, now) if state is not None else []
-        dropped = await self.frontier.drop_host(host, buffered)
-        if state is not None:
-            # URLs of the host that came in during the call were deleted with the rest (or, if
-            # they came after it, are brought back by the upkeep's resync): none is left to wait on.
-            self.hosts.deferred({host: state.queued})
+        dropped: Counter[str] = Counter()
+        # A lease round already on its way to the frontier fills the buffer again once it is
+        # back (before this call's answer, which the frontier's thread queued after it): the
+        # second pass takes what it brought.
+        for _ in range(2):
+            state = self.hosts.get(host)
+            # No await between taking the buffer and handing it to the frontier call below:
+            # the dispatcher cannot start one of these leases meanwhile (release_host empties it).
+            buffered = self.hosts.release_host(state, self._clock()) if state is not None else []
+            dropped += await self.frontier.drop_host(host, buffered)
+            if state is not None:
+                # URLs of the host that came in during the call were deleted with the rest (or,
+                # if they came after it, the upkeep's resync brings them back): none is left to
+                # wait on.
+                self.hosts.deferred({host: state.queued})
+            if state is None or not state.buffer:
+                break
         log.warning("dropped host %s: %d queued, %d deferred and %d buffered URLs deleted", host,
-                    dropped.get("queued", 0), dropped.get("deferred", 0), dropped.get("leased", 0))
+                    dropped["queued"], dropped["deferred"], dropped["leased"])
         return dict(dropped)
 
     @property
