@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -228,6 +229,15 @@ def test_control_needs_the_token_and_well_formed_queries(start_testweb, start_no
     assert call("POST", f"{node.url}/v1/control/pause", body=b"[1, 2]")[0] == 400
     status, answer = call("GET", f"{node.url}/v1/hosts?limit=5")
     assert status == 200 and answer["complete"] is True
+    watch = subprocess.Popen([sys.executable, "-m", "crawler_node", "status", "--node", node.url, "--watch"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout is not None and "solo" in watch.stdout.readline()  # the first frame
+        watch.send_signal(signal.SIGINT)  # Ctrl-C ends it, cleanly
+        assert watch.wait(timeout=10) == 0
+    finally:
+        watch.kill()
+        watch.wait()
     gone = cli("hosts", "--node", "http://127.0.0.1:9")
     assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1
 
