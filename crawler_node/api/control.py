@@ -21,7 +21,7 @@ import heapq
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -173,7 +173,10 @@ def _summarise(action: str, own: dict, peers: dict[str, Any], down: list[str], n
     return {"action": action, "members": members, "complete": all(m["ok"] for m in members.values())}
 
 
-def _command(action: str, apply: Callable[[Node, dict], Any], *, others_first: bool = False):
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _command(action: str, apply: Callable[[Node, dict], Awaitable[dict]], *, others_first: bool = False) -> Handler:
     """A cluster-wide command: ``apply(node, body)`` here and on every member not down."""
 
     async def handler(request: web.Request) -> web.Response:
