@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -11,92 +12,48 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-from crawler_node.settings import Settings, SettingsError, load_settings, settings_fields
+from crawler_node.settings import Settings, SettingsError, load_settings, load_settings_with_sources, settings_fields
+from crawler_node.settings_help import GROUPS, HIDDEN
+from crawler_node.settings_help import help_text as help_text_of
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
 _FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight",
                "pipelines": "pipeline", "recrawl_hosts": "recrawl-host", "allow_urls": "allow-url",
                "deny_urls": "deny-url"}
-_HIDDEN = {"parse_delay_s", "parse_crash_url"}  # test hooks: accepted, not advertised
-_HELP = {
-    "worker_nice": "niceness (0-19) of the parser and store processes: they yield CPU to the event loop",
-    "node_id": "this node's id (unique in the cluster)",
-    "listen": "HOST:PORT to serve the HTTP API on",
-    "advertise": "URL peers use to reach this node (default: http://LISTEN)",
-    "peers": "a cluster member as ID=URL (repeatable; may include this node)",
-    "secret": "cluster token required on peer endpoints (a node with peers refuses to start without one)",
-    "insecure_open_cluster": "start with peers but no --secret: the peer endpoints are open to anyone",
-    "api_read_timeout_s": "seconds an API client has to send a request's headers, and again its body",
-    "peer_dns": "NAME[:PORT] whose A/AAAA records are members to join (a compose service, a headless Service)",
-    "peer_dns_interval_s": "seconds between lookups of --peer-dns",
-    "data_dir": "directory for the frontier, WARC files and crawl.log",
-    "seeds": "a URL to start from (repeatable)",
-    "proxy": "fetch through this HTTP proxy (e.g. testweb)",
-    "allow_hosts": "only crawl hosts matching this glob (repeatable; *.example.org includes example.org; "
-                   "* = any host; default: a link's host must be its page's host)",
-    "max_path_repeats": "a URL whose path has one segment more often than this is a trap: outcome "
-                        "repeated_segments (default 3; 0 = no limit)",
-    "max_path_depth": "a URL with more '/' in its path is a trap: outcome path_too_deep (default 32; 0 = no limit)",
-    "max_query_params": "a URL with more query parameters is a trap: outcome too_many_query_params "
-                        "(default 10; 0 = no limit)",
-    "allow_urls": "an RE2 regex searched in each canonical URL: when given, a URL must match one (repeatable)",
-    "deny_urls": "an RE2 regex searched in each canonical URL: a URL it matches is out, outcome denied_url "
-                 "(repeatable)",
-    "max_pages_per_host": "URLs of one host this node's frontier accepts; the rest end as host_page_cap "
-                          "(default 100000; 0 = no cap)",
-    "max_depth": "do not follow links deeper than this",
-    "allow_private": "permit direct fetches of private and loopback addresses",
-    "ring_weights": "a member's ring weight as ID=WEIGHT (repeatable; the same on every member)",
-    "ca_bundle": "PEM file of the certificate authorities to trust for https (default: the system's, "
-                 "or SSL_CERT_FILE / SSL_CERT_DIR when set)",
-    "dns_server": "HOST[:PORT] of the DNS resolver for direct fetches (default: the system's)",
-    "dns_cache_hosts": "names whose DNS answers are kept, each for its TTL (default 10000)",
-    "max_redirects": "redirect hops a chain may take before it ends as too_many_redirects (default 10)",
-    "max_parse_bytes": "bytes of a page that links are extracted from (default 5000000)",
-    "sitemaps": "off, robots (read the Sitemap: lines of robots.txt, default) or probe (also /sitemap.xml)",
-    "recrawl_after": "fetch each fetched URL again this long after (90s, 15m, 6h, 1d, 1h30m), asking with "
-                     "If-None-Match / If-Modified-Since (default: never)",
-    "recrawl_hosts": "GLOB=DURATION: another recrawl interval (or never) for the hosts the glob matches (repeatable; "
-                     "a [recrawl_hosts] table in the config file)",
-    "recrawl_priority": "priority of recrawl work (default -1000: below every discovered link)",
-    "pipelines": "a pipeline run on every HTML page: MODULE:CALLABLE or an installed name such as summary "
-                 "(repeatable); its items go to items/*.jsonl",
-    "pipeline_budget_s": "seconds a pipeline may spend on one page before it is stopped (default 2)",
-    "items_max_bytes": "items/*.jsonl files rotate past this size (default 100000000)",
-    "crawl_name": "the crawl's name, isPartOf in each WARC file's warcinfo record (default crawl)",
-    "operator": "who runs this crawl (a contact), in each WARC file's warcinfo record",
-    "warc_metadata": "on (default): a metadata record (outlinks, via, hops) beside each parsed HTML page; off",
-    "dedup_max_entries": "payload digests remembered for revisit records (default 1000000; 0 = store every "
-                         "payload in full)",
-    "crawl_log_max_bytes": "crawl.log is renamed crawl.log.<UTC stamp> when it grows past this (default 100000000)",
-    "robots_ttl_s": "seconds a robots.txt is obeyed before it is fetched again (default 86400)",
-    "ip_limit_per_node": "apply --ip-inflight-limit per node, not shared out over the cluster's members",
-    "ip_inflight_limit": "requests in flight to one IP address, over the whole cluster (default 8; 0 = none)",
-    "robots_max_attempts": "failed robots.txt fetches in a row (5xx, 429, network) before the host's "
-                           "queued URLs end as robots_unavailable (default 6)",
-    "progress_interval_s": "seconds between the daemon's progress log lines; \"crawl finished\" is logged "
-                           "once the cluster is idle (default 30; 0 = neither)",
-}
-
-
 def _add_settings_options(parser: argparse.ArgumentParser) -> None:
+    """Every setting as an option, in the groups of settings_help, each with its unit and default."""
     hints = typing.get_type_hints(Settings)
-    for field in settings_fields():
-        flag = "--" + _FLAG_NAMES.get(field.name, field.name.replace("_", "-"))
-        help_text = argparse.SUPPRESS if field.name in _HIDDEN else _HELP.get(field.name, f"tuning: {field.name}")
-        kind = hints[field.name]
+    by_name = {field.name: field for field in settings_fields()}
+    groups = [(title, parser.add_argument_group(title)) for title in GROUPS]
+    placed = {name: group for title, group in groups for name in GROUPS[title]}
+    hidden = parser.add_argument_group("test hooks")
+    for name, field in by_name.items():
+        flag = "--" + _FLAG_NAMES.get(name, name.replace("_", "-"))
+        default = _default_of(field)
+        help_text = argparse.SUPPRESS if name in HIDDEN else help_text_of(name, default)
+        target = placed.get(name, hidden)
+        kind = hints[name]
         # SUPPRESS: an option not given leaves no attribute, so the env, the file or the default decides.
         if kind is bool:
-            parser.add_argument(flag, action="store_const", const=True,
-                                dest=field.name, default=argparse.SUPPRESS, help=help_text)
-        elif field.name in _FLAG_NAMES:
-            parser.add_argument(flag, action="append", metavar=flag[2:].upper().replace("-", "_"),
-                                dest=field.name, default=argparse.SUPPRESS, help=help_text)
+            target.add_argument(flag, action="store_const", const=True,
+                                dest=name, default=argparse.SUPPRESS, help=help_text)
+        elif name in _FLAG_NAMES:
+            target.add_argument(flag, action="append", metavar=flag[2:].upper().replace("-", "_"),
+                                dest=name, default=argparse.SUPPRESS, help=help_text)
         else:
-            parser.add_argument(flag, metavar=field.name.upper(),
-                                dest=field.name, default=argparse.SUPPRESS, help=help_text)
+            target.add_argument(flag, metavar=name.upper(),
+                                dest=name, default=argparse.SUPPRESS, help=help_text)
     parser.add_argument("--config", type=Path, help="TOML file with settings (flag > env CRAWLER_* > file > default)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+
+
+def _default_of(field: dataclasses.Field) -> object:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.name == "node_id":
+        return None  # the host name: said in its help
+    factory = field.default_factory
+    return factory() if factory is not dataclasses.MISSING else None
 
 
 def _flags(args: argparse.Namespace) -> dict:
@@ -155,6 +112,34 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2, sort_keys=True))
     else:
         print(format_status(status))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """`config --show`: every setting's effective value and where it came from."""
+    try:
+        settings, sources = load_settings_with_sources(_flags(args), config_path=args.config)
+    except SettingsError as exc:
+        print(f"crawler-node config: error: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for field in settings_fields():
+        if field.name in HIDDEN and field.name not in sources:
+            continue
+        value = getattr(settings, field.name)
+        shown = "(set)" if field.name == "secret" and value else json.dumps(value, default=str)
+        source = sources.get(field.name, "default")
+        if source.startswith("flag "):  # the option as typed: --allow-host, not the field's name
+            source = "flag --" + _FLAG_NAMES.get(field.name, field.name.replace("_", "-"))
+        rows.append((field.name, shown, source))
+    if args.json:
+        print(json.dumps({name: {"value": "(set)" if name == "secret" and getattr(settings, name) else
+                                 getattr(settings, name), "source": source} for name, _, source in rows},
+                         indent=2, default=str))
+        return 0
+    width = max(len(name) for name, _, _ in rows)
+    for name, shown, source in rows:
+        print(f"{name:<{width}}  {shown}  [{source}]")
     return 0
 
 
@@ -331,6 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "queued only when they are in scope.")
     _add_settings_options(recover)
     recover.set_defaults(handler=cmd_recover)
+
+    config = commands.add_parser(
+        "config", help="show every setting's effective value and where it came from",
+        description="Print the value `crawler-node run` with these options, this environment and this config "
+                    "file would use for each setting, and where it comes from (flag, environment, config file, "
+                    "default). The cluster secret is shown only as (set).")
+    config.add_argument("--show", action="store_true", help="print the settings (the default action)")
+    config.add_argument("--json", action="store_true", help="print them as JSON")
+    _add_settings_options(config)
+    config.set_defaults(handler=cmd_config)
 
     from crawler_node.testweb import cli as testweb_cli
 
