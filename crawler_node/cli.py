@@ -93,7 +93,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except client.NodeError as exc:
         print(f"crawler-node submit: error: {exc}", file=sys.stderr)
         return 1
-    print(f"accepted {totals['accepted']}, duplicate {totals['duplicate']}, rejected {totals['rejected']}")
+    capped = f", {totals['capped']} over --max-pages-per-host" if totals["capped"] else ""
+    print(f"accepted {totals['accepted']} here, {totals['forwarded']} forwarded to the nodes that own them, "
+          f"duplicate {totals['duplicate']}, rejected {totals['rejected']}{capped}")
     return 0
 
 

@@ -88,7 +88,8 @@ def test_random_msgpack_that_decodes_to_a_scalar_is_400(node):
 def test_good_json_and_msgpack_are_accepted_with_counts(node):
     status, _, body = post(node, json.dumps({"urls": ["http://a.test/x", "http://a.test/x", "http://elsewhere.example/"]}).encode())
     assert status == 202
-    assert json.loads(body) == {"accepted": 1, "duplicate": 1, "rejected": 1, "reasons": {"host_not_allowed": 1}}
+    assert json.loads(body) == {"accepted": 1, "forwarded": 0, "duplicate": 1, "rejected": 1, "capped": 0,
+                                "reasons": {"host_not_allowed": 1}}
     packed = msgpack.packb({"urls": [{"url": "http://a.test/x"},
                                      {"url": "HTTP://A.TEST:80/y#frag", "depth": 2, "hops": 1}]})
     status, _, body = post(node, packed, "application/msgpack")

@@ -192,8 +192,9 @@ async def post_urls(request: web.Request) -> web.Response:
     for _, reason in rejected:
         reasons[reason] = reasons.get(reason, 0) + 1
     return web.json_response(
-        {"accepted": len(result.accepted), "duplicate": result.duplicates, "rejected": len(rejected),
-         "reasons": reasons},
+        # accepted: queued here; forwarded: durably in the outboxes of the nodes that own them
+        {"accepted": len(result.accepted), "forwarded": result.forwarded, "duplicate": result.duplicates,
+         "rejected": len(rejected), "capped": len(result.capped), "reasons": reasons},
         status=202,
     )
 

@@ -112,6 +112,7 @@ class AddResult:
     # New URLs of hosts that had max_pages_per_host accepted already: neither queued nor in the
     # seen-set (found again, they are turned away again), for the caller to log
     capped: list[UrlEntry] = field(default_factory=list)
+    forwarded: int = 0  # passed on to their owners' outboxes (the node's intake sets it)
 
     @property
     def queued(self) -> list[UrlEntry]:

@@ -149,6 +149,7 @@ class Intake:
         self._hosts.add_queued(result, self._clock())
         self.counters["submitted"] += len(result.accepted)
         self.counters["forwarded"] += len(forward)
+        result.forwarded = len(forward)
         if result.capped and self._crawl_log is not None:
             await self._crawl_log.log_capped(result.capped)  # counted there, with the crawl's other lines
         return result

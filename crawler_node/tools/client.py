@@ -39,7 +39,7 @@ def request_json(url: str, *, body: Any = None, secret: str | None = None, timeo
 
 
 def submit(node: str, urls: list[str], *, secret: str | None = None, batch: int = 1000) -> dict[str, int]:
-    totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
+    totals = {"accepted": 0, "forwarded": 0, "duplicate": 0, "rejected": 0, "capped": 0}
     for start in range(0, len(urls), batch):
         answer = request_json(f"{node.rstrip('/')}/v1/urls", body={"urls": urls[start:start + batch]}, secret=secret)
         for key in totals:
