@@ -10,13 +10,13 @@ import time
 
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
-from crawler_node.api.status import cluster_status
+from crawler_node.api.status import cluster_status, node_status
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, listen_address
-from crawler_node.tools.report import RateWindow, cluster_members, progress_log_line
+from crawler_node.tools.report import RateWindow, cluster_members, finished_log_line, progress_log_line
 
 log = logging.getLogger("crawler_node.daemon")
 
@@ -42,6 +42,11 @@ class ProgressLog:
         self._node.supervisor.recurring("progress-log", self.round, every_s=min(IDLE_CHECK_S, self._interval_s))
 
     async def round(self) -> None:
+        now = time.monotonic()
+        line_due = now - self._last_line >= self._interval_s
+        if not line_due and not (await node_status(self._node))["idle"]:
+            self._said = None  # busy here: the cluster is not idle, no need to ask the others
+            return
         try:
             status = await cluster_status(self._node)
         except RecursionError:
@@ -49,8 +54,7 @@ class ProgressLog:
             # cluster.peer_statuses lets that error through. Say so in one line, ask again later.
             log.warning("progress: a member's status could not be read (nested too deeply); skipped this round")
             return
-        now = time.monotonic()
-        if now - self._last_line >= self._interval_s:
+        if line_due:
             window_s = now - self._last_line
             self._last_line = now
             rate = self._rates.rate("fetched", status["counters"]["fetched"], now)
@@ -61,8 +65,7 @@ class ProgressLog:
         elif state != self._said and any(member.get("fetched") for member in cluster_members(status)):
             self._said = state
             if state == "idle":
-                log.info("crawl finished: the cluster is idle (%s)", progress_log_line(status, None, 0)
-                         .removeprefix("progress: "))
+                log.info("%s", finished_log_line(status))
             else:
                 log.warning("%s", state)
 

@@ -196,3 +196,13 @@ def progress_log_line(status: dict, rate: float | None, window_s: float) -> str:
             f"({'-' if rate is None else f'{rate:.1f}'}/s over the last {window_s:.0f} s), "
             f"queued {status['frontier']['queued']} here; cluster: {_share(finished, known)} "
             f"finished of the URLs known; {status.get('crawl_state', '')}")
+
+
+def finished_log_line(status: dict) -> str:
+    """The daemon's one line when the cluster has become idle."""
+    members = cluster_members(status)
+    finished = sum(member.get("finished") or 0 for member in members)
+    known = sum(member.get("known") or 0 for member in members)
+    fetched = sum(member.get("fetched") or 0 for member in members)
+    return (f"crawl finished: the cluster is idle; {_share(finished, known)} finished of the URLs known, "
+            f"{fetched} fetches by {len(members)} member{'s' if len(members) != 1 else ''}")
