@@ -4,6 +4,7 @@ from; URLs the scope leaves out get a line of their own."""
 from __future__ import annotations
 
 import io
+import urllib.request
 from pathlib import Path
 
 from conftest import read_crawl_log
@@ -49,6 +50,9 @@ def test_every_line_leads_to_its_record_and_names_its_referrer(start_testweb, st
     hits = web.stats()["urls"]
     assert not any(url.startswith(("http://site-2.test/", "http://site-3.test/")) for url in hits)
     assert node.status()["counters"]["out_of_scope"] == len(outside)
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"{node.url}/metrics", timeout=10) as answer:
+        metrics = answer.read().decode()
+    assert f'crawler_urls_turned_away_total{{reason="out_of_scope"}} {float(len(outside))}' in metrics
     # Stopped, the node has indexed each of its WARC files (CDXJ beside it), the open one too.
     assert node.stop(timeout_s=30) == 0
     files = sorted(warc.glob("*.warc.gz"))

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from crawler_node.node.node import Node
 
 
+# The crawl.log outcomes of URLs the scope or a trap guard turns away, each a status counter.
+TURNED_AWAY = ("out_of_scope", "repeated_segments", "path_too_deep", "too_many_query_params", "denied_url",
+               "host_page_cap")
+
+
 class NodeCollector:
     """Renders the status dictionary of one scrape (api.status.node_status)."""
 
@@ -107,6 +112,12 @@ class NodeCollector:
                       status["frontier"].get("recrawl_scheduled", 0))
         yield _single(CounterMetricFamily, "crawler_recrawl_queued", "URLs queued again for their recrawl",
                       counters["recrawl_queued"])
+        turned_away = CounterMetricFamily("crawler_urls_turned_away",
+                                          "URLs never fetched: out of scope or stopped by a trap guard, by reason "
+                                          "(each a crawl.log line with that outcome)", labels=["reason"])
+        for reason in TURNED_AWAY:
+            turned_away.add_metric([reason], counters.get(reason, 0))
+        yield turned_away
         yield from _host_metrics(status, self.hosts)
         yield from pressure_metrics(status)
         yield from cluster_metrics(status)
