@@ -64,7 +64,7 @@ def read_crawl_log(data_dir: Path, *, everything: bool = False) -> list[dict]:
     robots.txt exchanges (kind "robots") and the URLs that ended without a request."""
     current = Path(data_dir) / "crawl.log"
     # Rotated files first (crawl.log.<UTC stamp>, oldest first), then the current one.
-    paths = sorted(current.parent.glob("crawl.log.*")) + ([current] if current.exists() else [])
+    paths = sorted(current.parent.glob("crawl.log.[0-9]*")) + ([current] if current.exists() else [])
     lines = []
     for line in (text for path in paths for text in path.read_text().splitlines()):
         if line.strip():

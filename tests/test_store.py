@@ -274,7 +274,7 @@ def test_the_crawl_log_rotates_by_size(tmp_path: Path) -> None:
     for n in range(40):
         log.write([record(f"http://a.test/{n}", 200, HTML)])
     log.close()
-    files = sorted(tmp_path.glob("crawl.log.*")) + [tmp_path / "crawl.log"]
+    files = sorted(tmp_path.glob("crawl.log.[0-9]*")) + [tmp_path / "crawl.log"]
     assert len(files) > 2 and log.rotated == files[:-1]
     urls = [json.loads(line)["url"] for path in files for line in path.read_text().splitlines()]
     assert urls == [f"http://a.test/{n}" for n in range(40)]
@@ -364,6 +364,8 @@ def test_a_torn_last_line_is_cut_when_the_log_reopens(tmp_path):
     log = CrawlLog(path)
     log.close()
     assert path.read_text() == '{"url": "http://a.test/"}\n'
+    # set aside, not destroyed
+    assert (tmp_path / "crawl.log.torn").read_text() == '{"url": "http://a.te\n'
 
 
 def test_a_record_crosses_to_the_store_worker_whole() -> None:
@@ -439,3 +441,30 @@ def test_record_ids_are_unique_across_batches(tmp_path: Path) -> None:
     ids = [headers.get_header("WARC-Record-ID") for contents in files for _, headers, _, _ in contents]
     assert len(files) > 1 and len(ids) == len(files) + 2 * 5 * 40  # a warcinfo record per file
     assert len(set(ids)) == len(ids)
+
+
+def test_a_torn_warc_tail_is_cut_and_set_aside_at_the_next_start(tmp_path: Path) -> None:
+    from crawler_node.store.cdxj import index_path
+
+    store = Store(tmp_path, node_id=NODE)
+    store.write([record(f"http://a.test/{n}", 200, BINARY[n:] + HTML) for n in range(6)])
+    store.flush()
+    (path,) = (tmp_path / "warc").glob("*.warc.gz")
+    # A kill mid-write: the last member half there, and no index (the file was never closed).
+    whole = path.read_bytes()
+    lines = [json.loads(line) for line in (tmp_path / "crawl.log").read_text().splitlines()]
+    last = lines[-1]
+    store.warc._file = None  # abandon the file as a killed process would, without closing it
+    store.close()
+    cut_at = last["warc_offset"] + last["warc_length"] // 2
+    path.write_bytes(whole[:cut_at])
+    index_path(path).unlink(missing_ok=True)
+
+    Store(tmp_path, node_id=NODE).close()  # the next start
+    assert path.read_bytes() == whole[:last["warc_offset"]]  # up to the last whole record
+    assert path.with_name(path.name + ".torn").read_bytes() == whole[last["warc_offset"]:cut_at]
+    with open(path, "rb") as handle:
+        uris = [r.rec_headers.get_header("WARC-Target-URI") for r in ArchiveIterator(handle, check_digests=True)
+                if r.rec_type == "response"]
+    assert uris == [f"http://a.test/{n}" for n in range(5)]
+    assert index_path(path).read_text().count("\n") == 5

@@ -132,21 +132,53 @@ def write_index(warc_path: Path) -> Path:
     return target
 
 
+def repair_torn_tail(warc_path: Path) -> int:
+    """Cut a torn last gzip member (a kill mid-write) off a WARC file that is no longer being
+    written, so that every reader, not only this indexer, sees whole records only: warcio
+    reads a truncated record without complaint. The cut bytes are set aside in
+    `<name>.torn`, never destroyed. Returns how many bytes were cut (0: the file was whole).
+    Bytes that are no gzip member at all raise zlib.error: damage, left alone."""
+    with open(warc_path, "rb+") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        end = _complete_end(stream, 0)
+        if end >= size:
+            return 0
+        stream.seek(end)
+        torn = stream.read()
+        with open(warc_path.with_name(warc_path.name + ".torn"), "wb") as aside:
+            aside.write(torn)
+            aside.flush()
+            os.fsync(aside.fileno())
+        stream.truncate(end)
+        stream.flush()
+        os.fsync(stream.fileno())
+    log.warning("%s ended in a torn record (%d bytes after byte %d, a kill mid-write): cut, and set aside in %s.torn",
+                warc_path, size - end, end, warc_path.name)
+    return size - end
+
+
 def unindexed(directory: Path) -> list[Path]:
     """The `*.warc.gz` files in `directory` with no index, or one older than the file."""
     return [path for path in sorted(directory.glob(f"*{WARC_SUFFIX}")) if not _index_is_current(path)]
 
 
-def index_missing(directory: Path, *, skip: Collection[Path] = (), files: Collection[Path] | None = None
-                  ) -> list[Path]:
+def index_missing(directory: Path, *, skip: Collection[Path] = (), files: Collection[Path] | None = None,
+                  repair: bool = False) -> list[Path]:
     """Index every `*.warc.gz` in `directory` that has no index or one older than the file
-    (or just ``files``), except those in `skip` (the file being written). Returns the indexes
-    written; a file that cannot be indexed is logged and the others are indexed all the same."""
+    (or just ``files``), except those in `skip` (the file being written); with ``repair``,
+    first cut each one's torn tail (`repair_torn_tail`: only files no process writes any
+    more). Returns the indexes written; a file that cannot be indexed is logged and the
+    others are indexed all the same."""
     skipped = {path.resolve() for path in skip}
     written: list[Path] = []
     for warc_path in (unindexed(directory) if files is None else files):
         if warc_path.resolve() in skipped:
             continue
+        if repair:
+            try:
+                repair_torn_tail(warc_path)
+            except (OSError, zlib.error) as exc:
+                log.error("%s could not be checked for a torn tail: %s", warc_path, exc)
         try:
             written.append(write_index(warc_path))
         except WarcIndexError as exc:

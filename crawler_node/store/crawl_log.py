@@ -9,6 +9,7 @@ scan. Rotated by size: the full file is renamed `crawl.log.<UTC timestamp>` and 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 if TYPE_CHECKING:
     from crawler_node.store.writer import FetchRecord
+
+log = logging.getLogger("crawler_node.store")
 
 CRAWL_LOG_FILENAME = "crawl.log"
 # A str as a quoted JSON string, non-ASCII escaped: the (C) function json.dumps uses.
@@ -149,9 +152,10 @@ class CrawlLog:
 
 
 def _drop_torn_tail(path: Path) -> None:
-    """A process killed mid-write can leave half a line; cut it so the log stays valid JSON
-    lines. Nothing is lost: the frontier marks a fetch done only after its line was flushed,
-    so the attempt behind a torn line is made again."""
+    """A process killed mid-write can leave half a line: it is set aside, appended to
+    `<name>.torn` (so nothing written is destroyed), cut from the file, and logged, so the
+    file stays valid JSON lines. Nothing is lost: the frontier marks a fetch done only after
+    its line was flushed, so the attempt behind a torn line is made again."""
     try:
         with open(path, "rb+") as handle:
             size = handle.seek(0, os.SEEK_END)
@@ -167,9 +171,15 @@ def _drop_torn_tail(path: Path) -> None:
                 chunk = handle.read(step)
                 newline = chunk.rfind(b"\n")
                 if newline >= 0:
-                    handle.truncate(keep - step + newline + 1)
-                    return
+                    keep = keep - step + newline + 1
+                    break
                 keep -= step
-            handle.truncate(0)
+            handle.seek(keep)
+            torn = handle.read()
+            with open(path.with_name(path.name + ".torn"), "ab") as aside:
+                aside.write(torn + b"\n")
+            handle.truncate(keep)
+            log.warning("%s ended in a torn line (%d bytes, a kill mid-write): set aside in %s.torn", path,
+                        len(torn), path.name)
     except FileNotFoundError:
         return

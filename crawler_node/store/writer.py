@@ -54,7 +54,10 @@ class Store:
         self._indexer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdxj")
         warc_dir = data_dir / WARC_DIRNAME
         # The list is taken now, before this run's writer opens a file of its own.
-        self._indexer.submit(index_missing, warc_dir, files=unindexed(warc_dir) if warc_dir.exists() else [])
+        # (A file without an index was being written by a run that was killed: its torn tail,
+        # if any, is cut first and set aside; this node holds the data directory's lock.)
+        self._indexer.submit(index_missing, warc_dir, files=unindexed(warc_dir) if warc_dir.exists() else [],
+                             repair=True)
         self.warc = WarcWriter(warc_dir, node_id=node_id, max_file_bytes=warc_max_bytes,
                                digests=self.digests, info=info)
         self.crawl_log = CrawlLog(data_dir / CRAWL_LOG_FILENAME, max_file_bytes=crawl_log_max_bytes)

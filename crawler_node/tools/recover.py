@@ -56,7 +56,7 @@ class Recovered:
 def crawl_log_lines(data_dir: Path, recovered: Recovered) -> Iterator[dict]:
     """Every crawl.log line, rotated files first; a torn or garbled line is skipped, counted."""
     current = data_dir / "crawl.log"
-    for path in [*sorted(data_dir.glob("crawl.log.*")), current]:
+    for path in [*sorted(data_dir.glob("crawl.log.[0-9]*")), current]:
         if not path.exists():
             continue
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -158,7 +158,7 @@ def main(data_dir: Path, scope: Scope) -> int:
         print(f"crawler-node recover: error: {exc}", file=sys.stderr)
         return 2
     try:
-        if not (data_dir / "crawl.log").exists() and not list(data_dir.glob("crawl.log.*")):
+        if not (data_dir / "crawl.log").exists() and not list(data_dir.glob("crawl.log.[0-9]*")):
             print(f"crawler-node recover: error: {data_dir} has no crawl.log to rebuild the frontier from",
                   file=sys.stderr)
             return 2
