@@ -12,6 +12,7 @@ routes, wakes the senders and the sweeper, and tells the node (``on_change``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,9 @@ class ClusterConfig:
                    outbox_capacity=s.outbox_capacity, forward_batch=s.forward_batch,
                    forward_linger_s=s.forward_linger_s, peer_dns=s.peer_dns,
                    peer_dns_interval_s=s.peer_dns_interval_s)
+
+
+PEER_STATUS_MAX_BYTES = 4_000_000  # a peer's /v1/status read for the cluster view, at most
 
 
 class Cluster:
@@ -231,9 +235,14 @@ class Cluster:
             try:
                 async with session.get(f"{url}/v1/status", params={"scope": "local"},
                                        timeout=aiohttp.ClientTimeout(total=2)) as response:
-                    body = await response.json() if response.status == 200 else None
+                    if response.status != 200:
+                        return node_id, None
+                    # Bounded, and parsed without letting a hostile peer's nesting or size
+                    # reach past this call: a status is some tens of kB.
+                    raw = await response.content.read(PEER_STATUS_MAX_BYTES + 1)
+                    body = json.loads(raw) if len(raw) <= PEER_STATUS_MAX_BYTES else None
                     return node_id, body if isinstance(body, dict) else None
-            except (aiohttp.ClientError, TimeoutError, ValueError):
+            except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError):
                 return node_id, None
 
         results = await asyncio.gather(*(one(m.node_id, m.url) for m in self.membership.peers()
