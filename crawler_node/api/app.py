@@ -20,6 +20,7 @@ from aiohttp import web
 from crawler_node.api.control import CONTROL_PATHS, add_control_routes
 from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.metrics import NodeMetrics
+from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
 from crawler_node.api.status import cluster_status, node_status
 from crawler_node.cluster.membership import member_problem
 from crawler_node.cluster.outbox import FORWARDED_BY
@@ -349,5 +350,6 @@ def make_app(node: Node) -> web.Application:
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/", get_dashboard)
+    app.router.add_get(OPENAPI_PATH, get_openapi)  # unauthenticated: it describes, it gives nothing away
     add_control_routes(app, NODE_KEY)
     return app
