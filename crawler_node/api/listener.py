@@ -7,7 +7,8 @@ request has arrived when it fires. Set to the read timeout, it closes a client t
 headers (slowloris) as surely as an idle one. Bodies are read by the handlers under the same
 timeout (api.app.read_body). The connection bound is the protocol factory below: past it a new
 connection gets a 503 and is closed at once, so a flood costs a file descriptor for a moment,
-never a handler.
+never a handler. A request aiohttp cannot parse is the client's fault (answered 400): it is not
+logged as an error with the parser's traceback, which any client could fill the log with.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import logging
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 log = logging.getLogger("crawler_node.api")
 
@@ -23,6 +25,25 @@ MAX_CONNECTIONS = 1000  # open API connections; peers keep a few each, dashboard
 _BUSY_TEXT = b"too many connections to this node\n"
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\nConnection: close\r\n"
          b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT))
+
+
+class _ClientErrors(logging.Filter):
+    """aiohttp logs a request it could not parse at ERROR, with the parser's traceback. Such a
+    request becomes one line at DEBUG (dropped unless the log is that verbose); a handler's own
+    exception (a 500) keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        record.msg, record.args = "%s: %s %s", (record.getMessage(), type(exc).__name__, exc.code)
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return log.isEnabledFor(logging.DEBUG)
+
+
+_server_log = logging.getLogger("crawler_node.api.server")
+_server_log.addFilter(_ClientErrors())
 
 
 class _Refuse(asyncio.Protocol):
@@ -39,7 +60,8 @@ class ApiListener:
                  max_connections: int = MAX_CONNECTIONS) -> None:
         if read_timeout_s <= 0 or max_connections < 1:
             raise ValueError("need read_timeout_s > 0 and max_connections >= 1")
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=read_timeout_s)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=read_timeout_s,
+                                     logger=_server_log)
         self._host = host
         self._port = port
         self._max_connections = max_connections
