@@ -105,8 +105,9 @@ class StoreStage:
         await self._worker.start()
         supervisor.stage("store", self._store_loop())
 
-    async def close(self) -> None:
-        await self._worker.close()
+    async def close(self, *, write_nothing: bool = False) -> None:
+        """``write_nothing``: the disk is full; nothing more is written (store.worker)."""
+        await self._worker.close(write_nothing=write_nothing)
 
     # ----------------------------------------------------------------- the loop
     async def _store_loop(self) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from crawler_node.runtime.datadir import writing
 from crawler_node.store.cdxj import index_missing, unindexed
 from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME, CrawlLog, Location, _drop_torn_tail, iso_utc
 from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex
@@ -76,14 +77,27 @@ class Store:
         # The pipelines' items go with them, so a page marked done has its items on disk (and
         # one fetched again after a kill has them twice). The digests of the new payloads are
         # committed last: an entry never points at a record that was not written.
-        locations = self.warc.write(records)
-        self.records_written += self.crawl_log.write(records, locations)
-        for record in records:
-            if record.items:
-                self.items.write(record.items)
-        self.flush()
+        # A write that fails for want of space is a DiskFull naming the file and what it holds
+        # (runtime.datadir); the store is then done with (store.worker), and the digests
+        # added for this batch are never committed.
+        with writing(self._warc_file, "the WARC records"):
+            locations = self.warc.write(records)
+            self.warc.flush()
+        with writing(lambda: self.crawl_log.path, "the crawl.log lines"):
+            self.records_written += self.crawl_log.write(records, locations)
+            self.crawl_log.flush()
+        with writing(lambda: self.items.directory, "the pipelines' items"):
+            for record in records:
+                if record.items:
+                    self.items.write(record.items)
+            self.items.flush()
         if self.digests is not None:
-            self.digests.commit()
+            with writing(lambda: self.data_dir / DIGESTS_FILENAME, "the payload digests"):
+                self.digests.commit()
+
+    def _warc_file(self) -> Path:
+        files = self.warc.files
+        return files[-1] if files else self.warc.directory
 
     def flush(self, *, fsync: bool = False) -> None:
         self.warc.flush(fsync=fsync)
