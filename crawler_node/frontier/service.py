@@ -3,7 +3,8 @@
 Every operation is one call on that thread, so the event loop never waits on the disk and the
 frontier never sees two threads. There is no generic `call(fn)`: callers name the operation,
 and so the frontier's state is never read from the event loop's thread (`snapshot()` is the
-way to see it).
+way to see it). A write the disk has no room for is a DiskFull (runtime.datadir), whatever
+the call: the node stops on it, and the transaction it was in is rolled back.
 """
 
 from __future__ import annotations
@@ -12,12 +13,28 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
+from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class _FrontierThread(SyncWorker):
+    """The frontier's thread: its calls say a full disk as a DiskFull naming the frontier."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__("frontier")
+        self._path = path
+
+    async def call(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with writing(lambda: self._path, "the frontier"):
+            return await super().call(fn, *args, **kwargs)
 
 
 class FrontierService:
@@ -29,7 +46,7 @@ class FrontierService:
         self._lease_timeout_s = lease_timeout_s
         self._max_pages_per_host = max_pages_per_host  # see Frontier
         self._clock = clock
-        self._thread: SyncWorker | None = None
+        self._thread: _FrontierThread | None = None
         self._frontier: Frontier | None = None
         self._control: FrontierControl | None = None
 
@@ -37,7 +54,7 @@ class FrontierService:
         """Open the frontier on its own thread (recovering leases, counting rows: a scan)."""
         if self._thread is not None:
             raise RuntimeError("the frontier service is already open")
-        self._thread = SyncWorker("frontier")
+        self._thread = _FrontierThread(self._path)
         try:
             self._frontier = await self._thread.call(
                 Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock,
@@ -60,7 +77,7 @@ class FrontierService:
         finally:
             thread.shutdown()  # idle by now: returns at once
 
-    def _opened(self) -> tuple[SyncWorker, Frontier]:
+    def _opened(self) -> tuple[_FrontierThread, Frontier]:
         if self._thread is None or self._frontier is None:
             raise RuntimeError("the frontier service is not open")
         return self._thread, self._frontier
