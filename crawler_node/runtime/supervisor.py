@@ -8,6 +8,10 @@
   after ``retry_s`` (Crawlee's RecurringTask). It never ends silently, only when stopped;
 - a **one-off** task (announcing a join to a peer) is named, and its failure is logged.
 
+A full disk (runtime.datadir.DiskFull, or the OS or SQLite error that means one) is fatal
+wherever it is met, a recurring job too: nothing more can be stored, so the node stops, and
+``on_fatal`` says it once, in one line (no traceback: nothing is wrong with the code).
+
 Tasks are kept until they end, and :meth:`Supervisor.stop` cancels and awaits them all.
 """
 
@@ -19,9 +23,26 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from crawler_node.runtime.datadir import disk_full
+
 log = logging.getLogger("crawler_node.supervisor")
 
 Round = Callable[[], Awaitable[object]]
+
+
+async def cut_short(step: Coroutine[Any, Any, object], event: asyncio.Event, *, name: str) -> BaseException | None:
+    """Run ``step`` as a task named ``name`` until it ends or ``event`` is set (then it is
+    cancelled); returns the error it ended with, None if it ended well or was cut short."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(step, name=name)
+    setting = loop.create_task(event.wait(), name=f"{name}:cut-short")
+    try:
+        await asyncio.wait({task, setting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        setting.cancel()
+        task.cancel()  # a no-op once it ended
+        await asyncio.gather(task, setting, return_exceptions=True)
+    return None if task.cancelled() else task.exception()
 
 
 class Supervisor:
@@ -78,8 +99,10 @@ class Supervisor:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            log.error("pipeline stage %s failed; stopping the node", name, exc_info=exc)
-            self._on_fatal(exc)
+            full = disk_full(exc, path=None, what=f"the {name} stage's output")
+            if full is None:
+                log.error("pipeline stage %s failed; stopping the node", name, exc_info=exc)
+            self._on_fatal(full or exc)
             return
         if not self._stopping:
             error = RuntimeError(f"pipeline stage {name} ended")
@@ -92,7 +115,11 @@ class Supervisor:
                 await one_round()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
+                full = disk_full(exc, path=None, what=f"the {name} job's output")
+                if full is not None:
+                    self._on_fatal(full)  # the node stops; running again would fail again
+                    return
                 self.failures[name] += 1
                 log.exception("recurring job %s failed; it runs again in %.1f s", name, self._retry_s)
                 await asyncio.sleep(self._retry_s)
