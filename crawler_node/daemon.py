@@ -12,7 +12,7 @@ from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
 from crawler_node.api.status import cluster_status, node_status
 from crawler_node.node.node import Node
-from crawler_node.runtime.datadir import DataDirError, claim_data_dir
+from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, listen_address
@@ -108,7 +108,16 @@ async def serve(settings: Settings) -> int:
 
 async def _serve(settings: Settings) -> int:
     node = Node(settings)
-    await node.start()
+    try:
+        await node.start()
+    except DataDirError as exc:
+        # A part of the data directory the checks before could not see, or a disk full already.
+        if isinstance(exc, DiskFull):
+            node.fail(exc)  # says it, once
+        else:
+            log.error("%s", exc)
+        await node.stop()
+        return 1 if isinstance(exc, DiskFull) else 2
     host, port = listen_address(settings.listen)
     listener = ApiListener(app=make_app(node), host=host, port=port, read_timeout_s=settings.api_read_timeout_s)
     try:
@@ -127,9 +136,14 @@ async def _serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, node.request_stop)
     await node.wait_stop_requested()
-    log.info("stopping: returning unfinished work to the frontier and flushing the store")
+    if isinstance(node.fatal_error, DiskFull):
+        log.info("stopping: nothing more can be written; the pages not stored are fetched again next run")
+    else:
+        log.info("stopping: returning unfinished work to the frontier and flushing the store")
     await node.stop()
     await listener.close()
+    if isinstance(node.fatal_error, DiskFull):
+        return 1  # said when it happened, in the one line an operator needs
     if node.fatal_error is not None:
         log.error("node stopped after a fatal error: %r", node.fatal_error)
         return 1

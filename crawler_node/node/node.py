@@ -26,8 +26,9 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
 from crawler_node.cluster.ipshare import ip_shares_for
@@ -52,9 +53,10 @@ from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.pipeline import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
+from crawler_node.runtime.datadir import DiskFull
 from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.malloctune import release_free_heap
-from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.runtime.supervisor import Supervisor, cut_short
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.settings import Settings
 from crawler_node.store.worker import StoreWorker
@@ -119,6 +121,7 @@ class Node:
         self.started_at = time.monotonic()
         self.fatal_error: BaseException | None = None
         self._stop_requested = asyncio.Event()
+        self._disk_full = asyncio.Event()  # a write found no room: nothing more can be stored
         self._stopping = False
         work, pressure = Wakeup(), Wakeup()  # a host may be ready; a stage may have drained
         self._pressure = pressure
@@ -221,10 +224,21 @@ class Node:
                      len(prepared.invalid) + len(prepared.out_of_scope))
 
     def _fatal(self, exc: BaseException) -> None:
-        # A pipeline stage died: the node cannot keep its promises, so it stops loudly.
+        # A pipeline stage died: the node cannot keep its promises, so it stops loudly. A full
+        # disk is said here, once, in one line (the supervisor does not), and cuts the stop short.
+        if isinstance(exc, DiskFull):
+            exc = exc.at(self.data_dir)
+            if self.fatal_error is None:
+                log.error("%s", exc)
+            self._disk_full.set()
+            self._pressure.notify()  # a stop waiting for the stages to drain waits no more
         if self.fatal_error is None:
             self.fatal_error = exc
         self.request_stop()
+
+    def fail(self, exc: BaseException) -> None:
+        """A fatal error met outside the node's tasks (its start): the node stops as on its own."""
+        self._fatal(exc)
 
     def request_stop(self) -> None:
         self._stopping = True
@@ -237,23 +251,41 @@ class Node:
 
     async def stop(self, *, grace_s: float = 10.0) -> None:
         """Ordered shutdown: stop leasing, let fetches finish (or hand them back), drain the
-        parse and store stages, write back what was never attempted, close in reverse."""
+        parse and store stages, write back what was never attempted, close in reverse. On a full
+        disk (before or while draining) fetches are cancelled and nothing is waited for or written
+        back: unstored pages keep their leases, which return to their queues at the next start."""
         self.request_stop()
         if self.settings.handoff_on_exit and not self.cluster.is_single:
-            await self._hand_everything_off(grace_s)
-        await self.dispatcher.drain(grace_s)
-        drained = await self._pressure.wait_until(lambda: self.parse.idle() and self.store.idle(), grace_s + 30)
-        if not drained:
+            await self._unless_disk_full(self._hand_everything_off(grace_s))
+        await self._unless_disk_full(self.dispatcher.drain(grace_s))
+        drained = await self._pressure.wait_until(
+            lambda: self._disk_full.is_set() or (self.parse.idle() and self.store.idle()), grace_s + 30)
+        if self._disk_full.is_set():
+            await self.dispatcher.drain(0)  # cancelled: their pages could not be stored
+        elif not drained:
             log.error("the parse and store stages did not drain in time; their pages are fetched again next run")
         self.leases.stop()
         await self.supervisor.stop()
-        await self.leases.flush()
-        await self.upkeep.flush()
+        if not self._disk_full.is_set():
+            await self._unless_disk_full(self.leases.flush())
+        if not self._disk_full.is_set():
+            await self._unless_disk_full(self.upkeep.flush())
         await self.cluster.close()
-        await self.store.close()
+        await self.store.close(write_nothing=self._disk_full.is_set())
         await self.parse.close()
         await self.fetcher.close()
-        await self.frontier.close()
+        try:
+            await self.frontier.close()
+        except DiskFull as exc:  # its last checkpoint: the WAL it leaves is read at the next start
+            self._fatal(exc)
+
+    async def _unless_disk_full(self, step: Coroutine[Any, Any, None]) -> None:
+        """A step of the stop, cut short by a full disk; a full disk it meets stops the node too."""
+        error = await cut_short(step, self._disk_full, name="stop-step")
+        if isinstance(error, DiskFull):
+            self._fatal(error)
+        elif error is not None:
+            raise error
 
     async def _hand_everything_off(self, grace_s: float) -> None:
         """--handoff-on-exit: this node leaves the ring, its queue drains to the successors
