@@ -205,6 +205,15 @@ def test_a_full_disk_is_said_as_a_disk_full_wherever_it_is_met(tmp_path: Path) -
     connection.close()
     sqlite_full = disk_full(raised.value, path=database, what="the frontier")
     assert sqlite_full is not None and sqlite_full.reason == "disk full"
+    # A quota or a read-only remount reaches SQLite as a failed write, without its errno.
+    write_failed = sqlite3.OperationalError("disk I/O error")
+    write_failed.sqlite_errorcode = sqlite3.SQLITE_IOERR_WRITE  # type: ignore[attr-defined]
+    failed = disk_full(write_failed, path=database, what="the frontier")
+    assert failed is not None and str(failed).startswith(f"disk write failed: {database} ")
+    assert "check its space, quota and mount and start it again" in str(failed)
+    other = sqlite3.OperationalError("database is locked")
+    other.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+    assert disk_full(other, path=database, what="the frontier") is None
     # It crosses from the store's process with its fields.
     again = pickle.loads(pickle.dumps(full))
     assert (again.path, again.what, again.reason, str(again)) == (full.path, full.what, full.reason, str(full))

@@ -33,6 +33,12 @@ class DataDirError(RuntimeError):
 
 
 _DISK_ERRNOS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "disk read-only"}
+# SQLite says ENOSPC as FULL, but a quota or a read-only remount only as a failed write (it
+# keeps the errno to itself): those stop the node the same way, without a guess at the cause.
+_SQLITE_CODES = {sqlite3.SQLITE_FULL: "disk full", sqlite3.SQLITE_READONLY: "disk read-only"}
+_SQLITE_WRITE_FAILED = frozenset({sqlite3.SQLITE_IOERR_WRITE, sqlite3.SQLITE_IOERR_FSYNC,
+                                  sqlite3.SQLITE_IOERR_TRUNCATE, sqlite3.SQLITE_IOERR_SHMSIZE})
+_REMEDIES = {"disk read-only": "make it writable", "disk write failed": "check its space, quota and mount"}
 
 
 class DiskFull(DataDirError):
@@ -44,7 +50,7 @@ class DiskFull(DataDirError):
 
     def __init__(self, path: str | None, what: str, reason: str = "disk full") -> None:
         self.path, self.what, self.reason = path, what, reason
-        remedy = "make it writable" if reason == "disk read-only" else "free space"
+        remedy = _REMEDIES.get(reason, "free space")
         where = f"{path} (filesystem {_mount_point(path)})" if path else "the data directory"
         super().__init__(f"{reason}: {where}: {what} could not be written: the node stops; {remedy} and start "
                          f"it again: nothing is lost")
@@ -67,8 +73,9 @@ def disk_full(exc: BaseException, *, path: str | Path | None, what: str) -> Disk
         if reason is not None and exc.filename:
             path = os.fsdecode(exc.filename)
     elif isinstance(exc, sqlite3.Error):
-        code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF  # the primary code of an extended one
-        reason = {sqlite3.SQLITE_FULL: "disk full", sqlite3.SQLITE_READONLY: "disk read-only"}.get(code)
+        code = getattr(exc, "sqlite_errorcode", 0) or 0
+        # the primary code of an extended one (SQLITE_READONLY_DBMOVED is a READONLY)
+        reason = "disk write failed" if code in _SQLITE_WRITE_FAILED else _SQLITE_CODES.get(code & 0xFF)
     if reason is None:
         return None
     return DiskFull(None if path is None else str(path), what, reason)
