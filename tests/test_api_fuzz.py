@@ -229,6 +229,26 @@ def test_a_request_aiohttp_cannot_parse_is_a_400_without_a_traceback_in_the_log(
     assert_alive(node)
 
 
+def test_a_command_body_is_read_whole_and_within_the_read_timeout(start_node):
+    # One read of the stream gave what had arrived: a body in two segments was cut, a 400.
+    node = start_node("fuzz-slow", extra_args=["--api-read-timeout-s", "1"])
+    body = json.dumps({"reason": "x" * 150}).encode()
+    head = (b"POST /v1/control/resume?local=1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    with socket.create_connection((node.host, node.port), timeout=10) as sock:
+        sock.sendall(head + body[:20])
+        time.sleep(0.2)  # the rest in a segment of its own
+        sock.sendall(body[20:])
+        answer = sock.recv(65536)
+        assert re.match(rb"HTTP/1\.1 200 ", answer), answer[:300]
+    with socket.create_connection((node.host, node.port), timeout=10) as sock:
+        sock.sendall(head + body[:20])  # and never the rest
+        started = time.monotonic()
+        answer = sock.recv(65536)
+        assert re.match(rb"HTTP/1\.1 408 ", answer) and time.monotonic() - started < 5, answer[:300]
+    assert_alive(node)
+
+
 # --- the description itself -------------------------------------------------------------------
 
 

@@ -142,16 +142,28 @@ def _reached_members(node: Node) -> tuple[list[Member], list[str]]:
     return reached, [member.node_id for member in down]
 
 
+class SlowBody(Exception):
+    """The body did not arrive within the API's read timeout."""
+
+
 async def _command_body(request: web.Request) -> dict:
     if request.content_length and request.content_length > MAX_COMMAND_BYTES:
         raise BadQuery(f"body over {MAX_COMMAND_BYTES} bytes")
-    raw = await request.content.read(MAX_COMMAND_BYTES + 1)
+    # Read to the end (one read() gives what has arrived so far: a body in two TCP segments was
+    # cut in two), within the read timeout (a client dripping it would hold this handler).
+    raw = bytearray()
+    try:
+        async with asyncio.timeout(request.app[NODE].settings.api_read_timeout_s):
+            while len(raw) <= MAX_COMMAND_BYTES and (chunk := await request.content.read(MAX_COMMAND_BYTES + 1)):
+                raw += chunk
+    except TimeoutError as exc:
+        raise SlowBody() from exc
     if len(raw) > MAX_COMMAND_BYTES:
         raise BadQuery(f"body over {MAX_COMMAND_BYTES} bytes")
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
+        body = json.loads(bytes(raw))
     except (ValueError, RecursionError) as exc:
         raise BadQuery(f"body is not valid JSON: {type(exc).__name__}") from exc
     if not isinstance(body, dict):
@@ -185,6 +197,8 @@ def _command(action: str, apply: Callable[[Node, dict], Awaitable[dict]], *, oth
             body = await _command_body(request)
         except BadQuery as exc:
             return _error(400, "bad_request", exc.message)
+        except SlowBody:
+            return _error(408, "too_slow", "the body did not arrive within the read timeout")
         body.setdefault("by", f"{node.node_id} (POST {request.path})")
         if _local(request):
             return web.json_response({"node_id": node.node_id, **await apply(node, body)})

@@ -160,7 +160,8 @@ def _command(summary: str) -> Schema:
     return {"post": {"summary": summary, "security": _SECURITY, "parameters": [_LOCAL],
                      "requestBody": {"required": False, "content": _json(_ref("Command")),
                                      "description": f"at most {control.MAX_COMMAND_BYTES} bytes"},
-                     "responses": {"200": _answer("what each member said", _ref("CommandAnswer")), **_PROTECTED}}}
+                     "responses": {"200": _answer("what each member said", _ref("CommandAnswer")), **_PROTECTED,
+                                   "408": _BODY_READ["408"]}}}
 
 
 def _host_queue() -> Schema:
