@@ -118,6 +118,66 @@ def test_a_full_disk_stops_the_node_cleanly_and_a_restart_loses_nothing(start_te
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.fixture
+def ext4_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MB ext4 image, loop-mounted with errors=remount-ro, at the path yielded. (A tmpfs
+    cannot be remounted read-only while a file on it is open for writing.)"""
+    point, image = tmp_path / "ext4", tmp_path / "ext4.img"
+    point.mkdir()
+    why = None
+    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("mount", "mkfs.ext4", "findmnt")):
+        why = "needs root, mount(8), mkfs.ext4 and findmnt for a loop-mounted ext4 image"
+    else:
+        with open(image, "wb") as handle:
+            handle.truncate(64 << 20)
+        made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True, text=True, timeout=60)
+        mounted = made if made.returncode else subprocess.run(
+            ["mount", "-o", "loop,errors=remount-ro", str(image), str(point)], capture_output=True, text=True,
+            timeout=30)
+        if mounted.returncode != 0:
+            why = f"cannot make and mount an ext4 image here: {mounted.stderr.strip()}"
+    if why is not None:
+        if os.environ.get("CRAWLER_REQUIRE_TMPFS") == "1":
+            pytest.fail(f"CRAWLER_REQUIRE_TMPFS=1: {why}")
+        pytest.skip(why)
+    try:
+        yield point
+    finally:
+        if os.path.ismount(point) and subprocess.run(["umount", str(point)], capture_output=True,
+                                                     timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=10)
+
+
+def test_a_disk_gone_read_only_mid_run_stops_the_node_cleanly(start_testweb, start_node, tmp_path: Path,
+                                                               ext4_disk: Path) -> None:
+    # No restart here: a filesystem that aborts drops what was not yet written back from the
+    # page cache (the store and the frontier do not fsync each batch), so what is left of the
+    # crawl is the kernel's choice, not the node's.
+    point = ext4_disk
+    # Slow pages: the crawl is under way, not over, when the filesystem fails.
+    web = start_testweb(hosts=HOSTS, pages=PAGES, seed=22, profile={"site-*.test": {"latency_ms": 50}})
+    data_dir = point / "n1"
+    node = start_node(proxy=web.url, seeds=roots(HOSTS), data_dir=data_dir, log_path=tmp_path / "n1.log")
+    deadline = time.monotonic() + 60
+    crawl_log = data_dir / "crawl.log"
+    while not crawl_log.exists() or crawl_log.stat().st_size < 20_000:  # a few dozen pages stored
+        assert time.monotonic() < deadline, node.log_tail()
+        time.sleep(0.05)
+    device = subprocess.run(["findmnt", "-no", "SOURCE", str(point)], capture_output=True, text=True,
+                            timeout=10).stdout.strip()
+    # ext4 takes this as an error of its own and, as mounted, remounts itself read-only.
+    Path(f"/sys/fs/ext4/{os.path.basename(device)}/trigger_fs_error").write_text("test\n")
+    failed_at = time.monotonic()
+    assert node.proc is not None
+    node.proc.wait(timeout=60)
+    assert node.proc.returncode == 1
+    assert time.monotonic() - failed_at <= STOP_BOUND_S
+    log = node.log_path.read_text(errors="replace")
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"{data_dir}/" in errors[0] and "could not be written: the node stops" in errors[0], log
+    assert "Traceback" not in log and "Exception ignored" not in log, log
+
+
 # ----------------------------------------------------------------- unusable parts at start
 def _run_node(data_dir: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "crawler_node", "run", "--node-id", "n1",
