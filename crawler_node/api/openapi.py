@@ -3,8 +3,9 @@
 Plain data, built once from the limits the handlers enforce (so a limit changed there changes
 here), and what schemathesis fuzzes a live node with in the tests (tests/test_api_fuzz.py). It
 describes what a node can answer, not what a well-behaved client meets: every operation lists
-the 503 a node past its connection bound gives (api.listener), and every route that reads a
-body its 408 (body too slow) and 413 (body too large). aiohttp answers ``HEAD`` on every ``GET``
+the 503 a node past its connection bound gives (api.listener), every route that reads a body
+its 408 (body too slow), and /v1/urls, /v1/join and /v1/leave their 413 (a crawl-control body
+over its limit is a 400, as api.control answers it). aiohttp answers ``HEAD`` on every ``GET``
 route; those operations are listed too, because the token check covers them as well.
 """
 
