@@ -33,7 +33,10 @@ FIRST_HOSTS = 20_000  # the reference point: RSS once this many hosts are fetche
 BACKLOG = 5_000  # hosts submitted but not yet fetched, at most
 BATCH = 2_000  # roots per POST /v1/urls (the API takes up to 10,000)
 GROWTH_LIMIT = 1.3
-CRAWL_DEADLINE_S = 210.0  # ~110 s on 2 cores today
+# A hang guard, not a speed goal (bench/ measures speed): ~155 s on 2 idle cores since the
+# archive became as-received with revisits, metadata and CDXJ lines (~110 s before), and more
+# than 210 s on a CI machine busy with other work.
+CRAWL_DEADLINE_S = 400.0
 POLL_S = 0.2
 TESTWEB_ARGS = ["--images", "0", "--cross-link-prob", "0", "--history", "0", "--no-keep-alive"]
 
