@@ -277,3 +277,29 @@ def test_a_full_disk_is_said_as_a_disk_full_wherever_it_is_met(tmp_path: Path) -
     # It crosses from the store's process with its fields.
     again = pickle.loads(pickle.dumps(full))
     assert (again.path, again.what, again.reason, str(again)) == (full.path, full.what, full.reason, str(full))
+
+
+async def test_a_full_disk_met_by_an_api_write_is_a_503_and_stops_the_node() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from crawler_node.api.app import NODE_KEY, disk_full_is_503
+    from crawler_node.runtime.datadir import DiskFull
+
+    failed: list[BaseException] = []
+
+    class StubNode:
+        def fail(self, exc: BaseException) -> None:
+            failed.append(exc)
+
+    async def handler(request: web.Request) -> web.Response:
+        raise DiskFull("/data/frontier.sqlite3", "the frontier")
+
+    app = web.Application(middlewares=[disk_full_is_503])
+    app[NODE_KEY] = StubNode()  # type: ignore[assignment]
+    app.router.add_post("/v1/urls", handler)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.post("/v1/urls", json={"urls": []})
+        assert response.status == 503 and response.headers["Retry-After"] == "60"
+        assert (await response.json())["error"] == "disk_full"
+    assert len(failed) == 1 and isinstance(failed[0], DiskFull)

@@ -28,6 +28,7 @@ from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normaliz
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.node import Node
 from crawler_node.node.pipeline import InboundFull
+from crawler_node.runtime.datadir import DiskFull
 
 log = logging.getLogger("crawler_node.api")
 
@@ -334,9 +335,21 @@ async def require_token(request: web.Request, handler):
     return await handler(request)
 
 
+@web.middleware
+async def disk_full_is_503(request: web.Request, handler):
+    """A write the API needed (URLs into the frontier) found the disk full: the node stops, as
+    it does when a stage meets it, and the client is told to come back (503), not shown a 500."""
+    try:
+        return await handler(request)
+    except DiskFull as exc:
+        request.app[NODE_KEY].fail(exc)
+        return web.json_response({"error": "disk_full", "message": str(exc)}, status=503,
+                                 headers={"Retry-After": "60"})
+
+
 def make_app(node: Node) -> web.Application:
     # client_max_size one byte over our limit, so our own check gives the 413 with a reason.
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[require_token])
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[disk_full_is_503, require_token])
     app[NODE_KEY] = node
     app[METRICS_KEY] = NodeMetrics(node)
     app[READ_TIMEOUT_KEY] = node.settings.api_read_timeout_s
