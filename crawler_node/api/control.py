@@ -220,12 +220,12 @@ def _command(action: str, apply: Callable[[Node, dict], Awaitable[dict]], *, oth
 
 
 async def _pause(node: Node, body: dict) -> dict:
-    changed = await node.pause(reason=body.get("reason") or "operator", by=body["by"])
+    changed = await node.operator.pause(reason=body.get("reason") or "operator", by=body["by"])
     return {"paused": True, "changed": changed}
 
 
 async def _resume(node: Node, body: dict) -> dict:
-    return {"paused": False, "changed": await node.resume_crawl(by=body["by"])}
+    return {"paused": False, "changed": await node.operator.resume_crawl(by=body["by"])}
 
 
 async def _stop(node: Node, body: dict) -> dict:
@@ -346,7 +346,7 @@ async def delete_host_queue(request: web.Request) -> web.Response:
         return _error(400, "bad_query", exc.message)
     if (forwarded := await _at_owner(request, host, "DELETE")) is not None:
         return forwarded
-    return web.json_response({"host": host, "member": node.node_id, "dropped": await node.drop_host(host)})
+    return web.json_response({"host": host, "member": node.node_id, "dropped": await node.operator.drop_host(host)})
 
 
 NODE = web.AppKey("control_node", Node)

@@ -20,12 +20,9 @@ pipeline drain front to back, and closes the resources in reverse.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,13 +39,14 @@ from crawler_node.core.verdict import ResponseRules
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
-from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, OperatorPause
+from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.dispatch import Dispatcher
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.leases import LeaseKeeper
+from crawler_node.node.operator import OperatorControl
 from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.pipeline import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
@@ -65,8 +63,6 @@ from crawler_node.store.writer import CrawlInfo
 log = logging.getLogger("crawler_node.node")
 
 HANDOFF_RECHECK_S = 0.1
-# An operator's pause outlives a restart: a node stopped while paused starts paused.
-PAUSE_FILENAME = "paused.json"
 
 
 def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRules:
@@ -176,6 +172,9 @@ class Node:
         self.leases = LeaseKeeper(frontier=self.frontier, hosts=self.hosts, admission=self.admission,
                                   pressure=pressure, on_returned=self._leases_returned, clock=clock,
                                   store=self.store)
+        self.operator = OperatorControl(admission=self.admission, leases=self.leases, hosts=self.hosts,
+                                        frontier=self.frontier, pressure=pressure, data_dir=self.data_dir,
+                                        clock=clock)
         self.fetcher = Fetcher(user_agent=s.user_agent, proxy=s.proxy, allow_private=s.allow_private,
                                connect_timeout_s=s.connect_timeout_s, fetch_timeout_s=s.fetch_timeout_s,
                                max_body_bytes=s.max_body_bytes, max_connections=s.global_inflight + 8,
@@ -201,7 +200,7 @@ class Node:
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self.frontier.open()
-        self._restore_pause()
+        self.operator.restore()
         self.hosts.load(await self.frontier.hosts_with_work(), self._clock())
         await self.fetcher.start()
         await self.parse.start(self.supervisor)
@@ -343,74 +342,6 @@ class Node:
         resumed = api is not None and api.resume(self._clock(), by="POST /v1/resume")
         self._pressure.notify()
         return resumed
-
-    # ----------------------------------------------------------------- operator control
-    async def pause(self, *, reason: str, by: str) -> bool:
-        """Start no new fetch (in-flight ones finish) and lease nothing more, until
-        :meth:`resume_crawl`; the buffered leases go back to the frontier unattempted. Durable:
-        a node restarted while paused starts paused. False if it was paused already."""
-        pause = OperatorPause(reason=reason, by=by, since=self._clock())
-        if not self.admission.pause(pause):
-            return False
-        self.leases.api_paused()
-        self._pressure.notify()
-        await asyncio.to_thread(self._write_pause, pause)
-        log.warning("crawl paused by %s (%s): no new fetch until resumed", by, reason)
-        return True
-
-    async def resume_crawl(self, *, by: str) -> bool:
-        """End an operator's pause; False if the crawl was not paused."""
-        pause = self.admission.resume()
-        if pause is None:
-            return False
-        await asyncio.to_thread((self.data_dir / PAUSE_FILENAME).unlink, missing_ok=True)
-        self._pressure.notify()
-        log.warning("crawl resumed by %s after %.1f s paused (%s)", by, self._clock() - pause.since, pause.reason)
-        return True
-
-    def _write_pause(self, pause: OperatorPause) -> None:
-        path = self.data_dir / PAUSE_FILENAME
-        scratch = path.with_suffix(".tmp")
-        scratch.write_text(json.dumps({"reason": pause.reason, "by": pause.by, "since": pause.since}))
-        os.replace(scratch, path)  # whole or not at all: a torn file must not unpause a node
-
-    def _restore_pause(self) -> None:
-        path = self.data_dir / PAUSE_FILENAME
-        if not path.exists():
-            return
-        try:
-            saved = json.loads(path.read_text())
-            pause = OperatorPause(reason=str(saved["reason"]), by=str(saved["by"]), since=float(saved["since"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            # Unreadable: still paused, as the file's presence says; resuming removes it.
-            pause = OperatorPause(reason=f"{PAUSE_FILENAME} unreadable ({exc})", by="restart", since=self._clock())
-        self.admission.pause(pause)
-        log.warning("starting paused (%s, by %s): nothing is fetched until `crawler-node resume`",
-                    pause.reason, pause.by)
-
-    async def drop_host(self, host: str) -> dict[str, int]:
-        """Delete the host's queued and deferred URLs here, and its leases buffered but not
-        dispatched; requests in flight finish normally. Returns the rows deleted by state."""
-        dropped: Counter[str] = Counter()
-        # A lease round already on its way to the frontier fills the buffer again once it is
-        # back (before this call's answer, which the frontier's thread queued after it): the
-        # second pass takes what it brought.
-        for _ in range(2):
-            state = self.hosts.get(host)
-            # No await between taking the buffer and handing it to the frontier call below:
-            # the dispatcher cannot start one of these leases meanwhile (release_host empties it).
-            buffered = self.hosts.release_host(state, self._clock()) if state is not None else []
-            dropped += await self.frontier.drop_host(host, buffered)
-            if state is not None:
-                # URLs of the host that came in during the call were deleted with the rest (or,
-                # if they came after it, the upkeep's resync brings them back): none is left to
-                # wait on.
-                self.hosts.deferred({host: state.queued})
-            if state is None or not state.buffer:
-                break
-        log.warning("dropped host %s: %d queued, %d deferred and %d buffered URLs deleted", host,
-                    dropped["queued"], dropped["deferred"], dropped["leased"])
-        return dict(dropped)
 
     @property
     def stopping(self) -> bool:
