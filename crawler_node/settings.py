@@ -60,6 +60,7 @@ class Settings:
     host_limit_start: int = 2
     host_limit_floor: int = 1
     host_limit_ceiling: int = 8
+    min_host_delay_s: float = 0.0  # every host paced at least this much, as a Crawl-delay; 0 = robots.txt's only
     inbound_capacity: int = 20_000  # URLs waiting for the frontier thread
     parse_queue: int = 128  # pages waiting for a parser: ~40 ms of parsing at 3,500 pages/s, which
     # absorbs a parser that waits for a CPU on a busy machine (32 closed admission 25% of the time)
@@ -229,6 +230,8 @@ class Settings:
             self.recrawl_policy()
         except ValueError as exc:
             problems.append(f"recrawl: {exc}")
+        if self.min_host_delay_s < 0:
+            problems.append(f"min_host_delay_s must be >= 0, got {self.min_host_delay_s}")
         if self.pipeline_budget_s <= 0:
             problems.append(f"pipeline_budget_s must be > 0, got {self.pipeline_budget_s}")
         if self.pipelines:

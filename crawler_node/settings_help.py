@@ -17,7 +17,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "max_path_repeats", "max_path_depth", "max_query_params", "allow_urls", "deny_urls", "max_pages_per_host",
         "max_links_per_page"),
     "politeness and robots.txt": (
-        "host_limit_start", "host_limit_floor", "host_limit_ceiling", "max_crawl_delay_s", "robots_ttl_s",
+        "host_limit_start", "host_limit_floor", "host_limit_ceiling", "min_host_delay_s", "max_crawl_delay_s",
+        "robots_ttl_s",
         "robots_max_bytes", "robots_error_retry_s", "robots_retry_cap_s", "robots_max_attempts",
         "robots_cache_bytes", "ip_inflight_limit", "ip_limit_per_node"),
     "fetching": (
@@ -85,6 +86,8 @@ HELP: dict[str, str] = {
     "host_limit_start": "requests in flight to one host at first (AIMD then moves it)",
     "host_limit_floor": "requests in flight to one host: AIMD never cuts below this",
     "host_limit_ceiling": "requests in flight to one host: AIMD never grows above this",
+    "min_host_delay_s": "seconds every host is paced at least, as a Crawl-delay its robots.txt did not ask for: one "
+                        "request at a time, this long after the last ended (0 = only what robots.txt asks)",
     "max_crawl_delay_s": "a robots.txt Crawl-delay longer than this many seconds is capped to it",
     "robots_ttl_s": "seconds a robots.txt is obeyed before it is fetched again",
     "robots_max_bytes": "bytes of a robots.txt read (RFC 9309: at least 500 KiB)",

@@ -51,11 +51,14 @@ LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (l
 class HostTable:
     def __init__(self, *, new_limiter: Callable[[], AimdLimiter], backoff_policy: HostBackoffPolicy,
                  work: Wakeup, started_at: float, idle_s: float = 60.0, memory_target: int = 10_000,
-                 robots_cache: RobotsCache | None = None, robots_policy: RobotsPolicy | None = None) -> None:
+                 robots_cache: RobotsCache | None = None, robots_policy: RobotsPolicy | None = None,
+                 min_delay_s: float = 0.0) -> None:
         """``work`` is notified when a host may have become ready; ``started_at`` is when this
         process started (no request of an earlier run can have ended later); hosts idle for
         ``idle_s`` leave memory, sooner while more than ``memory_target`` are in it;
-        ``robots_cache`` keeps their robots.txt answers; ``robots_policy`` says when to ask again."""
+        ``robots_cache`` keeps their robots.txt answers; ``robots_policy`` says when to ask again;
+        ``min_delay_s``: every host is paced at least this much, as a Crawl-delay (one request
+        at a time, spaced from the end of the last), whatever its robots.txt says."""
         if idle_s < 0 or memory_target < 0:
             raise ValueError(f"need idle_s >= 0 and memory_target >= 0, got {idle_s}, {memory_target}")
         self._new_limiter = new_limiter
@@ -64,6 +67,9 @@ class HostTable:
         self._started_at = started_at
         self._idle_s = idle_s
         self._memory_target = memory_target
+        if min_delay_s < 0:
+            raise ValueError(f"min_delay_s must be >= 0, got {min_delay_s}")
+        self._min_delay_s = min_delay_s
         self._robots = HostRobots(
             cache=robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0),
             policy=robots_policy if robots_policy is not None else RobotsPolicy())
@@ -104,6 +110,7 @@ class HostTable:
         state = self._hosts.get(host)
         if state is None:
             state = self._hosts[host] = HostState(host=host, limiter=self._new_limiter())
+            state.crawl_delay = self._min_delay_s
             if politeness is not None:
                 self._restore(state, politeness)
         return state
@@ -111,7 +118,7 @@ class HostTable:
     def _restore(self, state: HostState, politeness: HostPoliteness) -> None:
         """A host's durable politeness, saved by an earlier run or before it left memory."""
         state.paused_until = politeness.next_eligible
-        state.crawl_delay = politeness.crawl_delay
+        state.crawl_delay = max(politeness.crawl_delay, self._min_delay_s)
         # A request of an earlier run may have ended just before it died: the first one of this
         # run keeps the Crawl-delay from this run's start.
         spacing = self._started_at + politeness.crawl_delay if politeness.crawl_delay else 0.0
@@ -336,7 +343,7 @@ class HostTable:
 
     def _set_crawl_delay(self, state: HostState) -> None:
         """After an authority's rules became known: the host's Crawl-delay follows them."""
-        delay = HostRobots.crawl_delay(state)
+        delay = max(HostRobots.crawl_delay(state), self._min_delay_s)
         if delay != state.crawl_delay:
             state.crawl_delay = delay
             self._mark_dirty(state)

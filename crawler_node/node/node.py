@@ -133,7 +133,7 @@ class Node:
             backoff_policy=rules.host_backoff, work=work, started_at=clock(), idle_s=s.host_idle_s,
             memory_target=s.host_memory_target,
             robots_cache=RobotsCache(agent=s.robots_agent, max_bytes=s.robots_cache_bytes, ttl_s=s.robots_ttl_s),
-            robots_policy=rules.robots)
+            robots_policy=rules.robots, min_delay_s=s.min_host_delay_s)
         self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
                                supervisor=self.supervisor, on_change=self._membership_changed,
                                on_taken=self._taken, outbox_space=pressure, clock=clock)
