@@ -12,9 +12,10 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-from crawler_node.settings import Settings, SettingsError, load_settings, load_settings_with_sources, settings_fields
+from crawler_node.settings import Settings, SettingsError, settings_fields
 from crawler_node.settings_help import GROUPS, HIDDEN
 from crawler_node.settings_help import help_text as help_text_of
+from crawler_node.settings_sources import load_settings, load_settings_with_sources
 
 # Repeatable options read better in the singular: --peer A=url --peer B=url.
 _FLAG_NAMES = {"peers": "peer", "seeds": "seed", "allow_hosts": "allow-host", "ring_weights": "ring-weight",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
-from crawler_node.settings import SettingsError, load_settings
+from crawler_node.settings import SettingsError
+from crawler_node.settings_sources import load_settings
 from crawler_node.tools.node_process import free_port
 
 

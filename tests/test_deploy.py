@@ -36,7 +36,8 @@ import yaml  # PyYAML, from the test extra
 
 from crawler_node.cli import build_parser
 from crawler_node.cluster.peerdns import parse_peer_dns
-from crawler_node.settings import Settings, SettingsError, load_settings, settings_fields
+from crawler_node.settings import Settings, SettingsError, settings_fields
+from crawler_node.settings_sources import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler_node.settings import SettingsError, load_settings
+from crawler_node.settings import SettingsError
+from crawler_node.settings_sources import load_settings
 
 
 def test_flag_beats_env_beats_file_beats_default(tmp_path: Path):

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from crawler_node.cli import build_parser
-from crawler_node.settings import SettingsError, load_settings, settings_fields
+from crawler_node.settings import SettingsError, settings_fields
 from crawler_node.settings_help import GROUPS, HELP, HIDDEN
+from crawler_node.settings_sources import load_settings
 
 
 def crawler_node(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
