@@ -5,28 +5,19 @@ layout before, and the async shell."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
-import aiohttp
-import msgpack
 import pytest
-from aiohttp import web
 from frontier_helpers import FakeClock, entry
+from wire_helpers import forwarded_on_the_wire
 
 from crawler_node.api.app import MAX_VIA_LENGTH, validate_urls
-from crawler_node.cluster.membership import Membership
-from crawler_node.cluster.outbox import Outboxes
-from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, FrontierService, Lease, UrlEntry
 from crawler_node.frontier.recrawl import _REQUEUE_SQL
 from crawler_node.frontier.schema import SCHEMA_VERSION
-from crawler_node.runtime.supervisor import Supervisor
-from crawler_node.runtime.wakeup import Wakeup
 
 DISCOVERY = 0
 RECRAWL = DISCOVERY - 1  # the node queues recrawls one below discovery
@@ -436,50 +427,8 @@ def test_the_api_takes_an_optional_via_and_refuses_a_bad_one() -> None:
     assert invalid == [{"index": index, "reason": "bad_field"} for index in (4, 5, 6, 7)]
 
 
-@pytest.fixture
-async def peer() -> AsyncIterator[tuple[str, list[dict]]]:
-    """A peer that keeps every URL object it is sent, as decoded from the wire."""
-    received: list[dict] = []
-
-    async def take(request: web.Request) -> web.Response:
-        body = msgpack.unpackb(await request.read())
-        received.extend(body["urls"])
-        return web.json_response({"accepted": len(body["urls"])}, status=202)
-
-    app = web.Application()
-    app.router.add_post("/v1/urls", take)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", received
-    finally:
-        await runner.cleanup()
-
-
 @pytest.mark.timeout(30)
-async def test_forwarded_urls_carry_their_via_on_the_wire(tmp_path: Path, peer) -> None:
-    url, received = peer
-    frontier = FrontierService(path=tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0)
-    await frontier.open()
-    await frontier.outbox_put([("b", found("b.test", 1, "http://a.test/")), ("b", found("b.test", 2, None))])
-    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
-    router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
-    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
-                        capacity=1000, batch=100, linger_s=0.0, failure_pause_s=0.1,
-                        on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
-                        space=Wakeup(), clock=lambda: 0.0)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
-            for _ in range(200):  # bounded: 10 s
-                if len(received) >= 2:
-                    break
-                await asyncio.sleep(0.05)
-            await supervisor.stop()
-    finally:
-        await frontier.close()
+async def test_forwarded_urls_carry_their_via_on_the_wire(tmp_path: Path) -> None:
+    received = await forwarded_on_the_wire(tmp_path, [found("b.test", 1, "http://a.test/"), found("b.test", 2, None)])
     assert {item["url"]: item["via"] for item in received} == {"http://b.test/page/1": "http://a.test/",
                                                               "http://b.test/page/2": None}

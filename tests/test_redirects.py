@@ -4,28 +4,19 @@ redirect trap at --max-redirects, counted by what testweb itself served."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import urllib.request
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
-import aiohttp
-import msgpack
 import pytest
-from aiohttp import web
 from conftest import read_crawl_log
 from frontier_helpers import OLD_URLS_TABLE, FakeClock, entry
+from wire_helpers import forwarded_on_the_wire
 
-from crawler_node.cluster.membership import Membership
-from crawler_node.cluster.outbox import Outboxes
-from crawler_node.cluster.routing import Router
-from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, FrontierService, UrlEntry
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, UrlEntry
 from crawler_node.frontier.schema import SCHEMA_VERSION
-from crawler_node.runtime.supervisor import Supervisor
-from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.testweb.graph import REDIRECT_TRAP_ENTRY
 
 # The frontier's tables as layout 1 made them (PRAGMA user_version = 1): no redirects columns.
@@ -141,52 +132,10 @@ def test_a_fetched_url_replicated_to_the_successor_keeps_its_hop_count(frontier:
 # -- the peer wire -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def peer() -> AsyncIterator[tuple[str, list[dict]]]:
-    """A peer that keeps every URL object it is sent, as decoded from the wire."""
-    received: list[dict] = []
-
-    async def take(request: web.Request) -> web.Response:
-        body = msgpack.unpackb(await request.read())
-        received.extend(body["urls"])
-        return web.json_response({"accepted": len(body["urls"])}, status=202)
-
-    app = web.Application()
-    app.router.add_post("/v1/urls", take)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", received
-    finally:
-        await runner.cleanup()
-
-
 @pytest.mark.timeout(30)
-async def test_forwarded_urls_carry_their_hop_count_on_the_wire(tmp_path: Path, peer) -> None:
-    url, received = peer
-    frontier = FrontierService(path=tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0)
-    await frontier.open()
-    await frontier.outbox_put([("b", UrlEntry("http://b.test/r", "b.test", 1, 5, 0, 4)),
-                               ("b", UrlEntry("http://b.test/p", "b.test"))])
-    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
-    router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
-    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
-                        capacity=1000, batch=100, linger_s=0.0, failure_pause_s=0.1,
-                        on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
-                        space=Wakeup(), clock=lambda: 0.0)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
-            for _ in range(200):  # bounded: 10 s
-                if len(received) >= 2:
-                    break
-                await asyncio.sleep(0.05)
-            await supervisor.stop()
-    finally:
-        await frontier.close()
+async def test_forwarded_urls_carry_their_hop_count_on_the_wire(tmp_path: Path) -> None:
+    received = await forwarded_on_the_wire(tmp_path, [UrlEntry("http://b.test/r", "b.test", 1, 5, 0, 4),
+                                                      UrlEntry("http://b.test/p", "b.test")])
     assert {item["url"]: item["redirects"] for item in received} == {"http://b.test/r": 4, "http://b.test/p": 0}
     assert {item["url"]: item["depth"] for item in received} == {"http://b.test/r": 1, "http://b.test/p": 0}
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from crawler_node.store.crawl_log import _drop_torn_tail
+from crawler_node.store.files import open_next
 
 ITEMS_DIRNAME = "items"
 
@@ -72,16 +73,8 @@ class ItemWriter:
         return len(encoded)
 
     def _open_file(self) -> None:
-        stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")[:-3]
-        while True:
-            path = self.directory / f"{self.node_id}-{stamp}-{self._serial:05d}.jsonl"
-            self._serial += 1
-            try:
-                # "x": never append to or clobber a file another run left behind.
-                self._file = open(path, "xb")
-                break
-            except FileExistsError:
-                continue
+        path, self._file, self._serial = open_next(self.directory, self.node_id, ".jsonl", self._serial,
+                                                   datetime.now(UTC))
         self._file_bytes = 0
         self.files.append(path)
 

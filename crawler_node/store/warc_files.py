@@ -22,6 +22,7 @@ from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.store import cdxj, warc
 from crawler_node.store.crawl_log import Location, iso_utc
 from crawler_node.store.digests import DigestIndex, Original
+from crawler_node.store.files import open_next
 from crawler_node.store.records import SOFTWARE, CrawlInfo, FetchRecord
 
 
@@ -135,16 +136,7 @@ class WarcWriter:
 
     def _open_file(self) -> None:
         now = datetime.now(UTC)
-        stamp = now.strftime("%Y%m%d%H%M%S%f")[:-3]
-        while True:
-            path = self.directory / f"{self.node_id}-{stamp}-{self._serial:05d}.warc.gz"
-            self._serial += 1
-            try:
-                # "x": never append to or clobber a file another run left behind.
-                self._file = open(path, "xb")
-                break
-            except FileExistsError:
-                continue
+        path, self._file, self._serial = open_next(self.directory, self.node_id, ".warc.gz", self._serial, now)
         self._path = path
         self._file_bytes = 0
         self._append(warc.gzip_member(warc.warcinfo(path.name, iso_utc(now.timestamp(), timespec="seconds"),
