@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_crawl_log, roots
+from conftest import read_crawl_log, roots, wait_until
 
 from crawler_node.runtime.frontier_guard import (
     FrontierLost,
@@ -74,10 +74,9 @@ def test_a_node_refuses_a_damaged_frontier_and_recover_rebuilds_it(start_testweb
     expected = set(web.expected())
     node = start_node(proxy=web.url, seeds=roots(HOSTS))
     _wait_for_lines(node, len(expected) // 3)
-    time.sleep(2.5)  # a watermark round has run since (every 2 s)
-    node.kill()
     data = Path(node.data_dir)
-    assert read_watermark(data) > 0
+    wait_until(lambda: read_watermark(data) > 0, 30, "the node's watermark")  # written every 2 s
+    node.kill()
     db = data / "frontier.sqlite3"
     (data / "frontier.sqlite3-wal").unlink()
     (data / "frontier.sqlite3-shm").unlink(missing_ok=True)
