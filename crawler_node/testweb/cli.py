@@ -137,6 +137,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seed of the link graph and behaviours (default 1)")
     parser.add_argument("--cross-link-prob", type=_probability, default=0.2, metavar="X",
                         help="probability that a page links to other hosts (default 0.2)")
+    parser.add_argument("--tree-only", action="store_true",
+                        help="only the spanning tree: every page linked from exactly one parent, no"
+                             " link back to / and no cross-host links (a lost URL is never found"
+                             " again); seed every host's /")
     parser.add_argument("--profile", metavar="FILE",
                         help="JSON (or .toml) file mapping host globs to behaviours")
     parser.add_argument("--api-concurrency", type=_at_least(1), metavar="N",
@@ -182,10 +186,15 @@ def run(args: argparse.Namespace) -> int:
         )
         for host, p in host_profiles.items()
     }
-    web_graph = SyntheticWeb(
-        hosts=hosts, pages=args.pages, seed=args.seed,
-        cross_link_prob=args.cross_link_prob, images=args.images, features=features,
-    )
+    try:
+        web_graph = SyntheticWeb(
+            hosts=hosts, pages=args.pages, seed=args.seed,
+            cross_link_prob=args.cross_link_prob, images=args.images, features=features,
+            tree_only=args.tree_only,
+        )
+    except ValueError as exc:
+        print(f"testweb: error: {exc}", file=sys.stderr)
+        return 2
     # Imported here so that `crawler-node --help` does not pay for aiohttp.
     from crawler_node.testweb.server import TestwebServer
 

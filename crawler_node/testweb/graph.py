@@ -7,6 +7,9 @@ processes with the same seed serve byte-identical pages. No I/O happens here.
 Layout of one host (P pages): `/` and `/p/1` … `/p/{P-1}`, plus `/img/0.png` … (small PNGs).
 Each page `i >= 1` hangs under a parent page chosen among the earlier non-redirecting pages, so
 a spanning tree makes every page reachable from `/`; extra random links are added on top.
+With `tree_only`, a host is its spanning tree and nothing more: every page but `/` is linked
+from exactly one page (its parent), no page links back to `/` or to another host, so a URL a
+crawler loses is never found again (the web for testing what a crawler can lose).
 Optional features: redirecting pages and the `/loop/a` <-> `/loop/b` loop, the `/calendar/`
 spider trap, the `/trap/redirect/x` redirect trap (each hop's path one `/x` longer, so no two
 URLs of the chain are alike), the `/bomb` gzip bomb, robots.txt rules (evaluated with protego),
@@ -96,7 +99,10 @@ class SyntheticWeb:
         cross_link_prob: float = 0.2,
         images: int = IMAGES_PER_HOST,
         features: Mapping[str, HostFeatures] | None = None,
+        tree_only: bool = False,
     ) -> None:
+        """`tree_only`: only the spanning tree's links (see the module's docstring); the
+        features that link outside it (redirects, traps, duplicates) are refused with it."""
         if pages < 1:
             raise ValueError(f"pages must be >= 1, got {pages}")
         if not 0 <= images <= MAX_IMAGES_PER_HOST:
@@ -113,6 +119,13 @@ class SyntheticWeb:
         # host -> its position in `hosts`: a cross-host link is drawn as an index, in O(1).
         self._host_index = {host: position for position, host in enumerate(self.hosts)}
         self._features = {h: (features or {}).get(h, HostFeatures()) for h in self.hosts}
+        if tree_only:
+            off_tree = sorted(host for host, f in self._features.items()
+                              if f.redirects or f.trap or f.redirect_trap or f.duplicates)
+            if off_tree:
+                raise ValueError(f"tree_only: {off_tree[0]} has redirects, a trap or duplicates,"
+                                 " which link outside the spanning tree")
+        self.tree_only = tree_only
         self._layouts: dict[str, _HostLayout] = {}
 
     def has_host(self, host: str) -> bool:
@@ -221,6 +234,8 @@ class SyntheticWeb:
             return []
         layout = self._layout(host)
         features = self._features[host]
+        if self.tree_only:  # no link back to "/": the root would have parents
+            return [(host, p) for p in layout.same_links[resource.index]]
         targets = [(host, p) for p in _special_links(resource.index, features)]
         targets += [(host, p) for p in layout.same_links[resource.index]]
         targets += layout.cross_links[resource.index]
@@ -263,6 +278,11 @@ class SyntheticWeb:
         for page in settled:
             page_rng = random.Random(f"{self.seed}|{host}|{page}")
             targets = list(children[page])
+            if self.tree_only:
+                page_rng.shuffle(targets)
+                same_links[page] = [_page_path(t) for t in targets]
+                same_links[page] += [f"/img/{k}.png" for k, holder in enumerate(image_holders) if holder == page]
+                continue
             wanted = min(page_rng.randint(3, 8), pages - 1)
             for _ in range(4 * wanted):  # bounded: small hosts may not have enough pages
                 if len(targets) >= wanted:

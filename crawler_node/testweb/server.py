@@ -337,6 +337,7 @@ class TestwebServer:
             "seed": self._web.seed,
             "pages": self._web.pages,
             "cross_link_prob": self._web.cross_link_prob,
+            "tree_only": self._web.tree_only,
             "images": self._web.images,
             "history": self.truth.history_limit,
             "keep_alive": self._keep_alive,
