@@ -36,7 +36,7 @@ from pathlib import Path
 
 import aiohttp
 
-from crawler_node.settings import Settings
+from crawler_node.settings import PACES
 from crawler_node.tools import client
 from crawler_node.tools.node_process import NodeProcess, free_port
 
@@ -174,7 +174,7 @@ def main() -> int:
         return 0
     assert docs is not None
     urls_paths = sorted(str(path.relative_to(docs)) for path in docs.rglob("*.html"))
-    ceiling = Settings().host_limit_ceiling  # the node's per-host concurrency at its most
+    ceiling = int(PACES["adaptive"]["host_limit_ceiling"])  # per host at most, at NodeProcess's pace
     rounds = []
     with tempfile.TemporaryDirectory(prefix="bench-realweb-") as tmp_name:
         tmp = Path(tmp_name)

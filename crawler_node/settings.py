@@ -25,6 +25,16 @@ class SettingsError(ValueError):
 
 ENV_PREFIX = "CRAWLER_"
 
+# What `--pace` sets, for each setting the user did not set. polite is StormCrawler's default
+# (one request per host at a time, 1 s after the last ended; robots.txt's Crawl-delay when
+# longer); adaptive lets AIMD find what a host takes, from 2 up to 8 in flight, with no delay
+# (Googlebot's way: as fast as the host answers well) -- for sites you run or that said yes.
+DEFAULT_PACE = "polite"
+PACES: dict[str, dict[str, int | float]] = {
+    "polite": {"host_limit_start": 1, "host_limit_ceiling": 1, "min_host_delay_s": 1.0},
+    "adaptive": {"host_limit_start": 2, "host_limit_ceiling": 8, "min_host_delay_s": 0.0},
+}
+
 
 @dataclass(slots=True)
 class Settings:
@@ -53,10 +63,14 @@ class Settings:
     robots_agent: str = "crawler-node"
     # flow control
     global_inflight: int = 64
-    host_limit_start: int = 2
+    # The per-host pace as a preset (PACES): "polite" for sites that gave no permission,
+    # "adaptive" for your own and testweb. It fills the three settings below that were not
+    # given; the defaults here are polite's. Applied where settings are loaded (settings_sources).
+    pace: str = DEFAULT_PACE
+    host_limit_start: int = 1
     host_limit_floor: int = 1
-    host_limit_ceiling: int = 8
-    min_host_delay_s: float = 0.0  # every host paced at least this much, as a Crawl-delay; 0 = robots.txt's only
+    host_limit_ceiling: int = 1
+    min_host_delay_s: float = 1.0  # every host paced at least this much, as a Crawl-delay; 0 = robots.txt's only
     inbound_capacity: int = 20_000  # URLs waiting for the frontier thread
     parse_queue: int = 128  # pages waiting for a parser: ~40 ms of parsing at 3,500 pages/s, which
     # absorbs a parser that waits for a CPU on a busy machine (32 closed admission 25% of the time)
@@ -194,6 +208,8 @@ class Settings:
         for name in positive:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.pace not in PACES:
+            problems.append(f"pace must be one of {', '.join(PACES)}, got {self.pace!r}")
         if not self.host_limit_floor <= self.host_limit_start <= self.host_limit_ceiling:
             problems.append("host limits must satisfy floor <= start <= ceiling, got "
                             f"{self.host_limit_floor} <= {self.host_limit_start} <= {self.host_limit_ceiling}")

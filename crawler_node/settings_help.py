@@ -17,7 +17,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "max_path_repeats", "max_path_depth", "max_query_params", "allow_urls", "deny_urls", "max_pages_per_host",
         "max_links_per_page"),
     "politeness and robots.txt": (
-        "host_limit_start", "host_limit_floor", "host_limit_ceiling", "min_host_delay_s", "max_crawl_delay_s",
+        "pace", "host_limit_start", "host_limit_floor", "host_limit_ceiling", "min_host_delay_s", "max_crawl_delay_s",
         "robots_ttl_s",
         "robots_max_bytes", "robots_error_retry_s", "robots_retry_cap_s", "robots_max_attempts",
         "robots_cache_bytes", "ip_inflight_limit", "ip_limit_per_node"),
@@ -83,6 +83,8 @@ HELP: dict[str, str] = {
     "max_pages_per_host": "URLs of one host this node's frontier accepts; the rest end as host_page_cap (0 = no cap)",
     "max_links_per_page": "links taken from one page, at most",
     # politeness and robots.txt
+    "pace": "per-host pace preset for the settings below not given: polite (1 in flight, 1 s apart) or adaptive "
+            "(AIMD from 2 up to 8, no delay; for your own sites and testweb)",
     "host_limit_start": "requests in flight to one host at first (AIMD then moves it)",
     "host_limit_floor": "requests in flight to one host: AIMD never cuts below this",
     "host_limit_ceiling": "requests in flight to one host: AIMD never grows above this",

@@ -13,7 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from crawler_node.settings import ENV_PREFIX, Settings, SettingsError
+from crawler_node.settings import DEFAULT_PACE, ENV_PREFIX, PACES, Settings, SettingsError
 
 _FIELDS = {f.name: f for f in fields(Settings)}
 _LIST_FIELDS = {"peers", "seeds", "allow_hosts", "ring_weights", "pipelines", "recrawl_hosts", "allow_urls",
@@ -139,4 +139,12 @@ def load_settings_with_sources(
         option = f"--{name.replace('_', '-')}"
         merged[name] = _coerce(name, value, f"option {option}")
         sources[name] = f"flag {option}"
+    # The pace fills what was not set one by one: `--pace adaptive --host-limit-ceiling 4` is
+    # adaptive's start and delay with a ceiling of 4.
+    pace = merged.get("pace", DEFAULT_PACE)
+    for name, value in PACES.get(pace, {}).items():
+        if name not in merged:
+            merged[name] = value
+            if pace != DEFAULT_PACE:
+                sources[name] = f"pace {pace}, {sources['pace']}"
     return Settings(**merged).validate(), sources

@@ -15,7 +15,22 @@ def test_flag_beats_env_beats_file_beats_default(tmp_path: Path):
     assert settings.node_id == "from-env"
     assert settings.global_inflight == 10
     assert settings.seeds == ["http://a.test/"]
-    assert settings.host_limit_ceiling == 8  # default
+    assert settings.host_limit_ceiling == 1  # the default pace, polite
+
+
+def test_the_pace_fills_what_was_not_set_and_a_setting_beats_it(tmp_path: Path):
+    polite = load_settings({})
+    assert (polite.pace, polite.host_limit_start, polite.host_limit_ceiling, polite.min_host_delay_s) == (
+        "polite", 1, 1, 1.0)
+    adaptive = load_settings({"pace": "adaptive", "host_limit_ceiling": "4"})
+    assert (adaptive.host_limit_start, adaptive.host_limit_ceiling, adaptive.min_host_delay_s) == (2, 4, 0.0)
+    config = tmp_path / "node.toml"
+    config.write_text('pace = "adaptive"\n')
+    # a delay given in the environment beats the pace given in the file
+    mixed = load_settings({}, env={"CRAWLER_MIN_HOST_DELAY_S": "0.5"}, config_path=config)
+    assert (mixed.host_limit_ceiling, mixed.min_host_delay_s) == (8, 0.5)
+    with pytest.raises(SettingsError, match="pace must be one of polite, adaptive"):
+        load_settings({"pace": "reckless"})
 
 
 def test_env_lists_and_booleans():

@@ -331,6 +331,7 @@ class HostTable:
                 self._mark_dirty(state)
             if verdict.next_eligible > state.next_eligible:
                 self._rotation.delay(state, verdict.next_eligible, now)
+        self._space_from_end(state, now)
         self.settle_after_release(state, now)
 
     def finish_robots(self, state: HostState, scheme: str, ticket: int, answer: RobotsAnswer, now: float) -> None:
@@ -339,7 +340,14 @@ class HostTable:
         if answer.ready:
             self._set_crawl_delay(state)
         self._rotation.delay(state, answer.next_eligible, now)
+        self._space_from_end(state, now)
         self.settle_after_release(state, now)
+
+    def _space_from_end(self, state: HostState, now: float) -> None:
+        """A Crawl-delay counts from the end of the last request, as Heritrix's does: a slow
+        answer or a reused connection cannot bring two requests closer than the delay."""
+        if state.crawl_delay > 0:
+            self._rotation.delay(state, now + state.crawl_delay, now)
 
     def _set_crawl_delay(self, state: HostState) -> None:
         """After an authority's rules became known: the host's Crawl-delay follows them."""

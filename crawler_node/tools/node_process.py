@@ -38,7 +38,11 @@ class NodeProcess:
         extra_args: list[str] | tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
+        pace: str | None = "adaptive",
     ) -> None:
+        """``pace``: the demo, the tests and the benchmarks crawl testweb and servers they
+        started themselves, so they go at the adaptive pace; None keeps the node's default
+        (polite), as does a ``--pace`` in ``extra_args``."""
         self.node_id = node_id
         self.data_dir = Path(data_dir)
         self.host = host
@@ -49,6 +53,7 @@ class NodeProcess:
         self.peers = dict(peers or {})
         self.extra_args = list(extra_args)
         self.env = env
+        self.pace = pace
         self.log_path = log_path or (self.data_dir.parent / f"{node_id}.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_file: BinaryIO | None = None
@@ -66,6 +71,8 @@ class NodeProcess:
             cmd += ["--seed", seed]
         for peer_id, peer_url in self.peers.items():
             cmd += ["--peer", f"{peer_id}={peer_url}"]
+        if self.pace is not None and "--pace" not in self.extra_args:
+            cmd += ["--pace", self.pace]
         return cmd + self.extra_args
 
     def start(self, *, wait: bool = True, timeout_s: float = 30.0) -> NodeProcess:
