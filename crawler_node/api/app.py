@@ -21,9 +21,10 @@ from crawler_node.api.control import CONTROL_PATHS, add_control_routes
 from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
-from crawler_node.api.status import cluster_status, node_status
+from crawler_node.api.snapshot import Snapshots
+from crawler_node.api.status import node_status, status_snapshots
 from crawler_node.cluster.membership import member_problem
-from crawler_node.cluster.outbox import FORWARDED_BY
+from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.node import Node
@@ -43,6 +44,8 @@ MSGPACK = "application/msgpack"
 NODE_KEY = web.AppKey("node", Node)
 METRICS_KEY = web.AppKey("metrics", NodeMetrics)
 READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)  # for a body, once its headers are in
+NODE_STATUS_KEY = web.AppKey("node_status", Snapshots)  # GET /v1/status?scope=local, /metrics
+CLUSTER_STATUS_KEY = web.AppKey("cluster_status", Snapshots)  # GET /v1/status
 
 
 def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
@@ -140,6 +143,7 @@ def _fields_ok(item: dict) -> bool:
     via = item.get("via")
     return small("depth", 0) and small("hops", 0) and small("redirects", 0) \
         and small("priority", -(10**6) + 1) and isinstance(item.get("seen", False), bool) \
+        and isinstance(item.get("replica", False), bool) \
         and (via is None or (isinstance(via, str) and len(via) <= MAX_VIA_LENGTH))
 
 
@@ -164,21 +168,30 @@ async def post_urls(request: web.Request) -> web.Response:
     except InboundFull as exc:
         return _inbound_full(exc.retry_after_s)
     try:
-        items, invalid = validate_urls(decode_body(await read_body(request, MAX_BODY_BYTES), request.content_type))
+        document = decode_body(await read_body(request, MAX_BODY_BYTES), request.content_type)
+        items, invalid = validate_urls(document)
+        politeness = peer_politeness(document)
     except BadRequest as exc:
         return exc.response()
-    if any(item.get("seen") for _, item in items) and not clustered(node):
-        # Only a member hands over what it fetched; a node alone has no members.
+    except ValueError as exc:
+        return error(400, "bad_hosts", str(exc))
+    if (politeness or any(item.get("seen") or item.get("replica") for _, item in items)) and not clustered(node):
+        # Only a member hands over what it fetched or replicates; a node alone has no members.
         return _not_clustered()
     intake = node.intake
-    fresh, fresh_invalid = _prepare(intake, [(i, item) for i, item in items if not item.get("seen")])
+    fresh, fresh_invalid = _prepare(intake, [(i, item) for i, item in items
+                                             if not item.get("seen") and not item.get("replica")])
     seen, seen_invalid = _prepare(intake, [(i, item) for i, item in items if item.get("seen")])
-    invalid = sorted(invalid + fresh_invalid + seen_invalid, key=lambda entry: entry["index"])
+    replica, replica_invalid = _prepare(intake, [(i, item) for i, item in items
+                                                 if item.get("replica") and not item.get("seen")])
+    invalid = sorted(invalid + fresh_invalid + seen_invalid + replica_invalid, key=lambda entry: entry["index"])
     if invalid:
-        total = len(items) + len(invalid) - len(fresh_invalid) - len(seen_invalid)
+        total = len(items) + len(invalid) - len(fresh_invalid) - len(seen_invalid) - len(replica_invalid)
         return error(400, "invalid_urls", f"{len(invalid)} of {total} URLs are invalid; nothing was enqueued",
                      invalid=invalid[:100])
     try:
+        if replica.entries or politeness:  # a peer's replica of its queue (frontier.replica)
+            await intake.take(replica.entries, replica=True, politeness=politeness)
         result = await intake.take(fresh.entries)
         if seen.entries:
             # URLs another member already fetched (handback, join): recorded, never fetched.
@@ -188,7 +201,7 @@ async def post_urls(request: web.Request) -> web.Response:
         return _inbound_full(exc.retry_after_s)
     if FORWARDED_BY in request.headers:  # a peer's outbox batch: the other end of its "forwarded" count
         node.cluster.note_received(sum(1 for _, item in items if not item.get("seen")))
-    rejected = fresh.out_of_scope + seen.out_of_scope
+    rejected = fresh.out_of_scope + seen.out_of_scope + replica.out_of_scope
     intake.rejected(len(rejected))
     reasons: dict[str, int] = {}
     for _, reason in rejected:
@@ -208,11 +221,11 @@ def _inbound_full(retry_after_s: float) -> web.Response:
 
 async def get_status(request: web.Request) -> web.Response:
     """This node's status; unless ``?scope=local``, with the cluster as this node sees it, and
-    ``idle`` true only when every member is reachable and idle (api.status.cluster_status)."""
-    node = request.app[NODE_KEY]
-    if request.query.get("scope") == "local":
-        return web.json_response(await node_status(node))
-    return web.json_response(await cluster_status(node))
+    ``idle`` true only when every member is reachable and idle (api.status.cluster_status).
+    Served from a snapshot (api.snapshot) whose age is ``snapshot_age_s``: a flood of writes
+    to the frontier, or a slow peer, delays its next build, never the answer."""
+    key = NODE_STATUS_KEY if request.query.get("scope") == "local" else CLUSTER_STATUS_KEY
+    return web.json_response(await request.app[key].read())
 
 
 async def get_ring(request: web.Request) -> web.Response:
@@ -236,7 +249,9 @@ async def get_members(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
                               "leaving": node.cluster.leaving, "drained": node.cluster.drained,
-                              "ips": node.cluster.ip_announcement()})
+                              "ips": node.cluster.ip_announcement(),
+                              # names this node's frontier: a new one after a lost data directory
+                              "incarnation": node.frontier.incarnation})
 
 
 async def _member_body(request: web.Request) -> tuple[str, str]:
@@ -347,11 +362,18 @@ async def disk_full_is_503(request: web.Request, handler):
                                  headers={"Retry-After": "60"})
 
 
+async def _close_snapshots(app: web.Application) -> None:
+    await app[NODE_STATUS_KEY].close()
+    await app[CLUSTER_STATUS_KEY].close()
+
+
 def make_app(node: Node) -> web.Application:
     # client_max_size one byte over our limit, so our own check gives the 413 with a reason.
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[disk_full_is_503, require_token])
     app[NODE_KEY] = node
-    app[METRICS_KEY] = NodeMetrics(node)
+    app[NODE_STATUS_KEY], app[CLUSTER_STATUS_KEY] = status_snapshots(node)
+    app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].read)
+    app.on_cleanup.append(_close_snapshots)
     app[READ_TIMEOUT_KEY] = node.settings.api_read_timeout_s
     app.router.add_post("/v1/urls", post_urls)
     app.router.add_post("/v1/resume", post_resume)

@@ -14,7 +14,7 @@ overall retry ratio and attempts); one host's detail is ``crawler-node hosts`` /
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -331,15 +331,19 @@ def _histogram(name: str, help_text: str, snapshot: dict) -> Metric:
 
 
 class NodeMetrics:
-    def __init__(self, node: Node, *, pinned_hosts: int = PINNED_HOSTS) -> None:
+    def __init__(self, node: Node, *, pinned_hosts: int = PINNED_HOSTS,
+                 status: Callable[[], Awaitable[dict]] | None = None) -> None:
+        """``status``: where a scrape reads the node's status (the API's snapshot of it); by
+        default it is built for each scrape."""
         self.registry = CollectorRegistry(auto_describe=False)
         self._collector = NodeCollector()
         self.registry.register(self._collector)
         self._node = node
         self._pinned = PinnedHosts(pinned_hosts)
+        self._status = status
 
     async def render(self) -> bytes:
-        status = await node_status(self._node)
+        status = await (self._status() if self._status is not None else node_status(self._node))
         self._collector.status = status
         self._collector.hosts = self._pinned.refresh(status["hosts"], self._host_snapshot)
         return generate_latest(self.registry)

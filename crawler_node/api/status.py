@@ -2,13 +2,17 @@
 
 ``GET /v1/status`` answers with it and ``/metrics`` renders the same dictionary (api.metrics),
 so one quantity has one definition: a retry ratio, a queue depth or an idle flag is computed
-once, by the component that owns it.
+once, by the component that owns it. The API serves both from snapshots (api.snapshot):
+``status_snapshots`` makes them, and ``watched_state`` says which changes make one out of date
+at once, whatever its age.
 """
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+
+from crawler_node.api.snapshot import Snapshots
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
@@ -170,11 +174,14 @@ def member_summary(status: dict | None) -> dict[str, Any]:
         return {"reachable": True, "idle": None, "malformed": True}
 
 
-async def cluster_status(node: Node) -> dict[str, Any]:
+async def cluster_status(node: Node, local: dict[str, Any] | None = None) -> dict[str, Any]:
     """This node's status with the cluster as this node sees it: each member's summary from its
     own status, ``idle`` true only when every member is reachable and idle, and ``crawl_state``
-    in words."""
-    status = await node_status(node)
+    in words. ``local``: this node's status, already built (it is not changed)."""
+    if local is None:
+        status = await node_status(node)
+    else:  # a copy of what is changed below: the top level and the members
+        status = {**local, "members": [dict(member) for member in local["members"]]}
     if node.cluster.is_single:
         status["crawl_state"] = crawl_state(status)
         return status
@@ -192,6 +199,30 @@ async def cluster_status(node: Node) -> dict[str, Any]:
         for member in status["members"])
     status["crawl_state"] = crawl_state(status)
     return status
+
+
+def watched_state(node: Node) -> tuple:
+    """What an operator's command (pause, resume, stop) or a member's change of state alters
+    and is read back at once: a status built before it differs is rebuilt before it is served."""
+    members = tuple((m.node_id, m.url, m.state, m.left) for m in node.cluster.membership.members())
+    return node.admission.operator_pause, node.stopping, node.cluster.leaving, members
+
+
+def status_snapshots(node: Node) -> tuple[Snapshots, Snapshots]:
+    """The snapshots of this node's status and of the cluster's as this node sees it."""
+    def watched() -> tuple:
+        return watched_state(node)
+
+    async def local() -> dict[str, Any]:
+        return await node_status(node)
+
+    async def cluster() -> dict[str, Any]:
+        # Built on a new snapshot of this node: reading ?scope=local (or /metrics) after the
+        # cluster view never goes back in time.
+        return await cluster_status(node, await local_snapshots.rebuilt())
+
+    local_snapshots = Snapshots("node", local, watched=watched)
+    return local_snapshots, Snapshots("cluster", cluster, watched=watched)
 
 
 def crawl_state(status: dict) -> str:
