@@ -7,6 +7,11 @@ wrong shape, wrong types, not JSON — counts as a failed heartbeat and is logge
 ends the heartbeats. The round is a recurring job: whatever fails, it runs again, so a dead
 peer is always detected.
 
+While a starting member holds back its first lease (cluster.readiness), every answer and every
+failure is reported to its :class:`StartupHold`, and peers that have not answered yet are asked
+again every ``STARTUP_POLL_S`` instead of every ``interval_s``: a peer that starts a moment
+later is heard from at once, so the hold ends as soon as the cluster is up.
+
 The answers also carry each member's per-IP announcement (``"ips"``, cluster.ipshare): the
 addresses it fetches from and its acknowledgement of the others'. A heartbeat hands the
 peer's announcement to the :class:`IpShareLink`; one of the wrong shape is a bad answer.
@@ -25,12 +30,16 @@ import aiohttp
 
 from crawler_node.cluster.ipshare import Announcement, BadAnnouncement, parse_announcement
 from crawler_node.cluster.membership import Membership, PeerState, member_problem, parse_view
+from crawler_node.cluster.readiness import StartupHold
 from crawler_node.runtime.supervisor import Supervisor
 
 log = logging.getLogger("crawler_node.cluster")
 
 JOIN_DEADLINE_S = 30.0
 MEMBER_CALL_TIMEOUT_S = 2.0
+# While a start-up hold waits for a peer's first answer: ask this often (a refused connection on
+# a peer not yet listening costs next to nothing; the hold's reason to exist is time lost).
+STARTUP_POLL_S = 0.05
 
 
 class BadPeerAnswer(ValueError):
@@ -68,6 +77,16 @@ def drained_of(answer: object) -> bool:
     return isinstance(answer, dict) and answer.get("drained") is True
 
 
+def state_reported(answer: object, node_id: str) -> str | None:
+    """The state a member list answer gives ``node_id`` (``"alive"``, ``"down"``...), or None."""
+    members = answer.get("members") if isinstance(answer, dict) else None
+    for item in members if isinstance(members, list) else ():
+        if isinstance(item, dict) and item.get("id") == node_id:
+            state = item.get("state")
+            return state if isinstance(state, str) else None
+    return None
+
+
 def parse_ips_answer(answer: object) -> Announcement | None:
     """The per-IP announcement of a member list answer (already checked to be an object)."""
     assert isinstance(answer, dict)
@@ -103,9 +122,21 @@ class Heartbeats:
         self.failures: Counter[str] = Counter()  # failed heartbeats, by peer
         self.bad_answers: Counter[str] = Counter()  # answers that were not member lists, by peer
         self._ip: IpShareLink | None = None
+        self._on_incarnation: Callable[[str, str], None] | None = None
+        self._startup: StartupHold | None = None
+        self._next_full_round = 0.0  # monotonic
 
     def share_ips(self, link: IpShareLink) -> None:
         self._ip = link
+
+    def watch_incarnations(self, heard: Callable[[str, str], None]) -> None:
+        """Tell ``heard(peer, incarnation)`` what each answer says its frontier is."""
+        self._on_incarnation = heard
+
+    def watch_startup(self, hold: StartupHold) -> None:
+        """Report answers and failures to a starting member's hold until it ends."""
+        self._startup = hold
+        self._check_startup()
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self._session = session
@@ -118,12 +149,29 @@ class Heartbeats:
     async def round(self) -> None:
         started = time.monotonic()
         peers = self._membership.peers()
+        hold = self._startup
+        if hold is not None and hold.wants_answers() and started < self._next_full_round:
+            # between the rounds at interval_s, only the peers not heard from yet
+            peers = [m for m in peers if hold.awaits(m.node_id)]
+        else:
+            self._next_full_round = started + self._interval_s
         await asyncio.gather(*(self._heartbeat(m.node_id, m.url) for m in peers))
         if self._membership.tick(self._clock()):
             self._on_changed("liveness changed")
         if self._ip is not None:
             self._ip.refresh()
-        await asyncio.sleep(max(0.0, self._interval_s - (time.monotonic() - started)))
+        self._check_startup()
+        interval = self._interval_s
+        if self._startup is not None and self._startup.wants_answers():
+            interval = min(interval, STARTUP_POLL_S)
+        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    def _check_startup(self) -> None:
+        hold = self._startup
+        if hold is not None:
+            hold.check(self._membership.peers(), self._clock())
+            if not hold.holding:
+                self._startup = None
 
     async def _heartbeat(self, node_id: str, url: str) -> None:
         assert self._session is not None
@@ -152,18 +200,25 @@ class Heartbeats:
             return
         if self._membership.observe_ok(node_id, now, returning=True):
             self._on_changed(f"{node_id} is alive")
+        if self._startup is not None:
+            self._startup.heard(node_id, state_reported(answer, self._node_id))
         if self._ip is not None:
             self._ip.heard(node_id, ips)
+        incarnation = answer.get("incarnation") if isinstance(answer, dict) else None
+        if self._on_incarnation is not None and isinstance(incarnation, str):
+            self._on_incarnation(node_id, incarnation)  # its frontier's name (cluster.replica)
         new = self._membership.merge(members, now)
         for peer in new:
             self._on_member(peer)
         if new:
             self._on_changed(f"learnt {', '.join(new)} from {node_id}")
+        self._check_startup()
 
     def _failed(self, node_id: str) -> None:
         self.failures[node_id] += 1
         if self._membership.observe_failure(node_id, self._clock()):
             self._on_changed(f"{node_id} is down")
+            self._check_startup()
 
     # ----------------------------------------------------------------- join and leave
     async def join(self, session: aiohttp.ClientSession) -> None:

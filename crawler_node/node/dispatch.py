@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from crawler_node.core.robots import scheme_of
 from crawler_node.node.admission import FetchAdmission
@@ -26,6 +26,12 @@ from crawler_node.runtime.wakeup import Wakeup
 log = logging.getLogger("crawler_node.dispatch")
 
 IDLE_WAIT_S = 1.0  # with no host ready and none waiting on a time: look again this often anyway
+
+
+class HoldGate(Protocol):
+    """What a hold waits for (cluster.readiness.StartupHold): said when its time runs out."""
+
+    def waiting_for(self) -> str: ...
 
 
 class Dispatcher:
@@ -49,6 +55,8 @@ class Dispatcher:
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._hold_until = 0.0
+        self._hold: dict[str, Any] | None = None  # the start-up hold, for the status
+        self._hold_gate: HoldGate | None = None
         self._stopping = False
 
     @property
@@ -58,13 +66,30 @@ class Dispatcher:
     def idle(self) -> bool:
         return not self._tasks
 
-    def hold(self, until: float) -> None:
-        """Start nothing before ``until`` (a restarted member first hears its peers)."""
+    def hold(self, until: float, gate: HoldGate | None = None) -> None:
+        """Start nothing before ``until``, or before :meth:`release_hold` (a starting member
+        first hears its peers: cluster.readiness); ``gate`` says what the hold waits for."""
         self._hold_until = until
+        self._hold_gate = gate
+        self._hold = {"since": self._clock(), "until": until, "released_at": None, "reason": None}
+
+    def release_hold(self, reason: str) -> None:
+        """End the hold now, for ``reason``; a hold already over stays as it ended."""
+        if self._hold is None or self._hold["released_at"] is not None:
+            return
+        self._hold_until = 0.0
+        self._hold.update(released_at=self._clock(), reason=reason)
+        log.info("leasing after %.2f s: %s", self._hold["released_at"] - self._hold["since"], reason)
+        self._work.notify()
 
     def snapshot(self) -> dict:
+        hold = self._hold
+        if hold is not None and hold["released_at"] is None:
+            hold = {**hold, "waiting_for": self._hold_gate.waiting_for() if self._hold_gate is not None else None}
+        elif hold is not None:
+            hold = {**hold, "held_s": round(hold["released_at"] - hold["since"], 3)}
         return {"depth": len(self._tasks), "capacity": self._capacity, "oldest_age_s": 0.0,
-                "held_until": self._hold_until if self._hold_until > self._clock() else None}
+                "held_until": self._hold_until if self._hold_until > self._clock() else None, "hold": hold}
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, supervisor: Supervisor) -> None:
@@ -105,6 +130,10 @@ class Dispatcher:
             if now < self._hold_until:
                 await self._work.wait(self._hold_until - now)
                 continue
+            if self._hold is not None and self._hold["released_at"] is None:
+                gate = self._hold_gate
+                self.release_hold("the hold ran out" if gate is None else
+                                  f"the startup grace ran out while waiting for {gate.waiting_for()}")
             blocked = self._admission.blocked(now)
             if blocked is not None:
                 await self._wait_admission(blocked)

@@ -29,6 +29,7 @@ from typing import Any
 
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
 from crawler_node.cluster.ipshare import ip_shares_for
+from crawler_node.cluster.readiness import StartupHold
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache, RobotsPolicy
@@ -205,11 +206,17 @@ class Node:
         await self.fetcher.start()
         await self.parse.start(self.supervisor)
         await self.store.start(self.supervisor)
+        restarted = (await self.frontier.totals())["hosts"] > 0  # before the seeds: they are not a past
         await self.cluster.start()
         if not self.cluster.is_single or self.cluster.peer_dns is not None:
-            # Hear from the peers before leasing: a restarted member must learn what its
-            # successor fetched for it while it was away, and who else is alive.
-            self.dispatcher.hold(self._clock() + self.settings.startup_grace_s)
+            # Hear from the peers before leasing, no longer than the grace: who else is alive, and,
+            # for a restarted member, what its successor fetched for it (cluster.readiness).
+            # No await from cluster.start to here: no heartbeat answer is missed.
+            until = self._clock() + self.settings.startup_grace_s
+            hold = StartupHold(restarted=restarted, deadline=until, release=self.dispatcher.release_hold,
+                               alone_is_enough=self.cluster.peer_dns is None)
+            self.dispatcher.hold(until, hold)
+            self.cluster.heartbeats.watch_startup(hold)
         self.leases.start(self.supervisor)
         self.dispatcher.start(self.supervisor)
         self.upkeep.start(self.supervisor)

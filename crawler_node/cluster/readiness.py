@@ -1,0 +1,98 @@
+"""When a starting member may lease: once it has heard from the peers it needs.
+
+A member that starts in a cluster holds back its first lease (node.dispatch.Dispatcher.hold)
+so that it knows who is alive before it routes its first links, and so that it does not fetch
+again what another member fetched for it while it was away. ``startup_grace_s`` bounds the
+hold; it is no longer a fixed wait. The rule, checked after every heartbeat answer or failure:
+
+1. Every peer it knows of (configured, learnt from a join or from a peer's member list, or
+   found through peer DNS) has answered a heartbeat, or the failure detector has found it down
+   (silent for ``down_after_s``, or leaving). Until then the member holds.
+2. A member that nobody can owe a handback leases at once after that: its frontier was empty
+   when it started (a *fresh* member: no row, never crawled here) and no peer that answered
+   listed it as ``down`` (a peer that did has been crawling its arc: a member started late).
+3. A member that may be owed a handback holds until the grace runs out. It is *restarted*
+   (its frontier has rows: its successor may have covered for it while it was away), or a
+   peer reported it down. What it is owed comes from the peer that covered for it: once that
+   peer sees it alive again, its full sweep (cluster.sweep) hands the hosts back through the
+   acknowledged outbox, queued URLs to crawl and fetched ones as seen, and the member has
+   *learned* them once they are taken into its frontier (node.intake.Intake.take with
+   ``seen=True``: recorded, never fetched). Nothing a heartbeat carries says that this sweep
+   is over, so, as before this rule, the grace is the time the handback is given.
+4. When the grace runs out the member leases with what it has heard (an upper bound: a peer
+   that never answers cannot hold it for ever; the normal takeover and handback take over).
+
+Peer DNS that has found no peer yet is not "heard from everyone": the others may not be in
+DNS yet, so such a member holds until one answers, or the grace runs out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from crawler_node.cluster.membership import Member, PeerState
+
+
+class StartupHold:
+    """The starting member's answer to "may I lease now?", fed by the heartbeats."""
+
+    def __init__(self, *, restarted: bool, deadline: float, release: Callable[[str], None],
+                 alone_is_enough: bool = True) -> None:
+        """``restarted``: the frontier had rows at start; ``deadline``: when the grace runs
+        out (the node's clock); ``release(reason)``: called once, when the hold ends;
+        ``alone_is_enough``: with no peer known, there is nobody to wait for (False with
+        peer DNS, which may not list the others yet)."""
+        self._restarted = restarted
+        self._deadline = deadline
+        self._release = release
+        self._alone_is_enough = alone_is_enough
+        self._heard: set[str] = set()
+        self._reported_down: set[str] = set()  # peers that answered with this member down
+        self._waiting_on: list[str] = []  # as of the last check
+        self.reason: str | None = None  # why the hold ended; None while it holds
+
+    @property
+    def holding(self) -> bool:
+        return self.reason is None
+
+    def heard(self, peer_id: str, self_state: str | None) -> None:
+        """``peer_id`` answered a heartbeat, and its member list gave this member ``self_state``."""
+        self._heard.add(peer_id)
+        if self_state == PeerState.DOWN.value:
+            self._reported_down.add(peer_id)
+
+    def wants_answers(self) -> bool:
+        """Still waiting for a peer's first answer (heartbeats come faster meanwhile)."""
+        return self.holding and bool(self._waiting_on)
+
+    def awaits(self, peer_id: str) -> bool:
+        """``peer_id`` is one whose first answer the hold still waits for."""
+        return peer_id in self._waiting_on
+
+    def check(self, peers: Iterable[Member], now: float) -> None:
+        """Release the hold if the rule (module docstring) allows it now."""
+        if self.reason is not None:
+            return
+        reason = self._verdict(list(peers), now)
+        if reason is not None:
+            self.reason = reason
+            self._release(reason)
+
+    def waiting_for(self) -> str:
+        """What the hold waits for, as of the last check (for the status and the log)."""
+        if self._waiting_on:
+            return f"first answers from {', '.join(self._waiting_on)}"
+        if self._restarted:
+            return "the handback of a successor that covered for this restarted member"
+        if self._reported_down:
+            return f"the handback of {', '.join(sorted(self._reported_down))}, which reported this member down"
+        return "a peer to be found"
+
+    def _verdict(self, peers: list[Member], now: float) -> str | None:
+        self._waiting_on = [m.node_id for m in peers if m.node_id not in self._heard and m.state is not PeerState.DOWN]
+        if now >= self._deadline:
+            return f"the startup grace ran out while waiting for {self.waiting_for()}"
+        if self._waiting_on or self._restarted or self._reported_down or not (peers or self._alone_is_enough):
+            return None
+        down = sorted(m.node_id for m in peers if m.node_id not in self._heard)
+        return "heard from all peers" + (f" ({', '.join(down)} found down)" if down else "")

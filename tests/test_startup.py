@@ -1,0 +1,166 @@
+"""A starting member leases once it has heard from the peers it needs (cluster.readiness), the
+grace only an upper bound: the rule alone, then real 3-node clusters on loopback whose grace is
+60 s, so that a hold that still lasted the whole grace would fail these tests."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_helpers import get_json, peers_of, plan, wait_until
+from conftest import read_crawl_log, roots
+
+from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.readiness import StartupHold
+
+LONG_GRACE = ["--startup-grace-s", "60", "--heartbeat-interval-s", "0.3", "--secret", "startup-token"]
+HOSTS = 6
+
+
+# ----------------------------------------------------------------- the rule, alone
+def hold_for(*, restarted: bool = False, peers: tuple[str, ...] = ("b", "c"), alone_is_enough: bool = True,
+             ) -> tuple[StartupHold, Membership, list[str]]:
+    released: list[str] = []
+    membership = Membership("a", "http://127.0.0.1:1", {p: f"http://127.0.0.1:{i + 2}" for i, p in enumerate(peers)},
+                            now=0.0, suspect_after_s=1.0, down_after_s=2.0)
+    hold = StartupHold(restarted=restarted, deadline=60.0, release=released.append, alone_is_enough=alone_is_enough)
+    return hold, membership, released
+
+
+def test_a_fresh_member_leases_once_every_peer_answered() -> None:
+    hold, membership, released = hold_for()
+    hold.check(membership.peers(), 0.1)
+    assert hold.holding and hold.wants_answers() and hold.awaits("b") and hold.awaits("c")
+    hold.heard("b", "alive")
+    hold.check(membership.peers(), 0.2)
+    assert hold.holding and "c" in hold.waiting_for()
+    hold.heard("c", "alive")
+    hold.check(membership.peers(), 0.3)
+    assert released == ["heard from all peers"] and not hold.holding
+    hold.check(membership.peers(), 0.4)
+    assert released == ["heard from all peers"]  # released once
+
+
+def test_a_peer_found_down_is_not_waited_for() -> None:
+    hold, membership, released = hold_for()
+    hold.heard("b", "alive")
+    hold.check(membership.peers(), 1.0)
+    assert hold.holding
+    membership.tick(2.5)  # c silent past down_after_s: the failure detector's verdict
+    assert membership.get("c").state is PeerState.DOWN
+    hold.check(membership.peers(), 2.5)
+    assert released == ["heard from all peers (c found down)"]
+
+
+def test_a_peer_learnt_during_the_hold_is_waited_for_too() -> None:
+    hold, membership, released = hold_for(peers=("b",))
+    membership.merge([("d", "http://127.0.0.1:9")], 0.1)
+    hold.heard("b", "alive")
+    hold.check(membership.peers(), 0.1)
+    assert hold.holding and hold.awaits("d")
+    hold.heard("d", "alive")
+    hold.check(membership.peers(), 0.2)
+    assert released == ["heard from all peers"]
+
+
+@pytest.mark.parametrize("restarted, reported", [(True, "alive"), (False, "down")])
+def test_a_member_that_may_be_owed_a_handback_waits_out_the_grace(restarted: bool, reported: str) -> None:
+    """Restarted (its frontier had rows), or reported down by a peer (which crawled its arc)."""
+    hold, membership, released = hold_for(restarted=restarted)
+    hold.heard("b", reported)
+    hold.heard("c", "alive")
+    hold.check(membership.peers(), 59.9)
+    assert hold.holding and not hold.wants_answers() and "handback" in hold.waiting_for()
+    hold.check(membership.peers(), 60.0)
+    assert len(released) == 1 and released[0].startswith("the startup grace ran out while waiting for the handback")
+
+
+def test_peer_dns_with_no_peer_found_holds_until_one_answers() -> None:
+    hold, membership, released = hold_for(peers=(), alone_is_enough=False)
+    hold.check(membership.peers(), 1.0)
+    assert hold.holding
+    membership.merge([("b", "http://127.0.0.1:2")], 1.0)
+    hold.heard("b", "alive")
+    hold.check(membership.peers(), 1.1)
+    assert released == ["heard from all peers"]
+
+
+# ----------------------------------------------------------------- real clusters
+def start_members(start_node, web, ids, addresses, *, seeds_to="a", extra=(), data_dirs=None, hosts=HOSTS):
+    peers = peers_of(addresses)
+    nodes = {}
+    for node_id in ids:
+        host, port = addresses[node_id]
+        kwargs = {"data_dir": data_dirs[node_id]} if data_dirs else {}
+        nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=peers, wait=False,
+                                    seeds=roots(hosts) if node_id == seeds_to else (),
+                                    extra_args=[*LONG_GRACE, *extra], **kwargs)
+    for node in nodes.values():
+        node.wait_healthy(30)
+    return nodes
+
+
+def hold_of(node) -> dict:
+    return get_json(f"{node.url}/v1/status?scope=local")["queues"]["fetch"]["hold"]
+
+
+def released(node) -> dict | None:
+    hold = hold_of(node)
+    return hold if hold["released_at"] is not None else None
+
+
+def test_a_fresh_cluster_leases_as_soon_as_every_peer_answered(start_testweb, start_node):
+    web = start_testweb(hosts=HOSTS, pages=10, seed=31)
+    addresses = plan(["a", "b", "c"])
+    # A slow start on a busy machine must not pass for a peer found down here.
+    nodes = start_members(start_node, web, ["a", "b", "c"], addresses,
+                          extra=["--suspect-after-s", "10", "--down-after-s", "20"])
+    for node in nodes.values():
+        hold = wait_until(lambda node=node: released(node), 20, f"{node.node_id}'s hold released")
+        assert hold["reason"] == "heard from all peers", hold
+        assert hold["held_s"] < 20
+    # ... and the cluster crawls, well before a 60 s grace would have let it
+    wait_until(lambda: any(read_crawl_log(n.data_dir) for n in nodes.values()), 20, "a first page")
+
+
+def test_a_fresh_member_does_not_wait_for_a_peer_found_down(start_testweb, start_node):
+    web = start_testweb(hosts=HOSTS, pages=10, seed=32)
+    addresses = plan(["a", "b", "c"])  # c is configured but never starts
+    nodes = start_members(start_node, web, ["a", "b"], addresses)
+    for node in nodes.values():
+        hold = wait_until(lambda node=node: released(node), 20, f"{node.node_id}'s hold released")
+        # (b too, were it slower to start than down_after_s)
+        assert hold["reason"].startswith("heard from all peers (") and "c found down" in hold["reason"], hold
+    wait_until(lambda: any(read_crawl_log(n.data_dir) for n in nodes.values()), 20, "a first page")
+
+
+def test_a_restarted_member_waits_for_its_handback_even_when_its_peers_are_settled(start_testweb, start_node,
+                                                                                   tmp_path):
+    """A member whose frontier has rows may be owed what its successor fetched for it; with a
+    peer down too, it still holds after every peer answered or was found down, and leases
+    when the grace (the handback's time) runs out."""
+    web = start_testweb(hosts=30, pages=40, seed=33, profile={"site-*.test": {"latency_ms": 30}})
+    ids = ["a", "b", "c"]
+    addresses = plan(ids)
+    data_dirs = {node_id: tmp_path / f"{node_id}-data" for node_id in ids}
+    nodes = start_members(start_node, web, ids, addresses, data_dirs=data_dirs, hosts=30)
+    wait_until(lambda: read_crawl_log(data_dirs["b"]), 30, "b crawled something")
+    nodes["b"].kill()
+    nodes["c"].kill()  # a peer down while b comes back
+    host, port = addresses["b"]
+    back = start_node("b", host=host, port=port, proxy=web.url, peers=peers_of(addresses), data_dir=data_dirs["b"],
+                      extra_args=LONG_GRACE)
+
+    def settled() -> dict | None:
+        status = get_json(f"{back.url}/v1/status?scope=local")
+        states = {m["id"]: m["state"] for m in status["members"]}
+        return status if states["c"] == "down" and states["a"] == "alive" else None
+
+    wait_until(settled, 20, "b's view: a alive, c found down")
+    hold = hold_of(back)
+    assert hold["released_at"] is None, hold
+    assert "handback" in hold["waiting_for"], hold
+    back.stop()
+    # With a short grace, the grace is what ends its hold.
+    back = start_node("b", host=host, port=port, proxy=web.url, peers=peers_of(addresses), data_dir=data_dirs["b"],
+                      extra_args=[*LONG_GRACE, "--startup-grace-s", "2"])
+    hold = wait_until(lambda: released(back), 20, "b's hold ends with its grace")
+    assert hold["reason"].startswith("the startup grace ran out while waiting for"), hold
