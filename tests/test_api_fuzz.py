@@ -40,7 +40,8 @@ SCOPE = ["--allow-host", "*.test"]  # whatever is submitted, only testweb's host
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,"
           "response_schema_conformance")
 STOP = "post /v1/control/stop"  # ends the node under test: its body is pause's (api.control._command_body)
-HOLDS_STILL = ("post /v1/control/pause", "delete /v1/hosts/{host}/queue")  # fuzzed last, on the node alone
+# fuzzed last, on the node alone (a sync may carry a pause)
+HOLDS_STILL = ("post /v1/control/pause", "post /v1/control/sync", "delete /v1/hosts/{host}/queue")
 JOIN = "post /v1/join"  # in a cluster, a fuzzed join puts a stranger (any host name) in the ring
 _TOTALS = re.compile(r"(\d+) generated")
 

@@ -11,7 +11,8 @@ the crawl will fetch next.
 
 Answers name each member and what it said; ``complete`` is false when a member that is not
 down did not apply the command (the CLI then exits non-zero). A member that is down when the
-command is given is not reached: it is listed as down.
+command is given is not reached: it is listed as down, and catches up on pause and resume when
+it is back (api.catch_up).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from crawler_node.api.catch_up import MAX_SYNC_BYTES, SYNC, answer_sync, catch_up_ctx
 from crawler_node.cluster.membership import Member, PeerState
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.node.node import Node
@@ -35,7 +37,7 @@ log = logging.getLogger("crawler_node.api")
 
 PAUSE, RESUME, STOP = "/v1/control/pause", "/v1/control/resume", "/v1/control/stop"
 HOSTS, HOST_QUEUE = "/v1/hosts", "/v1/hosts/{host}/queue"
-CONTROL_PATHS = frozenset({PAUSE, RESUME, STOP, HOSTS, HOST_QUEUE})
+CONTROL_PATHS = frozenset({PAUSE, RESUME, STOP, HOSTS, HOST_QUEUE, SYNC})
 SORT_KEYS = ("queued", "inflight", "next_eligible", "host")
 # Without ?order=: the biggest queues and the most in flight first; the soonest eligible first.
 DEFAULT_ORDER = {"queued": "desc", "inflight": "desc", "next_eligible": "asc", "host": "asc"}
@@ -146,20 +148,20 @@ class SlowBody(Exception):
     """The body did not arrive within the API's read timeout."""
 
 
-async def _command_body(request: web.Request) -> dict:
-    if request.content_length and request.content_length > MAX_COMMAND_BYTES:
-        raise BadQuery(f"body over {MAX_COMMAND_BYTES} bytes")
+async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) -> dict:
+    if request.content_length and request.content_length > limit:
+        raise BadQuery(f"body over {limit} bytes")
     # Read to the end (one read() gives what has arrived so far: a body in two TCP segments was
     # cut in two), within the read timeout (a client dripping it would hold this handler).
     raw = bytearray()
     try:
         async with asyncio.timeout(request.app[NODE].settings.api_read_timeout_s):
-            while len(raw) <= MAX_COMMAND_BYTES and (chunk := await request.content.read(MAX_COMMAND_BYTES + 1)):
+            while len(raw) <= limit and (chunk := await request.content.read(limit + 1)):
                 raw += chunk
     except TimeoutError as exc:
         raise SlowBody() from exc
-    if len(raw) > MAX_COMMAND_BYTES:
-        raise BadQuery(f"body over {MAX_COMMAND_BYTES} bytes")
+    if len(raw) > limit:
+        raise BadQuery(f"body over {limit} bytes")
     if not raw.strip():
         return {}
     try:
@@ -232,6 +234,18 @@ async def _stop(node: Node, body: dict) -> dict:
     log.warning("stop requested by %s: stopping as on SIGTERM", body["by"])
     node.request_stop()  # what SIGTERM does: daemon.serve then stops the node in order and exits 0
     return {"stopping": True}
+
+
+async def _sync(request: web.Request) -> web.Response:
+    """A member compares its last pause or resume with this node's (api.catch_up)."""
+    try:
+        body = await _command_body(request, MAX_SYNC_BYTES)
+    except BadQuery as exc:
+        return _error(400, "bad_request", exc.message)
+    except SlowBody:
+        return _error(408, "too_slow", "the body did not arrive within the read timeout")
+    status, answer = await answer_sync(request.app[NODE], body)
+    return web.json_response(answer, status=status)
 
 
 # ----------------------------------------------------------------- hosts
@@ -346,7 +360,11 @@ async def delete_host_queue(request: web.Request) -> web.Response:
         return _error(400, "bad_query", exc.message)
     if (forwarded := await _at_owner(request, host, "DELETE")) is not None:
         return forwarded
-    return web.json_response({"host": host, "member": node.node_id, "dropped": await node.operator.drop_host(host)})
+    try:
+        dropped = await node.operator.drop_host(host)
+    except ValueError as exc:
+        return _error(409, "too_many_dropped", str(exc))
+    return web.json_response({"host": host, "member": node.node_id, "dropped": dropped})
 
 
 NODE = web.AppKey("control_node", Node)
@@ -363,3 +381,5 @@ def add_control_routes(app: web.Application, node_key: web.AppKey[Node]) -> None
     app.router.add_get(HOSTS, get_hosts)
     app.router.add_get(HOST_QUEUE, get_host_queue)
     app.router.add_delete(HOST_QUEUE, delete_host_queue)
+    app.router.add_post(SYNC, _sync)
+    app.cleanup_ctx.append(catch_up_ctx(NODE, peers.call))

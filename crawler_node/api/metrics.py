@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # The crawl.log outcomes of URLs the scope or a trap guard turns away, each a status counter.
 TURNED_AWAY = ("out_of_scope", "repeated_segments", "path_too_deep", "too_many_query_params", "denied_url",
-               "host_page_cap")
+               "host_page_cap", "host_dropped")
 
 
 class NodeCollector:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from crawler_node.api import control
+from crawler_node.api import catch_up, control
 from crawler_node.cluster.membership import MAX_ID_CHARS, MAX_URL_CHARS
 from crawler_node.core.urls import MAX_URL_LENGTH
 
@@ -121,6 +121,8 @@ def _schemas() -> dict[str, Schema]:
         "Command": {"type": "object", "properties": {
             "reason": {"type": "string", "maxLength": control.MAX_REASON_CHARS},
             "by": {"type": "string", "maxLength": control.MAX_REASON_CHARS}}},
+        "ControlChange": _object({"paused": _BOOL, "at": {"type": "number", "minimum": 0, "exclusiveMaximum": 1e11},
+                                  "by": _STR}, {"reason": _STR}),
         "CommandAnswer": {"anyOf": [
             _object({"action": _STR, "members": {"type": "object", "additionalProperties": _object({"ok": _BOOL})},
                      "complete": _BOOL}),
@@ -165,6 +167,19 @@ def _command(summary: str) -> Schema:
                                    "408": _BODY_READ["408"]}}}
 
 
+def _sync() -> Schema:
+    change = {"anyOf": [{"type": "null"}, _ref("ControlChange")]}
+    return {"post": {
+        "summary": "A member compares its last pause or resume with this node's; the newer one wins on both",
+        "security": _SECURITY,
+        "requestBody": {"required": True, "content": _json(_object({"change": change}, {
+                            "from": _STR, "dropped": {"type": "array", "items": _STR}})),
+                        "description": f"at most {catch_up.MAX_SYNC_BYTES} bytes"},
+        "responses": {"200": _answer("this node's last change and dropped hosts", _object(
+                          {"change": change, "dropped": {"type": "array", "items": _STR}, "applied": _BOOL})),
+                      "400": _error("bad_request: not a change"), **_PROTECTED, "408": _BODY_READ["408"]}}}
+
+
 def _host_queue() -> Schema:
     at_owner = {"502": _error("owner_unreachable: the member that crawls the host did not answer"),
                 "404": _answer("no such route (a host with a '/' in it)", content={"text/plain": {"schema": _STR}})}
@@ -178,9 +193,11 @@ def _host_queue() -> Schema:
                 "parameters": [limit, _LOCAL],
                 "responses": {"200": _answer("queued, then deferred, URLs in lease order", queue),
                               **_PROTECTED, **at_owner}},
-        "delete": {"summary": "Drop one host's queue on the member that crawls it", "security": _SECURITY,
+        "delete": {"summary": "Drop one host's queue on the member that crawls it; the host stays dropped on every "
+                              "member (its URLs end unfetched, outcome host_dropped)", "security": _SECURITY,
                    "parameters": [_LOCAL],
-                   "responses": {"200": _answer("what was dropped", dropped), **_PROTECTED, **at_owner}},
+                   "responses": {"200": _answer("what was dropped", dropped), **_PROTECTED, **at_owner,
+                                 "409": _error("too_many_dropped: the list of dropped hosts is full")}},
     }
 
 
@@ -285,6 +302,7 @@ def openapi_document() -> dict[str, Any]:
         control.STOP: _command("Stop the whole cluster, as SIGTERM does"),
         control.HOSTS: _hosts(),
         control.HOST_QUEUE: _host_queue(),
+        control.SYNC: _sync(),
         **_reads(),
     }
     return {

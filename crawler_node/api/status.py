@@ -69,6 +69,7 @@ async def node_status(node: Node) -> dict[str, Any]:
             "denied_url": store["denied_url"],
             "host_page_cap": store["host_page_cap"],  # past --max-pages-per-host
             "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
+            "host_dropped": leases["host_dropped"],  # URLs ended unfetched: an operator dropped their host
             "robots_fetched": fetch["robots_fetched"],
             "robots_given_up": fetch["robots_given_up"],  # authorities given up
             "links_discovered": parse["links_discovered"],

@@ -50,6 +50,7 @@ class FetchOutcome(enum.StrEnum):
     TOO_MANY_QUERY_PARAMS = "too_many_query_params"  # more query parameters than --max-query-params
     DENIED_URL = "denied_url"  # matched by a --deny-url pattern, or by no --allow-url pattern
     HOST_PAGE_CAP = "host_page_cap"  # its host already had --max-pages-per-host URLs accepted
+    HOST_DROPPED = "host_dropped"  # an operator dropped its host (crawler-node drop-host): never fetched
     TOO_MANY_REDIRECTS = "too_many_redirects"  # a redirect past --max-redirects: its target is not followed
 
     @property

@@ -173,10 +173,10 @@ class Dispatcher:
                 self._leases.want_refill(state)
                 return False
             assert lease is not None
-            if step is Step.DISALLOWED or step is Step.UNAVAILABLE:
+            if step is Step.DISALLOWED or step is Step.UNAVAILABLE or step is Step.DROPPED:
                 robots = (state.robots or {}).get(scheme_of(lease.url))
                 self._leases.unfetched(unfetched_page(lease, robots, disallowed=step is Step.DISALLOWED,
-                                                      now=time.time()))
+                                                      dropped=step is Step.DROPPED, now=time.time()))
                 if hosts.wants_refill(state):
                     self._leases.want_refill(state)
                 return False

@@ -35,6 +35,7 @@ class Step(enum.Enum):
     FETCH = "fetch"  # fetch this lease
     DISALLOWED = "disallowed"  # robots.txt forbids this lease: finish it unfetched
     UNAVAILABLE = "unavailable"  # its authority's robots.txt could not be had: finish it unfetched
+    DROPPED = "dropped"  # an operator dropped the host: finish the lease unfetched
     REFILL = "refill"  # nothing leased for it yet: a lease request is on its way (or none is left)
 
 
@@ -45,6 +46,7 @@ class HostState:
     queued: int = 0  # URLs the frontier holds for the host (an estimate, corrected on every lease)
     buffer: list[Lease] = field(default_factory=list)  # leased, not yet dispatched, in lease order
     next_eligible: float = 0.0
+    dropped: bool = False  # by an operator (HostTable.drop): its leases end unfetched
     crawl_delay: float = 0.0
     # robots.txt per scheme ("http", "https"): the host key carries the port, so a scheme and
     # this host make one authority (RFC 9309 2.3). None until the first lease asks.

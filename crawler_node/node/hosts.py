@@ -74,6 +74,7 @@ class HostTable:
             cache=robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0),
             policy=robots_policy if robots_policy is not None else RobotsPolicy())
         self._hosts: dict[str, HostState] = {}
+        self.dropped: set[str] = set()  # by an operator: leases of these hosts end unfetched
         self._rotation = Rotation(work=work)
         self._dirty: dict[str, HostState] = {}
         self.persist_wanted = Wakeup()  # notified when durable politeness changed
@@ -106,10 +107,17 @@ class HostTable:
                 "busiest": [state.snapshot() for state in self.busiest(top)]}
 
     # ----------------------------------------------------------------- work
+    def drop(self, host: str) -> None:
+        """An operator dropped the host: what is leased for it from now on ends unfetched."""
+        self.dropped.add(host)
+        if (state := self._hosts.get(host)) is not None:
+            state.dropped = True
+
     def _state(self, host: str, now: float, politeness: HostPoliteness | None = None) -> HostState:
         state = self._hosts.get(host)
         if state is None:
-            state = self._hosts[host] = HostState(host=host, limiter=self._new_limiter())
+            state = self._hosts[host] = HostState(host=host, limiter=self._new_limiter(),
+                                                  dropped=host in self.dropped)
             state.crawl_delay = self._min_delay_s
             if politeness is not None:
                 self._restore(state, politeness)
@@ -195,6 +203,8 @@ class HostTable:
         (robots.txt forbids it, or could not be had). The caller then settles the host."""
         if not state.buffer:
             return Step.REFILL, None
+        if state.dropped:
+            return Step.DROPPED, state.buffer.pop(0)
         lease = state.buffer[0]
         robots = self.robots_of(state, scheme_of(lease.url), now)
         if self._robots.start_if_due(state, robots, now):

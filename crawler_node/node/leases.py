@@ -88,6 +88,7 @@ class LeaseKeeper:
         return {"refill_wanted": len(self._wanted), "returned_pending": len(self._returned),
                 "unfetched_pending": len(self._unfetched), "robots_disallowed": self.counters["robots_disallowed"],
                 "robots_unavailable": self.counters["robots_unavailable"],
+                "host_dropped": self.counters["host_dropped"],
                 "lease_held": held}
 
     # ----------------------------------------------------------------- lifecycle

@@ -70,11 +70,16 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
     return entries
 
 
-def unfetched_page(lease: Lease, robots: AuthorityRobots | None, *, disallowed: bool, now: float) -> PageResult:
-    """A leased URL that ends without a request: its authority's robots.txt (``robots``)
-    forbids it (done), or could not be had (given up; outcome tls when its certificate
-    failed). One crawl.log line with the reason, no WARC record (no exchange happened)."""
-    if disallowed:
+def unfetched_page(lease: Lease, robots: AuthorityRobots | None, *, disallowed: bool, now: float,
+                   dropped: bool = False) -> PageResult:
+    """A leased URL that ends without a request: an operator dropped its host (done), its
+    authority's robots.txt (``robots``) forbids it (done), or could not be had (given up;
+    outcome tls when its certificate failed). One crawl.log line with the reason, no WARC
+    record (no exchange happened)."""
+    if dropped:
+        outcome, reason = FetchOutcome.HOST_DROPPED, "an operator dropped its host"
+        disallowed = True  # done, not given up
+    elif disallowed:
         outcome, reason = FetchOutcome.ROBOTS_DISALLOWED, "robots.txt disallows it"
     elif robots is not None and robots.certificate_failed:
         outcome, reason = FetchOutcome.TLS, f"{robots.last_error} (found fetching robots.txt; not retried)"
