@@ -16,12 +16,13 @@ HOSTS = 6
 
 
 # ----------------------------------------------------------------- the rule, alone
-def hold_for(*, restarted: bool = False, peers: tuple[str, ...] = ("b", "c"), alone_is_enough: bool = True,
-             ) -> tuple[StartupHold, Membership, list[str]]:
+def hold_for(*, restarted: bool = False, joining: bool = False, peers: tuple[str, ...] = ("b", "c"),
+             alone_is_enough: bool = True) -> tuple[StartupHold, Membership, list[str]]:
     released: list[str] = []
     membership = Membership("a", "http://127.0.0.1:1", {p: f"http://127.0.0.1:{i + 2}" for i, p in enumerate(peers)},
                             now=0.0, suspect_after_s=1.0, down_after_s=2.0)
-    hold = StartupHold(restarted=restarted, deadline=60.0, release=released.append, alone_is_enough=alone_is_enough)
+    hold = StartupHold(restarted=restarted, joining=joining, deadline=60.0, release=released.append,
+                       alone_is_enough=alone_is_enough)
     return hold, membership, released
 
 
@@ -61,10 +62,13 @@ def test_a_peer_learnt_during_the_hold_is_waited_for_too() -> None:
     assert released == ["heard from all peers"]
 
 
-@pytest.mark.parametrize("restarted, reported", [(True, "alive"), (False, "down")])
-def test_a_member_that_may_be_owed_a_handback_waits_out_the_grace(restarted: bool, reported: str) -> None:
-    """Restarted (its frontier had rows), or reported down by a peer (which crawled its arc)."""
-    hold, membership, released = hold_for(restarted=restarted)
+@pytest.mark.parametrize("restarted, joining, reported", [(True, False, "alive"), (False, True, "alive"),
+                                                         (False, False, "down")])
+def test_a_member_that_may_be_owed_a_handback_waits_out_the_grace(restarted: bool, joining: bool,
+                                                                  reported: str) -> None:
+    """Restarted (its frontier had rows), joining (its new arc was crawled by others), or
+    reported down by a peer (which crawled its arc)."""
+    hold, membership, released = hold_for(restarted=restarted, joining=joining)
     hold.heard("b", reported)
     hold.heard("c", "alive")
     hold.check(membership.peers(), 59.9)

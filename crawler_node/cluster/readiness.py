@@ -9,12 +9,14 @@ hold; it is no longer a fixed wait. The rule, checked after every heartbeat answ
    found through peer DNS) has answered a heartbeat, or the failure detector has found it down
    (silent for ``down_after_s``, or leaving). Until then the member holds.
 2. A member that nobody can owe a handback leases at once after that: its frontier was empty
-   when it started (a *fresh* member: no row, never crawled here) and no peer that answered
-   listed it as ``down`` (a peer that did has been crawling its arc: a member started late).
+   when it started (a *fresh* member: no row, never crawled here), it is one of the configured
+   members (not a joiner) and no peer that answered listed it as ``down`` (a peer that did has
+   been crawling its arc: a member started late). A fresh cluster is such members only.
 3. A member that may be owed a handback holds until the grace runs out. It is *restarted*
-   (its frontier has rows: its successor may have covered for it while it was away), or a
-   peer reported it down. What it is owed comes from the peer that covered for it: once that
-   peer sees it alive again, its full sweep (cluster.sweep) hands the hosts back through the
+   (its frontier has rows: its successor may have covered for it while it was away),
+   *joining* (its new arc was crawled by the members that owned it before), or a peer
+   reported it down. What it is owed comes from the peer that held its hosts: once that peer
+   sees it alive (or joined), its full sweep (cluster.sweep) hands the hosts over through the
    acknowledged outbox, queued URLs to crawl and fetched ones as seen, and the member has
    *learned* them once they are taken into its frontier (node.intake.Intake.take with
    ``seen=True``: recorded, never fetched). Nothing a heartbeat carries says that this sweep
@@ -37,12 +39,14 @@ class StartupHold:
     """The starting member's answer to "may I lease now?", fed by the heartbeats."""
 
     def __init__(self, *, restarted: bool, deadline: float, release: Callable[[str], None],
-                 alone_is_enough: bool = True) -> None:
-        """``restarted``: the frontier had rows at start; ``deadline``: when the grace runs
+                 joining: bool = False, alone_is_enough: bool = True) -> None:
+        """``restarted``: the frontier had rows at start; ``joining``: this member is not one
+        of its own configured members (it joins a running cluster); ``deadline``: when the grace runs
         out (the node's clock); ``release(reason)``: called once, when the hold ends;
         ``alone_is_enough``: with no peer known, there is nobody to wait for (False with
         peer DNS, which may not list the others yet)."""
         self._restarted = restarted
+        self._joining = joining
         self._deadline = deadline
         self._release = release
         self._alone_is_enough = alone_is_enough
@@ -84,6 +88,8 @@ class StartupHold:
             return f"first answers from {', '.join(self._waiting_on)}"
         if self._restarted:
             return "the handback of a successor that covered for this restarted member"
+        if self._joining:
+            return "the handback of this joining member's new arc by the members that held it"
         if self._reported_down:
             return f"the handback of {', '.join(sorted(self._reported_down))}, which reported this member down"
         return "a peer to be found"
@@ -92,7 +98,8 @@ class StartupHold:
         self._waiting_on = [m.node_id for m in peers if m.node_id not in self._heard and m.state is not PeerState.DOWN]
         if now >= self._deadline:
             return f"the startup grace ran out while waiting for {self.waiting_for()}"
-        if self._waiting_on or self._restarted or self._reported_down or not (peers or self._alone_is_enough):
+        owed = self._restarted or self._joining or self._reported_down
+        if self._waiting_on or owed or not (peers or self._alone_is_enough):
             return None
         down = sorted(m.node_id for m in peers if m.node_id not in self._heard)
         return "heard from all peers" + (f" ({', '.join(down)} found down)" if down else "")

@@ -213,8 +213,8 @@ class Node:
             # for a restarted member, what its successor fetched for it (cluster.readiness).
             # No await from cluster.start to here: no heartbeat answer is missed.
             until = self._clock() + self.settings.startup_grace_s
-            hold = StartupHold(restarted=restarted, deadline=until, release=self.dispatcher.release_hold,
-                               alone_is_enough=self.cluster.peer_dns is None)
+            hold = StartupHold(restarted=restarted, joining=self.cluster.joining, deadline=until,
+                               release=self.dispatcher.release_hold, alone_is_enough=self.cluster.peer_dns is None)
             self.dispatcher.hold(until, hold)
             self.cluster.heartbeats.watch_startup(hold)
         self.leases.start(self.supervisor)
