@@ -165,8 +165,9 @@ class Settings:
     heartbeat_timeout_s: float = 0.5
     suspect_after_s: float = 1.0
     down_after_s: float = 2.0  # + one heartbeat round: a dead or hung peer is routed around within 3 s
-    # A (re)starting member waits this long before leasing, so it first hears its peers and
-    # receives what a successor fetched for it while it was away (else it fetches it again).
+    # The longest a starting member holds its first lease (cluster.readiness): a fresh one leases
+    # once every peer answered or was found down; a restarted or joining one waits this long to
+    # receive what was fetched for it while it was away (else it fetches it again).
     startup_grace_s: float = 3.0
     max_hops: int = 3  # times a URL may be forwarded on by a node that disagrees on its owner
     outbox_capacity: int = 50_000  # URLs owed to one peer before the parse stage must wait

@@ -166,7 +166,8 @@ HELP: dict[str, str] = {
     "heartbeat_timeout_s": "seconds a heartbeat may take",
     "suspect_after_s": "seconds of silence before a peer is suspect",
     "down_after_s": "seconds of silence before a peer is down and its hosts go to the next live member",
-    "startup_grace_s": "seconds a (re)starting member hears its peers before it leases",
+    "startup_grace_s": "longest a starting member holds its first lease: a fresh one leases once every peer "
+                       "answered or was found down, a restarted or joining one waits this long for its handback",
     "max_hops": "times a URL may be forwarded on by nodes that disagree on its owner",
     "outbox_capacity": "URLs owed to one peer before the parse stage must wait",
     "forward_batch": "URLs per batch sent to a peer",
