@@ -39,10 +39,12 @@ class NodeProcess:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
         pace: str | None = "adaptive",
+        wrapper: list[str] | tuple[str, ...] = (),
     ) -> None:
         """``pace``: the demo, the tests and the benchmarks crawl testweb and servers they
         started themselves, so they go at the adaptive pace; None keeps the node's default
-        (polite), as does a ``--pace`` in ``extra_args``."""
+        (polite), as does a ``--pace`` in ``extra_args``. ``wrapper``: a command that execs
+        the node (``ip netns exec NS``), so the PID is still the node's."""
         self.node_id = node_id
         self.data_dir = Path(data_dir)
         self.host = host
@@ -54,6 +56,7 @@ class NodeProcess:
         self.extra_args = list(extra_args)
         self.env = env
         self.pace = pace
+        self.wrapper = list(wrapper)
         self.log_path = log_path or (self.data_dir.parent / f"{node_id}.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_file: BinaryIO | None = None
@@ -63,7 +66,7 @@ class NodeProcess:
         return self.proc.pid if self.proc else None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "crawler_node", "run", "--node-id", self.node_id,
+        cmd = [*self.wrapper, sys.executable, "-m", "crawler_node", "run", "--node-id", self.node_id,
                "--listen", f"{self.host}:{self.port}", "--data-dir", str(self.data_dir)]
         if self.proxy:
             cmd += ["--proxy", self.proxy]
