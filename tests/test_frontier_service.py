@@ -48,8 +48,9 @@ async def test_a_crawl_round_trip_through_the_service(tmp_path: Path) -> None:
         assert await service.restore_deferred(1) == {"b.test": 1}
 
         await service.outbox_put([("peer-2", entry("d.test", 1))])
-        [(row_id, owed, seen)] = await service.outbox_peek("peer-2", 10)
-        assert (owed.url, seen) == ("http://d.test/page/1", False)
+        [row] = await service.outbox_peek("peer-2", 10)
+        row_id, owed = row.id, row.entry
+        assert (owed.url, row.seen, row.replica) == ("http://d.test/page/1", False, False)
         assert await service.outbox_counts() == {"peer-2": 1}
         assert await service.outbox_ack("peer-2", [(row_id, owed.url)]) == 1
         await service.outbox_put([("peer-2", entry("d.test", 2))])

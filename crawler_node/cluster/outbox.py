@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import aiohttp
 import msgpack
 
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.routing import Router
-from crawler_node.frontier import AddResult, FrontierService
+from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
+from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -30,6 +31,53 @@ MSGPACK = "application/msgpack"
 # Names the member a batch of POST /v1/urls comes from: the receiver counts what peers
 # forwarded apart from what users submitted (Cluster.note_received).
 FORWARDED_BY = "X-Crawler-Forwarded-By"
+MAX_PEER_HOSTS = 10_000  # entries of a batch's "hosts", at most (as many as its URLs)
+_MAX_HOST_CHARS = 300
+
+
+def encode_batch(rows: Sequence[OutboxRow]) -> dict:
+    """The body of POST /v1/urls for outbox rows. A replica carries what its receiver keeps
+    of it (frontier.replica), no more: a fetched URL only its URL; a queued one what it is
+    queued with. The replicas' politeness goes once per host, as
+    ``"hosts": [[host, next_eligible, crawl_delay], ...]`` (wall-clock seconds)."""
+    urls: list[dict] = []
+    hosts: dict[str, list] = {}
+    for row in rows:
+        e = row.entry
+        if row.replica and row.seen:
+            urls.append({"url": e.url, "seen": True})
+        elif row.replica:
+            item: dict = {"url": e.url, "depth": e.depth, "priority": e.priority, "replica": True}
+            if e.redirects:
+                item["redirects"] = e.redirects
+            if e.via is not None:
+                item["via"] = e.via
+            urls.append(item)
+        else:
+            urls.append({"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops,
+                         "redirects": e.redirects, "via": e.via, "seen": row.seen})
+        polite = row.politeness
+        if polite is not None:
+            hosts[polite.host] = [polite.host, polite.next_eligible, polite.crawl_delay]
+    return {"urls": urls, "hosts": list(hosts.values())} if hosts else {"urls": urls}
+
+
+def peer_politeness(document: object) -> list[HostPoliteness]:
+    """The ``"hosts"`` of a POST /v1/urls body (see encode_batch); ValueError if malformed."""
+    hosts = document.get("hosts", []) if isinstance(document, dict) else []
+    if not isinstance(hosts, list) or len(hosts) > MAX_PEER_HOSTS:
+        raise ValueError(f'"hosts" must be a list of at most {MAX_PEER_HOSTS} entries')
+    found = []
+    for entry in hosts:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and 0 < len(entry[0]) <= _MAX_HOST_CHARS and all(_time(value) for value in entry[1:])):
+            raise ValueError('each of "hosts" must be [host, next_eligible, crawl_delay]')
+        found.append(HostPoliteness(entry[0].lower(), float(entry[1]), float(entry[2])))
+    return found
+
+
+def _time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11
 
 
 class Outboxes:
@@ -131,10 +179,7 @@ class Outboxes:
         if not rows:
             self.counts[peer] = 0
             return 0.0
-        payload = msgpack.packb({"urls": [
-            {"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops, "redirects": e.redirects,
-             "via": e.via, "seen": seen}
-            for _, e, seen in rows]})
+        payload = msgpack.packb(encode_batch(rows))
         try:
             headers = {"Content-Type": MSGPACK, FORWARDED_BY: self._node_id}
             async with self._session.post(f"{url}/v1/urls", data=payload, headers=headers) as response:
@@ -147,11 +192,15 @@ class Outboxes:
             return self._failure_pause_s
         if status == 202:
             await self._acknowledged(peer, rows)
-            seen_rows = sum(1 for _, _, seen in rows if seen)
+            seen_rows = sum(1 for row in rows if row.seen)
+            replica_rows = sum(1 for row in rows if row.replica and not row.seen)
             # "forwarded": URLs for the peer to crawl; "sent_seen": replicas and handed-back
-            # fetched URLs, which it only records.
-            self.counters["forwarded"] += len(rows) - seen_rows
+            # fetched URLs, which it only records; "sent_replica": replicas of queued URLs;
+            # "sent_bytes": the bodies' (what the replicas cost, bench/replica_cost.py).
+            self.counters["forwarded"] += len(rows) - seen_rows - replica_rows
             self.counters["sent_seen"] += seen_rows
+            self.counters["sent_replica"] += replica_rows
+            self.counters["sent_bytes"] += len(payload)
             self.counters["forward_batches"] += 1
             self._on_alive(peer)
             return 0.0
@@ -169,8 +218,8 @@ class Outboxes:
         log.warning("%s answered HTTP %s to a forward; will retry", peer, status)
         return 2.0
 
-    async def _acknowledged(self, peer: str, rows: list) -> None:
-        await self._frontier.outbox_ack(peer, [(row_id, e.url) for row_id, e, _ in rows])
+    async def _acknowledged(self, peer: str, rows: list[OutboxRow]) -> None:
+        await self._frontier.outbox_ack(peer, [(row.id, row.entry.url) for row in rows])
         self.counts[peer] = max(0, self.counts.get(peer, 0) - len(rows))
         self._space.notify()
 

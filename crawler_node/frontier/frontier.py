@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from crawler_node.frontier.records import (
     snapshot,
 )
 from crawler_node.frontier.recrawl import Recrawl
+from crawler_node.frontier.replica import Replica
 from crawler_node.frontier.schema import FRONTIER_FILENAME, connect
 from crawler_node.frontier.shedding import Shedding
 from crawler_node.frontier.statements import in_lists
@@ -92,6 +93,8 @@ class Frontier:
         self.outbox = Outbox(self._core, self._intake)
         self.recrawl = Recrawl(self._core, self.shedding)
         self.handoff = Handoff(self._core, self.outbox, self._intake, self.recrawl)
+        self.replica = Replica(self._core, self._intake, self.outbox)
+        self._core.hosts.inherited = self.replica.politeness_for
         self._core.recover_leases()
         self._core.load_counts()
 
@@ -113,18 +116,27 @@ class Frontier:
             return self._intake.insert(batch, not_before)
 
     def take_in(self, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]], seen: bool,
-                replicas: list[str]) -> AddResult:
+                replicas: list[str], *, queued_replicas: Sequence[UrlEntry] = (),
+                successors: Mapping[str, str] | None = None,
+                politeness: Sequence[HostPoliteness] = ()) -> AddResult:
         """URLs sent by another node, in one transaction: those owed to a third node to the
-        outbox, the replica, and this node's own, queued (or, `seen`, recorded as fetched).
-        All is committed before the caller acknowledges: a crash before that makes the
-        sender send again, and receivers deduplicate."""
+        outbox, the replica (fetched URLs, `replicas`, and queued ones, `queued_replicas`, with
+        the hosts' `politeness`), and this node's own, queued (or, `seen`, recorded as
+        fetched); those queued are replicated to their hosts' `successors`. All is committed
+        before the caller acknowledges: a crash before that makes the sender send again, and
+        receivers deduplicate."""
         with self._core.transaction():
             self.outbox.put(forward, seen=seen)
+            self.replica.add_politeness(politeness)
             if replicas:
                 self.handoff.replica_add(replicas)
+            if queued_replicas:
+                self.replica.add_queued(queued_replicas)
             if seen:
                 return AddResult(accepted=[], duplicates=len(mine) - self.handoff.mark_seen(mine))
-            return self._intake.insert(mine, 0.0)
+            result = self._intake.insert(mine, 0.0)
+            self.outbox.put_replicas(result.accepted, successors or {})
+            return result
 
     # -- leasing -------------------------------------------------------------------------
 
@@ -248,8 +260,10 @@ class Frontier:
                     "UPDATE urls SET state = 0, lease_expires = NULL, attempts = MAX(attempts - 1, 0)"
                     f" WHERE id IN ({placeholders})", chunk)
             self.outbox.put(batch.forward)
-            self.outbox.put(batch.replicate, seen=True)
-            return self._intake.insert(batch.add, 0.0)
+            self.outbox.put(batch.replicate, seen=True, replica=True, politeness=batch.politeness)
+            result = self._intake.insert(batch.add, 0.0)
+            self.outbox.put_replicas(result.accepted, batch.successors)
+            return result
 
     def _finish(self, ids: Sequence[int], state: int) -> None:
         for placeholders, chunk in in_lists(ids):

@@ -25,7 +25,7 @@ transaction, never cached, so a rollback leaves nothing in memory to undo.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, HostQueue
 from crawler_node.frontier.statements import in_lists, value_rows
@@ -49,6 +49,9 @@ class HostRecords:
         self._rows: int = conn.execute("SELECT COUNT(*) FROM hosts").fetchone()[0]
         self._rows_pending = 0  # rows added (or removed) by the open transaction
         self._maybe_idle: list[HostQueue] = []  # counted down to nothing in the open transaction
+        # The politeness a neighbour had for hosts that come here (frontier.replica), taken by
+        # `ensure` with the hosts' records; None: none is kept.
+        self.inherited: Callable[[Sequence[str]], dict[str, HostPoliteness]] | None = None
 
     @property
     def rows(self) -> int:
@@ -68,6 +71,9 @@ class HostRecords:
         # is no politeness to look up.
         inserted = self._insert_rows(missing)
         stored = {} if inserted == len(missing) else self._load_politeness(missing)
+        if self.inherited is not None:
+            for host, theirs in self.inherited(missing).items():
+                stored[host] = _stricter(stored.get(host), theirs)
         for host in missing:
             record = records[host] = HostQueue(host, politeness=stored.get(host))
             self._maybe_idle.append(record)  # until it is counted
@@ -189,3 +195,11 @@ class HostRecords:
             self.count(record, state, rows)
         for host, stored in self._load_politeness(list(records)).items():
             records[host].politeness = stored
+
+
+def _stricter(ours: HostPoliteness | None, theirs: HostPoliteness) -> HostPoliteness:
+    """A host's politeness here and a neighbour's for it, the later time and longer delay."""
+    if ours is None:
+        return theirs
+    return HostPoliteness(ours.host, max(ours.next_eligible, theirs.next_eligible),
+                          max(ours.crawl_delay, theirs.crawl_delay), ours.backoff_level, ours.last_throttle)

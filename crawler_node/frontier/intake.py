@@ -178,10 +178,12 @@ class Intake:
         return changed
 
     def replica_add(self, urls: Sequence[str]) -> int:
-        """Remember URLs a neighbour fetched (see the replica table)."""
+        """Remember URLs a neighbour fetched (see the replica table): a queued replica of one
+        becomes a fetched one."""
         with self._core.transaction():
             cursor = self._core.conn.executemany(
-                "INSERT INTO replica (url) VALUES (?) ON CONFLICT(url) DO NOTHING", [(url,) for url in urls])
+                "INSERT INTO replica (url) VALUES (?) ON CONFLICT(url) DO UPDATE SET state = 2 WHERE state != 2",
+                [(url,) for url in urls])
         self._has_replica = self._has_replica or bool(urls)
         return cursor.rowcount
 
@@ -189,5 +191,5 @@ class Intake:
         found: set[str] = set()
         for placeholders, chunk in in_lists(urls):
             found.update(url for (url,) in self._core.conn.execute(
-                f"SELECT url FROM replica WHERE url IN ({placeholders})", chunk))
+                f"SELECT url FROM replica WHERE url IN ({placeholders}) AND state = 2", chunk))
         return found

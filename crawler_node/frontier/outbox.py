@@ -1,24 +1,38 @@
 """The outbox: URLs owed to other nodes, durable until the node they are for acknowledges them.
 
 A row is a URL to crawl, or (seen = 1) one already fetched here that the owner should only
-record in its seen-set. Rows are counted per peer in memory, and the counts change only once
-the transaction that moved the rows has committed.
+record in its seen-set; `replica = 1` marks what goes to a successor's replica (frontier.replica):
+a URL queued here (seen = 0) or fetched here (seen = 1), the last row of a host in a batch
+carrying the host's politeness. Rows are counted per peer in memory, and the counts change only
+once the transaction that moved the rows has committed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
-from crawler_node.frontier.records import AddResult, UrlEntry
+from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
 
-_INSERT_SQL = ("INSERT INTO outbox (peer, url, host, depth, priority, hops, redirects, via, seen)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, via, seen FROM outbox"
-             " WHERE peer = ? ORDER BY id LIMIT ?")
+_INSERT_SQL = ("INSERT INTO outbox (peer, url, host, depth, priority, hops, redirects, via, seen, replica,"
+               " next_eligible, crawl_delay) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, via, seen, replica, next_eligible, crawl_delay"
+             " FROM outbox WHERE peer = ? ORDER BY id LIMIT ?")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One row owed to a peer. `politeness`: its host's, on a replica (None on most rows)."""
+
+    id: int
+    entry: UrlEntry
+    seen: bool
+    replica: bool = False
+    politeness: HostPoliteness | None = None
 
 
 class Outbox:
@@ -27,20 +41,43 @@ class Outbox:
         self._intake = intake  # where a rerouted URL goes when it is this node's own
         self._counts: dict[str, int] = dict(core.conn.execute("SELECT peer, COUNT(*) FROM outbox GROUP BY peer"))
 
-    def put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False) -> None:
-        """Owe each (peer, URL) to its peer; `seen`: fetched here, for its seen-set only."""
+    def put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False, replica: bool = False,
+            politeness: Mapping[str, HostPoliteness] | None = None) -> None:
+        """Owe each (peer, URL) to its peer; `seen`: fetched here, for its seen-set only;
+        `replica`: for the peer's replica of this node's hosts, with `politeness` (by host)
+        on the last row of each of its hosts."""
         if not items:
             return
+        carried: dict[int, HostPoliteness] = {}  # item index -> the politeness it carries
+        if politeness:
+            last = {entry.host: index for index, (_, entry) in enumerate(items)}
+            carried = {index: politeness[host] for host, index in last.items() if host in politeness}
+        rows = []
+        for index, (peer, e) in enumerate(items):
+            polite = carried.get(index)
+            rows.append((peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, int(seen), int(replica),
+                         polite.next_eligible if polite else None, polite.crawl_delay if polite else None))
         with self._core.transaction():
-            self._core.conn.executemany(_INSERT_SQL, [
-                (peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, int(seen))
-                for peer, e in items])
+            self._core.conn.executemany(_INSERT_SQL, rows)
             self._core.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
+
+    def put_replicas(self, entries: Sequence[UrlEntry], successors: Mapping[str, str]) -> None:
+        """Owe the successor of each URL's host (`successors`, by host) a replica of it: the URLs
+        were just queued here."""
+        if successors:
+            self.put([(successor, entry) for entry in entries if (successor := successors.get(entry.host))],
+                     replica=True)
 
     def peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
         """The oldest `n` rows owed to `peer`, as (id, URL, seen), without removing them."""
+        return [(row.id, row.entry, row.seen) for row in self.peek_rows(peer, n)]
+
+    def peek_rows(self, peer: str, n: int) -> list[OutboxRow]:
+        """The oldest `n` rows owed to `peer`, without removing them."""
         rows = self._core.conn.execute(_PEEK_SQL, (peer, n)).fetchall()
-        return [(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5], row[6], row[7]), bool(row[8]))
+        return [OutboxRow(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5], row[6], row[7]), bool(row[8]),
+                          bool(row[9]),
+                          None if row[10] is None else HostPoliteness(row[2], row[10], row[11] or 0.0))
                 for row in rows]
 
     def ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
@@ -68,12 +105,15 @@ class Outbox:
         mine: list[UrlEntry] = []
         mine_seen: list[UrlEntry] = []
         moved: list[tuple[str | None, int]] = []
-        for row_id, entry, seen in self.peek(peer, limit):
+        for row in self.peek_rows(peer, limit):
+            entry = row.entry
             target = route(entry.host)
-            if target is None:
-                (mine_seen if seen else mine).append(entry)
+            # A replica of a URL queued here, for a successor that is down: dropped (this node
+            # has the URL; the next successor gets what is queued from now on).
+            if target is None and not (row.replica and not row.seen):
+                (mine_seen if row.seen else mine).append(entry)
             if target != peer:
-                moved.append((target, row_id))
+                moved.append((target, row.id))
         conn = self._core.conn
         with self._core.transaction():
             conn.executemany("UPDATE outbox SET peer = ? WHERE id = ?",

@@ -137,6 +137,11 @@ class FrontierBatch:
     add: list[UrlEntry] = field(default_factory=list)
     forward: list[tuple[str, UrlEntry]] = field(default_factory=list)  # (peer, url) to the outbox
     replicate: list[tuple[str, UrlEntry]] = field(default_factory=list)  # fetched here: tell the successor
+    # host -> its politeness now, for the hosts in `replicate` that have some (a Crawl-delay,
+    # a pause): it travels with the replica, so a takeover honours it (frontier.replica)
+    politeness: dict[str, HostPoliteness] = field(default_factory=dict)
+    # host -> its successor, for the hosts in `add`: the URLs queued of them are replicated there
+    successors: dict[str, str] = field(default_factory=dict)
     # (lease id, due_at, etag, last_modified) of leases also in `done` whose fetch is recorded:
     # the validators are kept, `visits` counts one more, and the row is due again at due_at
     # (None: never; a done lease not listed here keeps due_at NULL too). See Frontier.requeue_due.

@@ -7,6 +7,7 @@ they only ever gain columns; `migrate` brings a database of an earlier layout up
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -30,7 +31,11 @@ JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # for every host that has rows in `urls`. 2: `urls` and `outbox` have `redirects`. 3: `urls` and
 # `outbox` have `via`; `urls` has what a recrawl needs (etag, last_modified, due_at, visits).
 # 4: `hosts` has `accepted`, the URLs taken in per host (--max-pages-per-host).
-SCHEMA_VERSION = 4
+# 5: `replica` keeps a neighbour's queued URLs as well as its fetched ones (`state` and the
+# columns a queued URL needs), `replica_hosts` its hosts' politeness, `outbox` rows can be
+# replicas of queued URLs and carry a host's politeness; `meta` holds this database's
+# incarnation and `peers` the last incarnation heard from each peer (frontier.replica).
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -89,13 +94,41 @@ CREATE TABLE IF NOT EXISTS outbox (
     hops INTEGER NOT NULL,
     seen INTEGER NOT NULL DEFAULT 0,
     redirects INTEGER NOT NULL DEFAULT 0,
-    via TEXT
+    via TEXT,
+    replica INTEGER NOT NULL DEFAULT 0,  -- 1: queued here, for the receiver's replica only
+    next_eligible REAL,              -- on a replica: its host's politeness when it was sent
+    crawl_delay REAL                 --   (NULL: nothing to honour)
 );
 CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
--- URLs a neighbour on the ring has fetched, kept by its successor: if the neighbour dies and
--- its hosts come here, these are not fetched a second time.
+-- URLs of a neighbour on the ring, kept by its successor (frontier.replica): those it fetched
+-- (state 2), which a takeover does not fetch again, and those it has queued (state 0), which a
+-- takeover queues here and a neighbour that comes back empty gets back.
 CREATE TABLE IF NOT EXISTS replica (
-    url TEXT PRIMARY KEY
+    url TEXT PRIMARY KEY,
+    host TEXT,                       -- NULL in rows of layouts before 5 (all fetched ones)
+    state INTEGER NOT NULL DEFAULT 2,
+    depth INTEGER NOT NULL DEFAULT 0,
+    priority INTEGER NOT NULL DEFAULT 0,
+    hops INTEGER NOT NULL DEFAULT 0,
+    redirects INTEGER NOT NULL DEFAULT 0,
+    via TEXT
+) WITHOUT ROWID;
+-- The politeness a neighbour had for its hosts, as its replicas said: a takeover honours it.
+CREATE TABLE IF NOT EXISTS replica_hosts (
+    host TEXT PRIMARY KEY,
+    next_eligible REAL NOT NULL,
+    crawl_delay REAL NOT NULL
+) WITHOUT ROWID;
+-- This database's own facts: 'incarnation', made with the database, names this frontier to
+-- the peers (a node that comes back with a new one lost its data directory).
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+-- The incarnation last heard from each peer.
+CREATE TABLE IF NOT EXISTS peers (
+    peer TEXT PRIMARY KEY,
+    incarnation TEXT NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -105,6 +138,8 @@ INDEXES_ON_ADDED_COLUMNS = """
 -- Done rows due for a recrawl, oldest due first (Frontier.requeue_due). Only rows given a
 -- due_at pay for it; a query must repeat both conditions for SQLite to use it.
 CREATE INDEX IF NOT EXISTS urls_due ON urls(due_at) WHERE state = 2 AND due_at IS NOT NULL;
+-- A neighbour's queued URLs per host: a takeover pages through them (frontier.replica).
+CREATE INDEX IF NOT EXISTS replica_queued ON replica(host) WHERE state = 0;
 """
 
 # Columns tables gained after their first layout, as ALTER TABLE adds them (at the end, which
@@ -128,6 +163,18 @@ _COLUMNS_ADDED = {
     "outbox": {
         "redirects": "INTEGER NOT NULL DEFAULT 0",  # layout 2
         "via": "TEXT",  # layout 3
+        "replica": "INTEGER NOT NULL DEFAULT 0",  # layout 5, and the two after it
+        "next_eligible": "REAL",
+        "crawl_delay": "REAL",
+    },
+    "replica": {  # first layout: url; its rows are all fetched ones (state's default)
+        "host": "TEXT",  # layout 5, and the ones after it
+        "state": "INTEGER NOT NULL DEFAULT 2",
+        "depth": "INTEGER NOT NULL DEFAULT 0",
+        "priority": "INTEGER NOT NULL DEFAULT 0",
+        "hops": "INTEGER NOT NULL DEFAULT 0",
+        "redirects": "INTEGER NOT NULL DEFAULT 0",
+        "via": "TEXT",
     },
 }
 
@@ -152,7 +199,16 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.executescript(SCHEMA)
     migrate(conn)
     conn.executescript(INDEXES_ON_ADDED_COLUMNS)
+    # The first open of a database names it; a migrated one is named at its first open too (its
+    # peers have heard no incarnation from it before, so nothing is given back for it).
+    conn.execute("INSERT INTO meta (key, value) VALUES ('incarnation', ?) ON CONFLICT(key) DO NOTHING",
+                 (secrets.token_hex(8),))
     return conn
+
+
+def incarnation(conn: sqlite3.Connection) -> str:
+    """The name this database was given at its first open (see the meta table)."""
+    return conn.execute("SELECT value FROM meta WHERE key = 'incarnation'").fetchone()[0]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
+from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
 from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
@@ -49,6 +50,7 @@ class FrontierService:
         self._thread: _FrontierThread | None = None
         self._frontier: Frontier | None = None
         self._control: FrontierControl | None = None
+        self.incarnation: str | None = None  # the open database's (frontier.replica), once open
 
     async def open(self) -> None:
         """Open the frontier on its own thread (recovering leases, counting rows: a scan)."""
@@ -64,6 +66,7 @@ class FrontierService:
             self._thread = None
             raise
         self._control = FrontierControl.of(self._frontier)
+        self.incarnation = self._frontier.replica.incarnation  # fixed for the database's life
 
     async def close(self) -> None:
         """Close the frontier, then stop its thread. Calls made after this fail."""
@@ -89,9 +92,12 @@ class FrontierService:
         return await thread.call(frontier.add, entries, not_before=not_before)
 
     async def take_in(self, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]], seen: bool,
-                      replicas: list[str]) -> AddResult:
+                      replicas: list[str], *, queued_replicas: Sequence[UrlEntry] = (),
+                      successors: Mapping[str, str] | None = None,
+                      politeness: Sequence[HostPoliteness] = ()) -> AddResult:
         thread, frontier = self._opened()
-        return await thread.call(frontier.take_in, mine, forward, seen, replicas)
+        return await thread.call(frontier.take_in, mine, forward, seen, replicas, queued_replicas=queued_replicas,
+                                 successors=successors, politeness=politeness)
 
     async def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
         thread, frontier = self._opened()
@@ -153,9 +159,9 @@ class FrontierService:
         thread, frontier = self._opened()
         await thread.call(frontier.outbox.put, items, seen=seen)
 
-    async def outbox_peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
+    async def outbox_peek(self, peer: str, n: int) -> list[OutboxRow]:
         thread, frontier = self._opened()
-        return await thread.call(frontier.outbox.peek, peer, n)
+        return await thread.call(frontier.outbox.peek_rows, peer, n)
 
     async def outbox_ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
         thread, frontier = self._opened()
@@ -187,6 +193,28 @@ class FrontierService:
     async def hosts_after(self, after: str, limit: int) -> list[str]:
         thread, frontier = self._opened()
         return await thread.call(frontier.handoff.hosts_after, after, limit)
+
+    # -- the neighbours' replica (frontier.replica) ----------------------------------------
+
+    async def replica_promote(self, serves: Callable[[str], bool], after: str,
+                              limit: int) -> tuple[AddResult, str | None]:
+        """`serves` runs on the frontier's thread: it must only read what it was given."""
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.promote, serves, after, limit)
+
+    async def replica_heard(self, peer: str, incarnation: str) -> bool:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.heard, peer, incarnation)
+
+    async def replica_give_back(self, peer: str, route: Callable[[str], str | None], after: str,
+                                limit: int) -> tuple[int, str | None]:
+        """`route` runs on the frontier's thread: it must only read what it was given."""
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.give_back, peer, route, after, limit)
+
+    async def replica_counts(self) -> dict[str, int]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.counts)
 
     # -- operator control (frontier.control) -----------------------------------------------
 

@@ -1,0 +1,160 @@
+"""What a node keeps of its neighbours' frontiers, as their successor on the ring, so that a
+neighbour that dies, or comes back with an empty data directory, loses nothing.
+
+A node sends the successor of each of its hosts (node.store_stage, node.intake) the URLs it
+queues for that host (replica rows in state 0), the URLs it fetched (state 2: the fetched
+replica turns a queued row into a fetched one), and the host's politeness (`replica_hosts`).
+What the successor does with them:
+
+- *takeover* (the neighbour is down, its hosts route here): `promote` moves the queued rows
+  of the hosts served here now into this node's queue; the fetched ones make the URLs they
+  name count as seen when met (frontier.intake); the politeness is taken with the host's
+  record (`politeness_for`, called by hosts.HostRecords.ensure), so the Crawl-delay and the
+  next-eligible time the neighbour had hold across the takeover;
+- *empty return* (the neighbour answers with a new incarnation: a new database, see
+  schema.incarnation): `give_back` puts every replica row of the hosts it owns in its outbox,
+  the queued ones to crawl and the fetched ones as seen. Hosts taken over while it was away
+  go back through the ordinary handback (cluster.sweep) as ever.
+
+The replica is a copy, not a contract: rows the neighbour sent before a successor changed
+stay at the old successor (a new successor holds what is queued or fetched from then on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from crawler_node.core.urls import host_of
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.outbox import Outbox
+from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
+from crawler_node.frontier.schema import incarnation
+from crawler_node.frontier.statements import in_lists
+
+# A neighbour's Crawl-delay or pause is honoured for this long at most: a peer's word (or a
+# clock far off) never holds a host back for good.
+MAX_POLITENESS_AHEAD_S = 3600.0
+
+_ADD_QUEUED_SQL = ("INSERT INTO replica (url, host, state, depth, priority, hops, redirects, via)"
+                   " VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(url) DO NOTHING")
+_ADD_POLITENESS_SQL = (
+    "INSERT INTO replica_hosts (host, next_eligible, crawl_delay) VALUES (?, ?, ?) ON CONFLICT(host)"
+    " DO UPDATE SET next_eligible = MAX(next_eligible, excluded.next_eligible), crawl_delay = excluded.crawl_delay")
+_QUEUED_HOSTS_SQL = "SELECT DISTINCT host FROM replica WHERE state = 0 AND host > ? ORDER BY host LIMIT ?"
+_QUEUED_ROWS_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM replica"
+                    " WHERE host = ? AND state = 0")
+_PAGE_SQL = ("SELECT url, host, state, depth, priority, hops, redirects, via FROM replica"
+             " WHERE url > ? ORDER BY url LIMIT ?")
+
+
+class Replica:
+    def __init__(self, core: FrontierCore, intake: Intake, outbox: Outbox) -> None:
+        self._core = core
+        self._intake = intake  # where promoted rows are queued
+        self._outbox = outbox  # where rows given back go
+        self.incarnation = incarnation(core.conn)
+        self._has_politeness = core.conn.execute("SELECT 1 FROM replica_hosts LIMIT 1").fetchone() is not None
+
+    # -- what a neighbour sends -------------------------------------------------------------
+
+    def add_queued(self, entries: Sequence[UrlEntry]) -> int:
+        """Remember URLs a neighbour has queued; a URL it fetched already stays fetched."""
+        with self._core.transaction():
+            return self._core.conn.executemany(_ADD_QUEUED_SQL, [
+                (e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via) for e in entries]).rowcount
+
+    def add_politeness(self, records: Sequence[HostPoliteness]) -> None:
+        """Remember a neighbour's politeness for its hosts (the later next-eligible time wins)."""
+        if not records:
+            return
+        ahead = self._core.clock() + MAX_POLITENESS_AHEAD_S
+        with self._core.transaction():
+            self._core.conn.executemany(_ADD_POLITENESS_SQL, [
+                (r.host, min(r.next_eligible, ahead), min(r.crawl_delay, MAX_POLITENESS_AHEAD_S))
+                for r in records])
+        self._has_politeness = True
+
+    # -- takeover ---------------------------------------------------------------------------
+
+    def politeness_for(self, hosts: Sequence[str]) -> dict[str, HostPoliteness]:
+        """The neighbour's politeness for those of `hosts` it sent one, taken (the rows go) in
+        the caller's transaction. A request of the neighbour may have been on its way when it
+        died, unreplicated: the first one here waits a Crawl-delay from now, too."""
+        if not self._has_politeness or not hosts:
+            return {}
+        conn, now = self._core.conn, self._core.clock()
+        found: dict[str, HostPoliteness] = {}
+        for placeholders, chunk in in_lists(list(hosts)):
+            for host, next_eligible, crawl_delay in conn.execute(
+                    f"SELECT host, next_eligible, crawl_delay FROM replica_hosts WHERE host IN ({placeholders})",
+                    chunk):
+                found[host] = HostPoliteness(host, max(next_eligible, now + crawl_delay if crawl_delay else 0.0),
+                                             crawl_delay)
+        if found:
+            conn.executemany("DELETE FROM replica_hosts WHERE host = ?", [(host,) for host in found])
+        return found
+
+    def promote(self, serves: Callable[[str], bool], after: str, limit: int) -> tuple[AddResult, str | None]:
+        """Queue here the replicated queued URLs of the hosts this node serves now, a page of
+        `limit` hosts after `after` (start with ""). Returns what was queued and where the next
+        page starts (None: that was the last). `serves` runs on the frontier's thread."""
+        core = self._core
+        conn = core.conn
+        hosts = [host for (host,) in conn.execute(_QUEUED_HOSTS_SQL, (after, limit))]
+        served = [host for host in hosts if serves(host)]
+        result = AddResult(accepted=[], duplicates=0)
+        with core.transaction():
+            for host in served:
+                entries = [UrlEntry(url, host, depth, priority, hops, redirects, via)
+                           for url, depth, priority, hops, redirects, via in conn.execute(_QUEUED_ROWS_SQL, (host,))]
+                added = self._intake.insert(entries, 0.0)
+                result.accepted += added.accepted
+                result.deferred += added.deferred
+                result.duplicates += added.duplicates
+                result.capped += added.capped
+                result.politeness.update(added.politeness)
+                conn.execute("DELETE FROM replica WHERE host = ? AND state = 0", (host,))
+        return result, (hosts[-1] if len(hosts) == limit else None)
+
+    # -- a neighbour back with an empty data directory -----------------------------------------
+
+    def heard(self, peer: str, peer_incarnation: str) -> bool:
+        """Record `peer`'s incarnation; True when it had another one before (its frontier is
+        not the one it had: it gets its replica back)."""
+        conn = self._core.conn
+        with self._core.transaction():
+            row = conn.execute("SELECT incarnation FROM peers WHERE peer = ?", (peer,)).fetchone()
+            if row is not None and row[0] == peer_incarnation:
+                return False
+            conn.execute("INSERT INTO peers (peer, incarnation) VALUES (?, ?) ON CONFLICT(peer)"
+                         " DO UPDATE SET incarnation = excluded.incarnation", (peer, peer_incarnation))
+        return row is not None
+
+    def give_back(self, peer: str, route: Callable[[str], str | None], after: str,
+                  limit: int) -> tuple[int, str | None]:
+        """Owe `peer` the replica rows, a page of `limit` after the URL `after` (start with ""),
+        of the hosts it crawls now (`route(host) == peer`): queued ones to crawl, fetched ones
+        as seen. The rows stay: this node is still its successor. Returns the rows owed and
+        where the next page starts (None: that was the last)."""
+        rows = self._core.conn.execute(_PAGE_SQL, (after, limit)).fetchall()
+        to_crawl: list[tuple[str, UrlEntry]] = []
+        fetched: list[tuple[str, UrlEntry]] = []
+        for url, host, state, depth, priority, hops, redirects, via in rows:
+            host = host or host_of(url)  # a row of a layout before 5
+            if route(host) != peer:
+                continue
+            (to_crawl if state == 0 else fetched).append(
+                (peer, UrlEntry(url, host, depth, priority, hops, redirects, via)))
+        with self._core.transaction():
+            self._outbox.put(fetched, seen=True)
+            self._outbox.put(to_crawl)
+        return len(to_crawl) + len(fetched), (rows[-1][0] if len(rows) == limit else None)
+
+    def counts(self) -> dict[str, int]:
+        """Replica rows by state (an index count for the queued ones, a scan for the rest)."""
+        conn = self._core.conn
+        queued = conn.execute("SELECT COUNT(*) FROM replica WHERE state = 0").fetchone()[0]
+        total = conn.execute("SELECT COUNT(*) FROM replica").fetchone()[0]
+        return {"queued": queued, "fetched": total - queued}
+

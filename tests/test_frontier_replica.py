@@ -1,0 +1,135 @@
+"""The successor's replica of a neighbour's frontier (frontier.replica): queued and fetched URLs,
+the hosts' politeness, a takeover that queues them, and a give-back to a neighbour that came
+back with a new, empty frontier."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import msgpack
+from frontier_helpers import FakeClock, entry
+
+from crawler_node.cluster.outbox import encode_batch, peer_politeness
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness
+from crawler_node.frontier.schema import SCHEMA_VERSION
+
+
+def replica_states(frontier: Frontier) -> dict[str, int]:
+    with closing(sqlite3.connect(frontier.path)) as db:
+        return dict(db.execute("SELECT url, state FROM replica"))
+
+
+def test_what_a_node_queues_goes_to_its_successor_as_a_replica_and_fetched_urls_with_politeness(
+        frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", 0)])
+    [lease] = frontier.lease("a.test", 1)[0]
+    polite = HostPoliteness("a.test", next_eligible=clock.now + 5, crawl_delay=2.0)
+    frontier.apply(FrontierBatch(
+        done=[lease.id], replicate=[("succ", entry("a.test", 0))], politeness={"a.test": polite},
+        add=[entry("a.test", 1, depth=1), entry("a.test", 0), entry("b.test", 1)],
+        successors={"a.test": "succ"}))
+    rows = frontier.outbox.peek_rows("succ", 10)
+    # the fetched URL (seen, with its host's politeness), then the one new URL of a.test queued
+    # here; a.test/page/0 is a duplicate and b.test has no successor given: nothing of them
+    assert [(row.entry.url, row.seen, row.replica) for row in rows] == [
+        ("http://a.test/page/0", True, True), ("http://a.test/page/1", False, True)]
+    assert rows[0].politeness == polite and rows[1].politeness is None
+    body = encode_batch(rows)
+    assert body == {"urls": [{"url": "http://a.test/page/0", "seen": True},
+                             {"url": "http://a.test/page/1", "depth": 1, "priority": 0, "replica": True}],
+                    "hosts": [["a.test", polite.next_eligible, 2.0]]}
+    assert peer_politeness(msgpack.unpackb(msgpack.packb(body))) == [polite]
+
+
+def test_the_successor_keeps_queued_urls_until_fetched_and_queues_them_at_takeover(
+        frontier: Frontier, clock: FakeClock) -> None:
+    queued = [entry("n.test", k, depth=2) for k in range(4)]
+    frontier.take_in([], [], False, [], queued_replicas=queued,
+                     politeness=[HostPoliteness("n.test", clock.now + 10, 3.0)])
+    frontier.take_in([], [], True, ["http://n.test/page/0"])  # the neighbour fetched one of them
+    assert replica_states(frontier) == {"http://n.test/page/0": 2, "http://n.test/page/1": 0,
+                                        "http://n.test/page/2": 0, "http://n.test/page/3": 0}
+    assert frontier.totals()["queued"] == 0  # a replica is not work here
+
+    result, after = frontier.replica.promote(lambda host: False, "", 100)
+    assert result.accepted == [] and after is None  # not served here: nothing moves
+    clock.now += 20  # the neighbour's next-eligible time has passed; its Crawl-delay holds anew
+    result, after = frontier.replica.promote(lambda host: host == "n.test", "", 100)
+    assert sorted(e.url for e in result.accepted) == [f"http://n.test/page/{k}" for k in (1, 2, 3)]
+    assert {e.depth for e in result.accepted} == {2}
+    assert result.politeness["n.test"] == HostPoliteness("n.test", clock.now + 3.0, 3.0)
+    assert replica_states(frontier) == {"http://n.test/page/0": 2}
+    # the URL the neighbour fetched counts as seen when met here
+    assert frontier.add([entry("n.test", 0)]).accepted == []
+    assert frontier.totals()["queued"] == 3
+
+
+def test_the_politeness_of_a_neighbour_is_taken_once_the_later_time_winning(
+        frontier: Frontier, clock: FakeClock) -> None:
+    frontier.take_in([], [], False, [], politeness=[HostPoliteness("p.test", clock.now + 30, 0.5)])
+    frontier.take_in([], [], False, [], politeness=[HostPoliteness("p.test", clock.now + 10, 0.7)])
+    first = frontier.add([entry("p.test", 1)])
+    assert first.politeness["p.test"] == HostPoliteness("p.test", clock.now + 30, 0.7)
+    frontier.apply(FrontierBatch(done=[lease.id for lease in frontier.lease("p.test", 5)[0]]))
+    assert frontier.add([entry("p.test", 2)]).politeness == {}  # taken: it is this node's own now
+
+
+def test_a_peer_with_a_new_incarnation_gets_its_replica_back(frontier: Frontier) -> None:
+    assert not frontier.replica.heard("b", "one")  # first heard: nothing to compare with
+    assert not frontier.replica.heard("b", "one")
+    frontier.take_in([], [], False, [], queued_replicas=[entry("b.test", 1), entry("c.test", 1)])
+    frontier.take_in([], [], True, ["http://b.test/page/0", "http://c.test/page/0"])
+    assert frontier.replica.heard("b", "two")
+    route = {"b.test": "b", "c.test": "c"}.get
+    owed, after = frontier.replica.give_back("b", route, "", 1)
+    assert (owed, after) == (1, "http://b.test/page/0")  # a page of one row
+    owed, after = frontier.replica.give_back("b", route, after, 100)
+    assert (owed, after) == (1, None)
+    assert [(row.entry.url, row.seen, row.replica) for row in frontier.outbox.peek_rows("b", 10)] == [
+        ("http://b.test/page/0", True, False), ("http://b.test/page/1", False, False)]
+    assert frontier.outbox.peek_rows("c", 10) == []
+    assert len(replica_states(frontier)) == 4  # still its successor: the rows stay
+
+
+def test_the_incarnation_is_made_once_and_survives_a_reopen(tmp_path: Path, clock: FakeClock) -> None:
+    with Frontier(tmp_path, clock=clock) as first:
+        name = first.replica.incarnation
+    with Frontier(tmp_path, clock=clock) as again:
+        assert again.replica.incarnation == name
+    (tmp_path / FRONTIER_FILENAME).unlink()
+    with Frontier(tmp_path, clock=clock) as fresh:
+        assert fresh.replica.incarnation != name
+
+
+def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    with Frontier(path, clock=clock):
+        pass
+    with closing(sqlite3.connect(path)) as db:  # back to the layout 4 replica and outbox
+        db.executescript("""
+            DROP INDEX replica_queued;
+            DROP TABLE replica;
+            CREATE TABLE replica (url TEXT PRIMARY KEY) WITHOUT ROWID;
+            INSERT INTO replica VALUES ('http://old.test/page/1');
+            DROP TABLE outbox;
+            CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, peer TEXT NOT NULL, url TEXT NOT NULL,
+                host TEXT NOT NULL, depth INTEGER NOT NULL, priority INTEGER NOT NULL, hops INTEGER NOT NULL,
+                seen INTEGER NOT NULL DEFAULT 0, redirects INTEGER NOT NULL DEFAULT 0, via TEXT);
+            INSERT INTO outbox (peer, url, host, depth, priority, hops, seen)
+                VALUES ('x', 'http://old.test/page/2', 'old.test', 1, 0, 0, 1);
+            DROP TABLE replica_hosts;
+            DROP TABLE peers;
+            PRAGMA user_version = 4;
+        """)
+    with Frontier(path, clock=clock) as migrated:
+        assert replica_states(migrated) == {"http://old.test/page/1": 2}
+        assert migrated.add([entry("old.test", 1)]).accepted == []  # still seen
+        assert migrated.replica.heard("x", "1") is False
+        migrated.replica.heard("x", "2")
+        assert migrated.replica.give_back("x", lambda host: "x", "", 10) == (1, None)
+        assert [(row.entry.url, row.seen, row.replica) for row in migrated.outbox.peek_rows("x", 10)] == [
+            ("http://old.test/page/2", True, False), ("http://old.test/page/1", True, False)]
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
