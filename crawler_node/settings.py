@@ -179,6 +179,10 @@ class Settings:
     ring_weights: list[str] = field(default_factory=list)
     ring_key_by: str = "host"  # or "domain": one registrable domain per arc
     handoff_on_exit: bool = False  # on SIGTERM, drain the queue to the successors first
+    # A member whose majority comes back after it lost it (a partition healed, a SIGSTOP ended)
+    # waits this long before its next request, while its successors let go of its hosts and end
+    # the requests they have under way (cluster.fencing).
+    handback_delay_s: float = 1.0
     # NAME[:PORT] whose A/AAAA records are candidate members (a compose service, a headless Service)
     peer_dns: str | None = None
     peer_dns_interval_s: float = 5.0  # how often NAME is resolved again
@@ -232,6 +236,13 @@ class Settings:
             problems.append("need 0 < suspect_after_s < down_after_s")
         if self.heartbeat_interval_s <= 0 or self.heartbeat_timeout_s <= 0:
             problems.append("heartbeat_interval_s and heartbeat_timeout_s must be > 0")
+        elif self.down_after_s < self.suspect_after_s + self.heartbeat_interval_s:
+            # A member fences itself after suspect_after_s without a majority (cluster.fencing);
+            # its successor must take over at least a heartbeat round later.
+            problems.append("down_after_s must be at least suspect_after_s + heartbeat_interval_s, got "
+                            f"{self.down_after_s:g} < {self.suspect_after_s:g} + {self.heartbeat_interval_s:g}")
+        if self.handback_delay_s < 0:
+            problems.append(f"handback_delay_s must be >= 0, got {self.handback_delay_s}")
         if self.ring_key_by not in ("host", "domain"):
             problems.append(f"ring_key_by must be 'host' or 'domain', got {self.ring_key_by!r}")
         for name in ("outbox_capacity", "forward_batch", "ring_vnodes"):

@@ -40,7 +40,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "cluster tuning": (
         "heartbeat_interval_s", "heartbeat_timeout_s", "suspect_after_s", "down_after_s", "startup_grace_s",
         "max_hops", "outbox_capacity", "forward_batch", "forward_linger_s", "ring_vnodes", "ring_weights",
-        "ring_key_by", "handoff_on_exit"),
+        "ring_key_by", "handoff_on_exit", "handback_delay_s"),
     "logging": ("progress_interval_s",),
 }
 
@@ -176,6 +176,8 @@ HELP: dict[str, str] = {
     "ring_weights": "a member's ring weight as ID=WEIGHT (repeatable; the same on every member)",
     "ring_key_by": "host, or domain (one registrable domain per arc)",
     "handoff_on_exit": "on SIGTERM, hand the queue to the successors before stopping",
+    "handback_delay_s": "seconds a member that lost its majority and found it again waits before its next request "
+                        "(its successors let go of its hosts meanwhile)",
     # logging
     "progress_interval_s": "seconds between the daemon's progress lines; \"crawl finished\" is logged once the "
                            "cluster is idle (0 = neither)",

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
@@ -58,6 +59,7 @@ class ClusterConfig:
     forward_linger_s: float
     peer_dns: str | None = None  # NAME[:PORT] to find members by (cluster.peerdns)
     peer_dns_interval_s: float = 5.0
+    handback_delay_s: float = 1.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> ClusterConfig:
@@ -69,7 +71,7 @@ class ClusterConfig:
                    suspect_after_s=s.suspect_after_s, down_after_s=s.down_after_s,
                    outbox_capacity=s.outbox_capacity, forward_batch=s.forward_batch,
                    forward_linger_s=s.forward_linger_s, peer_dns=s.peer_dns,
-                   peer_dns_interval_s=s.peer_dns_interval_s)
+                   peer_dns_interval_s=s.peer_dns_interval_s, handback_delay_s=s.handback_delay_s)
 
 
 PEER_STATUS_MAX_BYTES = 4_000_000  # a peer's /v1/status read for the cluster view, at most
@@ -90,6 +92,7 @@ class Cluster:
                                      suspect_after_s=config.suspect_after_s, down_after_s=config.down_after_s)
         self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.vnodes,
                              key_by=config.key_by)
+        self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock)
         self.outboxes = Outboxes(frontier=frontier, router=self.router, membership=self.membership,
                                  supervisor=supervisor, capacity=config.outbox_capacity, batch=config.forward_batch,
                                  linger_s=config.forward_linger_s,
@@ -268,5 +271,5 @@ class Cluster:
         counters["received"] = self.received
         return {"members": self.members_status(), "counters": counters, "events": self.events[-10:],
                 "outbox_total": self.outboxes.total(), "heartbeats": self.heartbeats.snapshot(),
-                "leaving": self.leaving,
+                "leaving": self.leaving, "fencing": self.fencing.snapshot(),
                 "peer_dns": self.peer_dns.snapshot() if self.peer_dns is not None else None}

@@ -6,6 +6,13 @@ without an answer (still routed to: a hiccup must not move a whole arc), and ``d
 ``down_after_s`` (its arc goes to the next live node clockwise until it answers again).
 Hung peers (SIGSTOP: port open, no answers) and dead ones (SIGKILL) look the same here: no
 answer within the heartbeat timeout.
+
+The same evidence says whether this member may still be serving its hosts (:meth:`quorum`,
+used by cluster.fencing): it must have heard from a majority within ``suspect_after_s``. Only
+answers read while this process was running normally count for that: after the process itself
+stood still (SIGSTOP, a paused VM, a starved event loop: no call here for ``suspect_after_s``),
+the answers read in the next ``suspect_after_s`` may have been written before the pause, so
+they keep peers alive (routing) but are not fresh evidence (fencing).
 """
 
 from __future__ import annotations
@@ -93,6 +100,9 @@ class Member:
     # ... and said its queue and outbox were handed on and acknowledged: it holds no work. A
     # member that left without saying so (killed while it drained) still holds some.
     drained: bool = False
+    # The last answer that counts as fresh evidence for the quorum: never the start time
+    # (last_ok starts there) and never an answer read just after this process stood still.
+    heard_at: float | None = None
 
 
 class Membership:
@@ -109,6 +119,12 @@ class Membership:
             if node_id != self_id:
                 self._members[node_id] = Member(node_id, url.rstrip("/"), last_ok=now)
         self._members[self_id] = Member(self_id, self_url.rstrip("/"), last_ok=now, is_self=True)
+        self._last_running: float | None = None  # the last call here: a long gap is a pause
+        self._stale_until = float("-inf")  # answers read before this are not fresh evidence
+        self._had_quorum = False
+        self.pauses = 0  # times this process was found to have stood still
+        # When the quorum came back after it was lost (None: never lost since the first one).
+        self.quorum_regained_at: float | None = None
 
     # ---------------------------------------------------------------- queries
     def __contains__(self, node_id: str) -> bool:
@@ -141,6 +157,7 @@ class Membership:
         member = self._members.get(node_id)
         if member is None or member.is_self:
             return False
+        self._note_evidence(member, now)
         member.last_ok = now
         member.failures = 0
         if member.left and not returning:
@@ -152,6 +169,7 @@ class Membership:
         member = self._members.get(node_id)
         if member is None or member.is_self:
             return False
+        self._running(now)
         member.last_failure = now
         member.failures += 1
         return self._update(member, now)
@@ -167,6 +185,7 @@ class Membership:
 
     def tick(self, now: float) -> bool:
         """Re-derive states from elapsed time; True if the live set changed."""
+        self._running(now)
         changed = False
         for member in self._members.values():
             if not member.is_self:
@@ -205,6 +224,41 @@ class Membership:
         me.left = True
         me.state = PeerState.DOWN
         self.version += 1
+
+    # ---------------------------------------------------------------- quorum (cluster.fencing)
+    def quorum(self, now: float) -> bool:
+        """This member heard from a majority of the members within ``suspect_after_s``, itself
+        counted, members that left not. Exactly half is a majority when it holds the smallest
+        id, so that of two members that lost each other one goes on (the smaller id) and one
+        stops. A member alone always has it."""
+        self._running(now)
+        counted = [m for m in self._members.values() if m.is_self or not m.left]
+        fresh = {m.node_id for m in counted
+                 if m.is_self or (m.heard_at is not None and now - m.heard_at < self.suspect_after_s)}
+        if 2 * len(fresh) == len(counted):
+            return min(m.node_id for m in counted) in fresh
+        return 2 * len(fresh) > len(counted)
+
+    def _note_evidence(self, member: Member, now: float) -> None:
+        """An answer from ``member``: fresh evidence unless read just after a pause; a quorum
+        it brings back after one was lost is noted (the handback hold starts there)."""
+        self._running(now)
+        if now < self._stale_until:
+            return
+        had = self.quorum(now)
+        member.heard_at = now
+        if not had and self.quorum(now):
+            if self._had_quorum:
+                self.quorum_regained_at = now
+            self._had_quorum = True
+
+    def _running(self, now: float) -> None:
+        # Heartbeat rounds call in here every interval: a gap longer than suspect_after_s means
+        # this process stood still, and answers read right now may have been written before.
+        last, self._last_running = self._last_running, now
+        if last is not None and now - last > self.suspect_after_s:
+            self._stale_until = now + self.suspect_after_s
+            self.pauses += 1
 
     def view(self) -> list[dict]:
         return [{"id": m.node_id, "url": m.url, "state": m.state.value} for m in self.members()]

@@ -37,9 +37,12 @@ class HoldGate(Protocol):
 class Dispatcher:
     def __init__(self, *, hosts: HostTable, admission: FetchAdmission, leases: LeaseKeeper, fetch: FetchStage,
                  serves: Callable[[str], bool], global_inflight: int, work: Wakeup, pressure: Wakeup,
-                 on_fatal: Callable[[BaseException], None], clock: Callable[[], float]) -> None:
+                 on_fatal: Callable[[BaseException], None], clock: Callable[[], float],
+                 fence: Callable[[float], float | None] | None = None) -> None:
         """``work`` is notified when a host may have become ready, ``pressure`` when a stage
-        may have drained; ``serves(host)``: this node crawls the host (the cluster's ring)."""
+        may have drained; ``serves(host)``: this node crawls the host (the cluster's ring);
+        ``fence(now)``: None while this node may start requests, else when to ask again
+        (cluster.fencing: it may no longer own its hosts)."""
         if global_inflight < 1:
             raise ValueError(f"global_inflight must be >= 1, got {global_inflight}")
         self._hosts = hosts
@@ -53,6 +56,7 @@ class Dispatcher:
         self._pressure = pressure
         self._on_fatal = on_fatal
         self._clock = clock
+        self._fence = fence
         self._tasks: set[asyncio.Task[None]] = set()
         self._hold_until = 0.0
         self._hold: dict[str, Any] | None = None  # the start-up hold, for the status
@@ -138,7 +142,11 @@ class Dispatcher:
             if blocked is not None:
                 await self._wait_admission(blocked)
                 continue
-            # No await from here to the dispatch: what admission allowed still holds.
+            # No await from here to the dispatch: what admission and the fence allowed still holds.
+            fenced_until = self._fence(now) if self._fence is not None else None
+            if fenced_until is not None:
+                await self._work.wait(max(fenced_until - now, 0.001))
+                continue
             state = self._hosts.next_host(now)
             if state is not None:
                 return state

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from crawler_node.cluster.cluster import Cluster, ClusterConfig
+from crawler_node.cluster.fencing import FencedFetcher
 from crawler_node.cluster.ipshare import ip_shares_for
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
@@ -180,7 +181,9 @@ class Node:
                                connect_timeout_s=s.connect_timeout_s, fetch_timeout_s=s.fetch_timeout_s,
                                max_body_bytes=s.max_body_bytes, max_connections=s.global_inflight + 8,
                                ca_bundle=s.ca_bundle, resolver=self.resolver)
-        self.fetch = FetchStage(fetcher=self.fetcher, hosts=self.hosts, admission=self.admission, rules=rules,
+        # Asked once more just before each request: a member frozen after the dispatch sends nothing on waking.
+        fenced_fetcher = FencedFetcher(self.fetcher, fencing=self.cluster.fencing)
+        self.fetch = FetchStage(fetcher=fenced_fetcher, hosts=self.hosts, admission=self.admission, rules=rules,
                                 held=self.held, parse=self.parse, store=self.store, scope=scope,
                                 robots_max_bytes=s.robots_max_bytes, sitemaps=s.sitemaps,
                                 on_api_paused=self.leases.api_paused,
@@ -188,7 +191,8 @@ class Node:
                                 max_redirects=s.max_redirects)
         self.dispatcher = Dispatcher(hosts=self.hosts, admission=self.admission, leases=self.leases,
                                      fetch=self.fetch, serves=self.cluster.serves, global_inflight=s.global_inflight,
-                                     work=work, pressure=pressure, on_fatal=self._fatal, clock=clock)
+                                     work=work, pressure=pressure, on_fatal=self._fatal, clock=clock,
+                                     fence=self.cluster.fencing.blocked_until)
         self.upkeep = Upkeep(frontier=self.frontier, hosts=self.hosts,
                              shed_policy=ShedPolicy(high_water=s.shed_high_water, low_water=s.shed_low_water,
                                                     after_s=s.shed_after_s),
