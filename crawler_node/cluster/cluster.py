@@ -25,6 +25,7 @@ from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
+from crawler_node.cluster.replica import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
 from crawler_node.frontier import AddResult, FrontierService
@@ -105,6 +106,9 @@ class Cluster:
                                      on_member=self.outboxes.ensure_sender, clock=clock)
         self.sweeper = Sweeper(frontier=frontier, router=self.router, membership=self.membership,
                                outboxes=self.outboxes)
+        self.replicas = ReplicaKeeper(frontier=frontier, router=self.router, outboxes=self.outboxes,
+                                      on_taken=on_taken)
+        self.heartbeats.watch_incarnations(self.replicas.heard)
         self._supervisor = supervisor
         self._session: aiohttp.ClientSession | None = None
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
@@ -161,6 +165,7 @@ class Cluster:
             await self.peer_dns.start(self._session)
         self.heartbeats.start(self._session)
         self._supervisor.recurring("handoff-sweep", self.sweeper.round)
+        self._supervisor.recurring("replica", self.replicas.round)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -177,6 +182,7 @@ class Cluster:
         del self.events[:-EVENTS_KEPT]
         log.info("membership: %s; live members now %s", why, live)
         self.sweeper.request(full=True)
+        self.replicas.membership_changed()
         self.outboxes.wake_all()
         self._on_change()
 
@@ -268,6 +274,7 @@ class Cluster:
         counters = {key: 0 for key in _COUNTER_KEYS}
         counters.update(self.outboxes.counters)
         counters["handed_off"] = self.sweeper.counters["handed_off"]
+        counters.update({f"replica_{key}": value for key, value in self.replicas.counters.items()})
         counters["received"] = self.received
         return {"members": self.members_status(), "counters": counters, "events": self.events[-10:],
                 "outbox_total": self.outboxes.total(), "heartbeats": self.heartbeats.snapshot(),

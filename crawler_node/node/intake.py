@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
-from crawler_node.frontier import AddResult, FrontierService, UrlEntry
+from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, UrlEntry
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
 
@@ -31,6 +31,7 @@ class Ring(Protocol):
     def is_single(self) -> bool: ...
     def route(self, host: str) -> str | None: ...
     def serves(self, host: str) -> bool: ...
+    def successor_for(self, host: str) -> str | None: ...
 
 
 class Outboxes(Protocol):
@@ -123,29 +124,43 @@ class Intake:
     def rejected(self, count: int) -> None:
         self.counters["rejected"] += count
 
-    async def take(self, entries: list[UrlEntry], *, seen: bool = False) -> AddResult:
+    async def take(self, entries: list[UrlEntry], *, seen: bool = False, replica: bool = False,
+                   politeness: Sequence[HostPoliteness] = ()) -> AddResult:
         """Durably take URLs in: this node's own go to its frontier, the others to the owner's
         outbox. Returns only after the commit. Raises InboundFull instead of queueing more.
         ``seen``: fetched elsewhere — recorded where it lands, never forwarded: in the frontier
-        for hosts served here (handback, join), as a replica for the others."""
+        for hosts served here (handback, join), as a replica for the others. ``replica``:
+        queued by their owner — kept as its replica (frontier.replica), or queued here for
+        hosts served here. ``politeness``: of the sender's hosts, kept with its replica. What
+        is queued here is replicated to its hosts' successors."""
         if self._pending and self._pending + len(entries) > self._capacity:
             self.counters["inbound_rejected_batches"] += 1
             raise InboundFull(retry_after_s=1.0)
         ring = self._ring
+        forward: list[tuple[str, UrlEntry]] = []
+        replicas: list[str] = []
+        queued_replicas: list[UrlEntry] = []
         if seen:
             mine = [e for e in entries if ring.serves(e.host)]
             replicas = [e.url for e in entries if not ring.serves(e.host)]
-            forward: list[tuple[str, UrlEntry]] = []
+        elif replica:
+            mine = [e for e in entries if ring.serves(e.host)]
+            queued_replicas = [e for e in entries if not ring.serves(e.host)]
+            self.counters["queued_replicas"] += len(queued_replicas)
         else:
             mine, forward = self._route_received(entries)
-            replicas = []
+        successors = {} if seen or ring.is_single else self._successors(mine)
         self._pending += len(entries)
         try:
-            result = await self._frontier.take_in(mine, forward, seen, replicas)
+            result = await self._frontier.take_in(mine, forward, seen, replicas, queued_replicas=queued_replicas,
+                                                  successors=successors, politeness=politeness)
         finally:
             self._pending -= len(entries)
-        if forward:
-            self._outboxes.note_outboxed(Counter(peer for peer, _ in forward))
+        outboxed = Counter(peer for peer, _ in forward)
+        if successors:
+            outboxed.update(peer for entry in result.accepted if (peer := successors.get(entry.host)))
+        if outboxed:
+            self._outboxes.note_outboxed(outboxed)
         self._hosts.add_queued(result, self._clock())
         self.counters["submitted"] += len(result.accepted)
         self.counters["forwarded"] += len(forward)
@@ -153,6 +168,12 @@ class Intake:
         if result.capped and self._crawl_log is not None:
             await self._crawl_log.log_capped(result.capped)  # counted there, with the crawl's other lines
         return result
+
+    def _successors(self, entries: list[UrlEntry]) -> dict[str, str]:
+        """host -> its successor, for the hosts of ``entries`` that have one."""
+        successor_for = self._ring.successor_for
+        return {host: successor for host in {entry.host for entry in entries}
+                if (successor := successor_for(host)) is not None}
 
     def _route_received(self, entries: list[UrlEntry]) -> tuple[list[UrlEntry], list[tuple[str, UrlEntry]]]:
         """Split URLs that arrived here: keep this node's, pass the rest on — at most

@@ -18,7 +18,7 @@ from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
 from crawler_node.core.recrawl import RecrawlPolicy
 from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
-from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
+from crawler_node.frontier import FrontierBatch, FrontierService, HostPoliteness, UrlEntry
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import PageResult
@@ -143,8 +143,11 @@ class StoreStage:
             # Known only now: their lines follow the commit (a crash in between loses the lines
             # of URLs that were never queued, nothing else).
             await self.log_capped(result.capped)
-        if batch.forward or batch.replicate:
-            self._outboxes.note_outboxed(Counter(peer for peer, _ in batch.forward + batch.replicate))
+        outboxed = Counter(peer for peer, _ in batch.forward + batch.replicate)
+        if batch.successors:  # the replicas of what was queued (Frontier.apply)
+            outboxed.update(peer for entry in result.accepted if (peer := batch.successors.get(entry.host)))
+        if outboxed:
+            self._outboxes.note_outboxed(outboxed)
         counters = self.counters
         for page in pages:  # fetched: the frontier's URLs a request was sent for (it has an answer or an error)
             fetch = page.fetch
@@ -190,19 +193,33 @@ class StoreStage:
                     batch.replicate.append(
                         (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops,
                                              lease.redirects, lease.via)))
+                    politeness = self._politeness(lease.host, wall)
+                    if politeness is not None:
+                        batch.politeness[lease.host] = politeness
         return batch, retried
+
+    def _politeness(self, host: str, now: float) -> HostPoliteness | None:
+        """What the successor must honour if it takes ``host`` over: when the next request may
+        go (the Crawl-delay's spacing or a pause), and the delay. None: nothing to honour."""
+        state = self._hosts.get(host)
+        if state is None or not (state.crawl_delay > 0 or state.paused_until > now):
+            return None
+        return HostPoliteness(host, max(state.next_eligible, state.paused_until), state.crawl_delay)
 
     def _route_links(self, batch: FrontierBatch, pages: list[PageResult]) -> None:
         if self._router.is_single:
             for page in pages:
                 batch.add.extend(page.links)
             return
-        route = self._router.route
+        route, successor_for = self._router.route, self._router.successor_for
+        successors = batch.successors  # of the hosts kept here: what is queued of them is replicated there
         for page in pages:
             for entry in page.links:
                 owner = route(entry.host)
                 if owner is None:
                     batch.add.append(entry)
+                    if entry.host not in successors and (successor := successor_for(entry.host)) is not None:
+                        successors[entry.host] = successor
                 else:
                     batch.forward.append((owner, entry))
 

@@ -1,0 +1,87 @@
+"""The cluster's side of the neighbours' replica (frontier.replica): when a neighbour's hosts
+come here, its queued URLs are queued here; when a neighbour comes back with an empty frontier
+(a new incarnation in its heartbeat answers), it gets back what is kept of it.
+
+Both run in one recurring job, woken by a membership change (takeover) or by a heartbeat that
+heard a peer's incarnation change; a round that fails is logged and the job runs again, and a
+give-back not finished is done again (the peer deduplicates).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+
+from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.routing import Router
+from crawler_node.frontier import AddResult, FrontierService
+from crawler_node.runtime.wakeup import Wakeup
+
+log = logging.getLogger("crawler_node.cluster")
+
+PROMOTE_HOSTS_PER_CALL = 200
+GIVE_BACK_ROWS_PER_CALL = 5_000
+MAX_INCARNATION_CHARS = 64
+
+
+class ReplicaKeeper:
+    def __init__(self, *, frontier: FrontierService, router: Router, outboxes: Outboxes,
+                 on_taken: Callable[[AddResult], None]) -> None:
+        """``on_taken``: URLs a takeover queued here (the node's host table learns of them)."""
+        self._frontier = frontier
+        self._router = router
+        self._outboxes = outboxes
+        self._on_taken = on_taken
+        self._wanted = Wakeup()
+        self._promote_wanted = True  # the first round looks: a takeover may predate this start
+        self._heard: dict[str, str] = {}  # peer -> incarnation heard, not yet compared
+        self._known: dict[str, str] = {}  # peer -> incarnation compared with the stored one
+        self.counters: Counter[str] = Counter()
+
+    def membership_changed(self) -> None:
+        self._promote_wanted = True
+        self._wanted.notify()
+
+    def heard(self, peer: str, incarnation: str) -> None:
+        """A peer's heartbeat answer named its incarnation (cheap: compared in memory first)."""
+        if self._known.get(peer) != incarnation and len(incarnation) <= MAX_INCARNATION_CHARS:
+            self._heard[peer] = incarnation
+            self._wanted.notify()
+
+    async def round(self) -> None:
+        if not self._promote_wanted and not self._heard:
+            await self._wanted.wait()
+        if self._promote_wanted:
+            self._promote_wanted = False
+            await self._promote()
+        for peer, incarnation in list(self._heard.items()):
+            if await self._frontier.replica_heard(peer, incarnation):
+                log.warning("%s came back with an empty frontier (incarnation %s): giving it back its replica",
+                            peer, incarnation)
+                await self._give_back(peer)
+            self._known[peer] = incarnation
+            if self._heard.get(peer) == incarnation:
+                del self._heard[peer]
+
+    async def _promote(self) -> None:
+        serves = self._router.serves
+        after: str | None = ""
+        while after is not None:
+            result, after = await self._frontier.replica_promote(serves, after, PROMOTE_HOSTS_PER_CALL)
+            if result.accepted:
+                self.counters["promoted"] += len(result.accepted)
+                log.info("took over %d queued URLs of a neighbour from its replica", len(result.accepted))
+                self._on_taken(result)
+
+    async def _give_back(self, peer: str) -> None:
+        route = self._router.route
+        after: str | None = ""
+        while after is not None:
+            owed, after = await self._frontier.replica_give_back(peer, route, after, GIVE_BACK_ROWS_PER_CALL)
+            if owed:
+                self.counters["given_back"] += owed
+                self._outboxes.note_outboxed({peer: owed})
+
+    def snapshot(self) -> dict:
+        return dict(self.counters)
