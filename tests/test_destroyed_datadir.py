@@ -48,7 +48,6 @@ def local_status(node: NodeProcess) -> dict:
     return get_json(f"{node.url}/v1/status?scope=local")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("comes_back", ["at_once", "after_takeover", "kept"])
 def test_a_node_that_comes_back_empty_loses_nothing(start_testweb, start_node, comes_back):
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=31, profile=PROFILE, extra_args=["--tree-only"])
@@ -83,7 +82,10 @@ def test_a_node_that_comes_back_empty_loses_nothing(start_testweb, start_node, c
     print(f"\n{comes_back}: {len(expected)} URLs, b had {victim_queued} to do at the kill; "
           f"{duplicates} duplicate fetches ({share:.2%}); given back "
           f"{sum(c.get('replica_given_back', 0) for c in counters.values())}, promoted "
-          f"{sum(c.get('replica_promoted', 0) for c in counters.values())}")
+          f"{sum(c.get('replica_promoted', 0) for c in counters.values())}, queues replicated to b again "
+          f"{sum(c.get('replica_resent', 0) for c in counters.values())}")
     assert share <= DUPLICATE_SHARE_MAX, f"{duplicates} duplicate fetches ({share:.2%})"
     if comes_back == "after_takeover":
         assert sum(c.get("replica_promoted", 0) for c in counters.values()) > 0
+    if comes_back != "kept":
+        assert sum(c.get("replica_given_back", 0) for c in counters.values()) > 0

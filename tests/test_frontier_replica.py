@@ -133,3 +133,16 @@ def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, cl
             ("http://old.test/page/2", True, False), ("http://old.test/page/1", True, False)]
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+
+
+def test_a_successor_back_empty_is_sent_this_nodes_queue_again(frontier: Frontier) -> None:
+    frontier.add([entry("mine.test", k) for k in range(3)] + [entry("other.test", 1)])
+    frontier.lease("mine.test", 1)  # on its way, not done: it goes too
+    frontier.shedding.defer_lowest(1, below_priority=1)  # parked: still work
+    successor_of = {"mine.test": "s", "other.test": "t"}.get
+    owed, after = frontier.replica.resend("s", successor_of, "", 100)
+    assert (owed, after) == (3, None)
+    rows = frontier.outbox.peek_rows("s", 10)
+    assert sorted(row.entry.url for row in rows) == [f"http://mine.test/page/{k}" for k in range(3)]
+    assert all(row.replica and not row.seen for row in rows)
+    assert frontier.outbox.peek_rows("t", 10) == []

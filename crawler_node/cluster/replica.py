@@ -1,6 +1,7 @@
 """The cluster's side of the neighbours' replica (frontier.replica): when a neighbour's hosts
 come here, its queued URLs are queued here; when a neighbour comes back with an empty frontier
-(a new incarnation in its heartbeat answers), it gets back what is kept of it.
+(a new incarnation in its heartbeat answers), it gets back what is kept of it, and a replica of
+this node's queue for the hosts it is the successor of.
 
 Both run in one recurring job, woken by a membership change (takeover) or by a heartbeat that
 heard a peer's incarnation change; a round that fails is logged and the job runs again, and a
@@ -22,6 +23,7 @@ log = logging.getLogger("crawler_node.cluster")
 
 PROMOTE_HOSTS_PER_CALL = 200
 GIVE_BACK_ROWS_PER_CALL = 5_000
+RESEND_HOSTS_PER_CALL = 500
 MAX_INCARNATION_CHARS = 64
 
 
@@ -60,6 +62,7 @@ class ReplicaKeeper:
                 log.warning("%s came back with an empty frontier (incarnation %s): giving it back its replica",
                             peer, incarnation)
                 await self._give_back(peer)
+                await self._resend(peer)
             self._known[peer] = incarnation
             if self._heard.get(peer) == incarnation:
                 del self._heard[peer]
@@ -81,6 +84,19 @@ class ReplicaKeeper:
             owed, after = await self._frontier.replica_give_back(peer, route, after, GIVE_BACK_ROWS_PER_CALL)
             if owed:
                 self.counters["given_back"] += owed
+                self._outboxes.note_outboxed({peer: owed})
+
+    async def _resend(self, peer: str) -> None:
+        router = self._router
+
+        def successor_of(host: str) -> str | None:  # of the hosts this node crawls
+            return router.successor_for(host) if router.serves(host) else None
+
+        after: str | None = ""
+        while after is not None:
+            owed, after = await self._frontier.replica_resend(peer, successor_of, after, RESEND_HOSTS_PER_CALL)
+            if owed:
+                self.counters["resent"] += owed
                 self._outboxes.note_outboxed({peer: owed})
 
     def snapshot(self) -> dict:

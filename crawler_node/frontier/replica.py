@@ -14,7 +14,9 @@ What the successor does with them:
 - *empty return* (the neighbour answers with a new incarnation: a new database, see
   schema.incarnation): `give_back` puts every replica row of the hosts it owns in its outbox,
   the queued ones to crawl and the fetched ones as seen. Hosts taken over while it was away
-  go back through the ordinary handback (cluster.sweep) as ever.
+  go back through the ordinary handback (cluster.sweep) as ever. And what it kept of this
+  node went with its directory: `resend` replicates this node's queue to it again, for the
+  hosts it is the successor of.
 
 The replica is a copy, not a contract: rows the neighbour sent before a successor changed
 stay at the old successor (a new successor holds what is queued or fetched from then on).
@@ -44,6 +46,10 @@ _ADD_POLITENESS_SQL = (
 _QUEUED_HOSTS_SQL = "SELECT DISTINCT host FROM replica WHERE state = 0 AND host > ? ORDER BY host LIMIT ?"
 _QUEUED_ROWS_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM replica"
                     " WHERE host = ? AND state = 0")
+_UNFINISHED_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM urls WHERE host = ? AND state = 0"
+                   " UNION ALL"
+                   " SELECT url, depth, priority, hops, redirects, via FROM urls WHERE host = ? AND state = 4")
+_LEASED_SQL = "SELECT url, host, depth, priority, hops, redirects, via FROM urls WHERE id IN ({}) AND state = 1"
 _PAGE_SQL = ("SELECT url, host, state, depth, priority, hops, redirects, via FROM replica"
              " WHERE url > ? ORDER BY url LIMIT ?")
 
@@ -150,6 +156,32 @@ class Replica:
             self._outbox.put(fetched, seen=True)
             self._outbox.put(to_crawl)
         return len(to_crawl) + len(fetched), (rows[-1][0] if len(rows) == limit else None)
+
+    def resend(self, peer: str, successor_of: Callable[[str], str | None], after: str,
+               limit: int) -> tuple[int, str | None]:
+        """Owe `peer`, a successor that came back empty, a replica of the unfinished (queued,
+        leased, deferred) URLs of this node's hosts it is the successor of now (`successor_of(host) == peer`), a
+        page of `limit` hosts after `after` (start with ""). Its replica of them went with its
+        data directory: without this, they would be lost with this node's. Returns the rows
+        owed and where the next page starts (None: that was the last)."""
+        core = self._core
+        hosts = core.hosts.after(after, limit)
+        owed: list[UrlEntry] = []
+        wanted = {host for host in hosts if successor_of(host) == peer}
+        for host in sorted(wanted):  # queued and deferred rows: a probe of each partial index
+            rows = core.conn.execute(_UNFINISHED_SQL, (host, host))
+            owed += [UrlEntry(url, host, depth, priority, hops, redirects, via)
+                     for url, depth, priority, hops, redirects, via in rows]
+        # leased rows (no index of them; the frontier's leases know them): a fetch under way
+        # ends, and is replicated as fetched, unless this node dies first
+        leased = [row_id for row_id, (record, _) in core.leases.items() if record.host in wanted]
+        for placeholders, chunk in in_lists(leased):
+            rows = core.conn.execute(_LEASED_SQL.format(placeholders), chunk)
+            owed += [UrlEntry(url, host, depth, priority, hops, redirects, via)
+                     for url, host, depth, priority, hops, redirects, via in rows]
+        with core.transaction():
+            self._outbox.put([(peer, entry) for entry in owed], replica=True)
+        return len(owed), (hosts[-1] if len(hosts) == limit else None)
 
     def counts(self) -> dict[str, int]:
         """Replica rows by state (an index count for the queued ones, a scan for the rest)."""

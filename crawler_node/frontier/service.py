@@ -212,6 +212,12 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.replica.give_back, peer, route, after, limit)
 
+    async def replica_resend(self, peer: str, successor_of: Callable[[str], str | None], after: str,
+                             limit: int) -> tuple[int, str | None]:
+        """`successor_of` runs on the frontier's thread: it must only read what it was given."""
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.resend, peer, successor_of, after, limit)
+
     async def replica_counts(self) -> dict[str, int]:
         thread, frontier = self._opened()
         return await thread.call(frontier.replica.counts)
