@@ -21,9 +21,9 @@ from crawler_node.tools.node_process import NodeProcess
 HOSTS, PAGES = 24, 60
 PROFILE = {"site-*.test": {"latency_ms": 30}}  # the crawl lasts past the kill
 # A SIGKILL loses what the node had fetched but not yet stored (in flight, in its parse and store
-# queues, in its outbox): fetched again, by itself on its data directory ("kept", the control:
-# ~3% here) or, from its successors' replica, by whoever crawls its hosts next (~7%).
-DUPLICATE_SHARE_MAX = 0.10
+# queues, in its outbox): fetched again, by itself on its data directory ("kept", the control)
+# or, from its successors' replica, by whoever crawls its hosts next. About what it had leased.
+DUPLICATE_SHARE_MAX = 0.12  # measured 3-8.5% on a loaded 2-core machine
 
 
 def fetched_counts(web) -> dict[str, int]:

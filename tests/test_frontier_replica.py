@@ -56,8 +56,11 @@ def test_the_successor_keeps_queued_urls_until_fetched_and_queues_them_at_takeov
     result, after = frontier.replica.promote(lambda host: False, "", 100)
     assert result.accepted == [] and after is None  # not served here: nothing moves
     clock.now += 20  # the neighbour's next-eligible time has passed; its Crawl-delay holds anew
-    result, after = frontier.replica.promote(lambda host: host == "n.test", "", 100)
+    result, after = frontier.replica.promote(lambda host: host == "n.test", "", 100, lambda host: "next")
     assert sorted(e.url for e in result.accepted) == [f"http://n.test/page/{k}" for k in (1, 2, 3)]
+    # queued here now: replicated to the host's successor in turn
+    assert sorted((row.entry.url, row.replica, row.seen) for row in frontier.outbox.peek_rows("next", 10)) == [
+        (f"http://n.test/page/{k}", True, False) for k in (1, 2, 3)]
     assert {e.depth for e in result.accepted} == {2}
     assert result.politeness["n.test"] == HostPoliteness("n.test", clock.now + 3.0, 3.0)
     assert replica_states(frontier) == {"http://n.test/page/0": 2}
@@ -146,3 +149,10 @@ def test_a_successor_back_empty_is_sent_this_nodes_queue_again(frontier: Frontie
     assert sorted(row.entry.url for row in rows) == [f"http://mine.test/page/{k}" for k in range(3)]
     assert all(row.replica and not row.seen for row in rows)
     assert frontier.outbox.peek_rows("t", 10) == []
+
+
+def test_urls_rerouted_here_are_replicated_to_their_successor(frontier: Frontier) -> None:
+    frontier.outbox.put([("down", entry("r.test", 1)), ("down", entry("r.test", 2))])
+    result = frontier.outbox.reroute("down", lambda host: None, successor_of=lambda host: "succ")
+    assert len(result.accepted) == 2 and frontier.outbox.counts() == {"succ": 2}
+    assert all(row.replica for row in frontier.outbox.peek_rows("succ", 10))

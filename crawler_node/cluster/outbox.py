@@ -225,7 +225,8 @@ class Outboxes:
 
     async def reroute(self, peer: str) -> None:
         """Re-decide where a peer's pending URLs go (it is down, or no longer their owner)."""
-        result = await self._frontier.outbox_reroute(peer, self._router.route)
+        # What comes here is replicated to its successor, as what this node queues always is.
+        result = await self._frontier.outbox_reroute(peer, self._router.route, successor_of=self._router.successor_for)
         counts = await self._frontier.outbox_counts()
         moved = self.counts.get(peer, 0) - counts.get(peer, 0)
         self.counters["rerouted"] += max(0, moved)

@@ -68,14 +68,20 @@ class ReplicaKeeper:
                 del self._heard[peer]
 
     async def _promote(self) -> None:
-        serves = self._router.serves
+        router = self._router
         after: str | None = ""
         while after is not None:
-            result, after = await self._frontier.replica_promote(serves, after, PROMOTE_HOSTS_PER_CALL)
+            # what is queued here is replicated to its successor in turn (the next loss loses nothing)
+            result, after = await self._frontier.replica_promote(router.serves, after, PROMOTE_HOSTS_PER_CALL,
+                                                                 router.successor_for)
             if result.accepted:
                 self.counters["promoted"] += len(result.accepted)
                 log.info("took over %d queued URLs of a neighbour from its replica", len(result.accepted))
                 self._on_taken(result)
+                replicated = Counter(successor for entry in result.accepted
+                                     if (successor := router.successor_for(entry.host)) is not None)
+                if replicated:
+                    self._outboxes.note_outboxed(replicated)
 
     async def _give_back(self, peer: str) -> None:
         route = self._router.route

@@ -35,6 +35,12 @@ class OutboxRow:
     politeness: HostPoliteness | None = None
 
 
+def successors_of(entries: Sequence[UrlEntry], successor_of: Callable[[str], str | None]) -> dict[str, str]:
+    """host -> its successor, for the hosts of `entries` that have one."""
+    return {host: successor for host in {entry.host for entry in entries}
+            if (successor := successor_of(host)) is not None}
+
+
 class Outbox:
     def __init__(self, core: FrontierCore, intake: Intake) -> None:
         self._core = core
@@ -98,10 +104,12 @@ class Outbox:
         """Rows owed per peer (peers owed nothing are left out)."""
         return {peer: n for peer, n in self._counts.items() if n}
 
-    def reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000) -> AddResult:
+    def reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000,
+                successor_of: Callable[[str], str | None] | None = None) -> AddResult:
         """Re-decide where a peer's pending URLs go (it is down, or no longer the owner):
-        ``route(host)`` names the new peer, or None for this node, which takes them in.
-        Returns what taking them in added to this node's queue."""
+        ``route(host)`` names the new peer, or None for this node, which takes them in, and
+        replicates them to ``successor_of(host)``. Returns what taking them in added to this
+        node's queue."""
         mine: list[UrlEntry] = []
         mine_seen: list[UrlEntry] = []
         moved: list[tuple[str | None, int]] = []
@@ -123,6 +131,8 @@ class Outbox:
             if mine_seen:
                 self._intake.mark_seen(mine_seen)
             result = self._intake.insert(mine, 0.0)
+            if successor_of is not None:
+                self.put_replicas(result.accepted, successors_of(result.accepted, successor_of))
             self._core.after_commit(partial(self._moved, peer, Counter(target for target, _ in moved)))
         return result
 

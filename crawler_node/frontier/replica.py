@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
-from crawler_node.frontier.outbox import Outbox
+from crawler_node.frontier.outbox import Outbox, successors_of
 from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
 from crawler_node.frontier.schema import incarnation
 from crawler_node.frontier.statements import in_lists
@@ -101,10 +101,12 @@ class Replica:
             conn.executemany("DELETE FROM replica_hosts WHERE host = ?", [(host,) for host in found])
         return found
 
-    def promote(self, serves: Callable[[str], bool], after: str, limit: int) -> tuple[AddResult, str | None]:
+    def promote(self, serves: Callable[[str], bool], after: str, limit: int,
+                successor_of: Callable[[str], str | None] | None = None) -> tuple[AddResult, str | None]:
         """Queue here the replicated queued URLs of the hosts this node serves now, a page of
-        `limit` hosts after `after` (start with ""). Returns what was queued and where the next
-        page starts (None: that was the last). `serves` runs on the frontier's thread."""
+        `limit` hosts after `after` (start with ""), and replicate them to `successor_of(host)`.
+        Returns what was queued and where the next page starts (None: that was the last).
+        The callables run on the frontier's thread."""
         core = self._core
         conn = core.conn
         hosts = [host for (host,) in conn.execute(_QUEUED_HOSTS_SQL, (after, limit))]
@@ -115,6 +117,8 @@ class Replica:
                 entries = [UrlEntry(url, host, depth, priority, hops, redirects, via)
                            for url, depth, priority, hops, redirects, via in conn.execute(_QUEUED_ROWS_SQL, (host,))]
                 added = self._intake.insert(entries, 0.0)
+                if successor_of is not None:
+                    self._outbox.put_replicas(added.accepted, successors_of(added.accepted, successor_of))
                 result.accepted += added.accepted
                 result.deferred += added.deferred
                 result.duplicates += added.duplicates

@@ -171,10 +171,11 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.outbox.counts)
 
-    async def outbox_reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000) -> AddResult:
-        """`route` runs on the frontier's thread: it must only read what it was given."""
+    async def outbox_reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000,
+                             successor_of: Callable[[str], str | None] | None = None) -> AddResult:
+        """The callables run on the frontier's thread: they must only read what they were given."""
         thread, frontier = self._opened()
-        return await thread.call(frontier.outbox.reroute, peer, route, limit)
+        return await thread.call(frontier.outbox.reroute, peer, route, limit, successor_of)
 
     # -- hand-off --------------------------------------------------------------------------
 
@@ -196,11 +197,11 @@ class FrontierService:
 
     # -- the neighbours' replica (frontier.replica) ----------------------------------------
 
-    async def replica_promote(self, serves: Callable[[str], bool], after: str,
-                              limit: int) -> tuple[AddResult, str | None]:
-        """`serves` runs on the frontier's thread: it must only read what it was given."""
+    async def replica_promote(self, serves: Callable[[str], bool], after: str, limit: int,
+                              successor_of: Callable[[str], str | None] | None = None) -> tuple[AddResult, str | None]:
+        """The callables run on the frontier's thread: they must only read what they were given."""
         thread, frontier = self._opened()
-        return await thread.call(frontier.replica.promote, serves, after, limit)
+        return await thread.call(frontier.replica.promote, serves, after, limit, successor_of)
 
     async def replica_heard(self, peer: str, incarnation: str) -> bool:
         thread, frontier = self._opened()
