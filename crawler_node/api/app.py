@@ -200,7 +200,8 @@ async def post_urls(request: web.Request) -> web.Response:
     except InboundFull as exc:
         return _inbound_full(exc.retry_after_s)
     if FORWARDED_BY in request.headers:  # a peer's outbox batch: the other end of its "forwarded" count
-        node.cluster.note_received(sum(1 for _, item in items if not item.get("seen")))
+        # (replicas, fetched or queued, are not in it: the sender counts them as sent_seen)
+        node.cluster.note_received(sum(1 for _, item in items if not item.get("seen") and not item.get("replica")))
     rejected = fresh.out_of_scope + seen.out_of_scope + replica.out_of_scope
     intake.rejected(len(rejected))
     reasons: dict[str, int] = {}
