@@ -9,6 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 import msgpack
+import pytest
 from frontier_helpers import FakeClock, entry
 
 from crawler_node.cluster.outbox import encode_batch, peer_politeness
@@ -85,6 +86,9 @@ def test_a_peer_with_a_new_incarnation_gets_its_replica_back(frontier: Frontier)
     frontier.take_in([], [], False, [], queued_replicas=[entry("b.test", 1), entry("c.test", 1)])
     frontier.take_in([], [], True, ["http://b.test/page/0", "http://c.test/page/0"])
     assert frontier.replica.heard("b", "two")
+    assert frontier.replica.heard("b", "two")  # until what it is owed is owed: a give-back cut short is redone
+    frontier.replica.record("b", "two")
+    assert not frontier.replica.heard("b", "two")
     route = {"b.test": "b", "c.test": "c"}.get
     owed, after = frontier.replica.give_back("b", route, "", 1)
     assert (owed, after) == (1, "http://b.test/page/0")  # a page of one row
@@ -130,7 +134,7 @@ def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, cl
         assert replica_states(migrated) == {"http://old.test/page/1": 2}
         assert migrated.add([entry("old.test", 1)]).accepted == []  # still seen
         assert migrated.replica.heard("x", "1") is False
-        migrated.replica.heard("x", "2")
+        assert migrated.replica.heard("x", "2")
         assert migrated.replica.give_back("x", lambda host: "x", "", 10) == (1, None)
         assert [(row.entry.url, row.seen, row.replica) for row in migrated.outbox.peek_rows("x", 10)] == [
             ("http://old.test/page/2", True, False), ("http://old.test/page/1", True, False)]
@@ -156,3 +160,11 @@ def test_urls_rerouted_here_are_replicated_to_their_successor(frontier: Frontier
     result = frontier.outbox.reroute("down", lambda host: None, successor_of=lambda host: "succ")
     assert len(result.accepted) == 2 and frontier.outbox.counts() == {"succ": 2}
     assert all(row.replica for row in frontier.outbox.peek_rows("succ", 10))
+
+
+def test_a_peers_politeness_is_checked_before_it_is_kept() -> None:
+    assert peer_politeness({"urls": []}) == []
+    for hosts in ("x", [["a.test", 1.0]], [["", 1, 1]], [["\ud800.test", 1, 1]], [["a test", 1, 1]],
+                  [["a.test", True, 1]], [["a.test", -1, 1]], [["a.test", 1, float("inf")]], [[1, 1, 1]]):
+        with pytest.raises(ValueError):
+            peer_politeness({"urls": [], "hosts": hosts})

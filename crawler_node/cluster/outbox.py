@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 
@@ -32,7 +33,7 @@ MSGPACK = "application/msgpack"
 # forwarded apart from what users submitted (Cluster.note_received).
 FORWARDED_BY = "X-Crawler-Forwarded-By"
 MAX_PEER_HOSTS = 10_000  # entries of a batch's "hosts", at most (as many as its URLs)
-_MAX_HOST_CHARS = 300
+_HOST_KEY = re.compile(r"[!-~]{1,300}")  # a frontier's host key: visible ASCII (IDNA), and short
 
 
 def encode_batch(rows: Sequence[OutboxRow]) -> dict:
@@ -70,7 +71,7 @@ def peer_politeness(document: object) -> list[HostPoliteness]:
     found = []
     for entry in hosts:
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and 0 < len(entry[0]) <= _MAX_HOST_CHARS and all(_time(value) for value in entry[1:])):
+                and _HOST_KEY.fullmatch(entry[0]) and all(_time(value) for value in entry[1:])):
             raise ValueError('each of "hosts" must be [host, next_eligible, crawl_delay]')
         found.append(HostPoliteness(entry[0].lower(), float(entry[1]), float(entry[2])))
     return found

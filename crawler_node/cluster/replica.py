@@ -11,6 +11,7 @@ give-back not finished is done again (the peer deduplicates).
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable
 
@@ -24,7 +25,9 @@ log = logging.getLogger("crawler_node.cluster")
 PROMOTE_HOSTS_PER_CALL = 200
 GIVE_BACK_ROWS_PER_CALL = 5_000
 RESEND_HOSTS_PER_CALL = 500
-MAX_INCARNATION_CHARS = 64
+# What an incarnation may look like (schema.connect makes 16 hex digits): anything else a peer
+# says is ignored, never stored.
+_INCARNATION = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class ReplicaKeeper:
@@ -47,7 +50,7 @@ class ReplicaKeeper:
 
     def heard(self, peer: str, incarnation: str) -> None:
         """A peer's heartbeat answer named its incarnation (cheap: compared in memory first)."""
-        if self._known.get(peer) != incarnation and len(incarnation) <= MAX_INCARNATION_CHARS:
+        if self._known.get(peer) != incarnation and _INCARNATION.fullmatch(incarnation):
             self._heard[peer] = incarnation
             self._wanted.notify()
 
@@ -58,14 +61,16 @@ class ReplicaKeeper:
             self._promote_wanted = False
             await self._promote()
         for peer, incarnation in list(self._heard.items()):
+            # Taken off first: a round that fails does not spin on it (the next answer brings it
+            # back, and a give-back cut short is given again; the peer deduplicates).
+            del self._heard[peer]
             if await self._frontier.replica_heard(peer, incarnation):
                 log.warning("%s came back with an empty frontier (incarnation %s): giving it back its replica",
                             peer, incarnation)
                 await self._give_back(peer)
                 await self._resend(peer)
+                await self._frontier.replica_record(peer, incarnation)  # only now: a give-back cut short is redone
             self._known[peer] = incarnation
-            if self._heard.get(peer) == incarnation:
-                del self._heard[peer]
 
     async def _promote(self) -> None:
         router = self._router

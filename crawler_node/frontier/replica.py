@@ -130,16 +130,18 @@ class Replica:
     # -- a neighbour back with an empty data directory -----------------------------------------
 
     def heard(self, peer: str, peer_incarnation: str) -> bool:
-        """Record `peer`'s incarnation; True when it had another one before (its frontier is
-        not the one it had: it gets its replica back)."""
-        conn = self._core.conn
+        """True when `peer` had another incarnation before (its frontier is not the one it had:
+        it gets its replica back, then `record` the new one). One heard first is recorded."""
+        row = self._core.conn.execute("SELECT incarnation FROM peers WHERE peer = ?", (peer,)).fetchone()
+        if row is None:
+            self.record(peer, peer_incarnation)
+        return row is not None and row[0] != peer_incarnation
+
+    def record(self, peer: str, peer_incarnation: str) -> None:
+        """`peer`'s incarnation, once what it is owed for a new one is in the outbox."""
         with self._core.transaction():
-            row = conn.execute("SELECT incarnation FROM peers WHERE peer = ?", (peer,)).fetchone()
-            if row is not None and row[0] == peer_incarnation:
-                return False
-            conn.execute("INSERT INTO peers (peer, incarnation) VALUES (?, ?) ON CONFLICT(peer)"
-                         " DO UPDATE SET incarnation = excluded.incarnation", (peer, peer_incarnation))
-        return row is not None
+            self._core.conn.execute("INSERT INTO peers (peer, incarnation) VALUES (?, ?) ON CONFLICT(peer)"
+                                    " DO UPDATE SET incarnation = excluded.incarnation", (peer, peer_incarnation))
 
     def give_back(self, peer: str, route: Callable[[str], str | None], after: str,
                   limit: int) -> tuple[int, str | None]:

@@ -207,6 +207,10 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.replica.heard, peer, incarnation)
 
+    async def replica_record(self, peer: str, incarnation: str) -> None:
+        thread, frontier = self._opened()
+        await thread.call(frontier.replica.record, peer, incarnation)
+
     async def replica_give_back(self, peer: str, route: Callable[[str], str | None], after: str,
                                 limit: int) -> tuple[int, str | None]:
         """`route` runs on the frontier's thread: it must only read what it was given."""
