@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState
-from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.robots import AuthorityRobots, RobotsStatus
 from crawler_node.core.signals import LatencyLevel
+from crawler_node.core.verdict import Pause, RetryAction, Verdict
 from crawler_node.frontier import HostPoliteness, Lease
 
 if TYPE_CHECKING:
@@ -69,6 +70,34 @@ class HostState:
     backoffs: int = 0
     latency_rises: int = 0
     api_refused: int = 0  # attempts the fetch-through API refused (never reached the host)
+
+    def learn(self, verdict: Verdict) -> bool:
+        """Count a page's verdict and take its backoff and pause; True when what is kept on
+        disk of the host (its politeness) changed. The next-eligible time is the table's."""
+        if not verdict.reached_host:
+            self.api_refused += 1
+            return False
+        self.fetched += 1
+        if verdict.signal.host is Outcome.THROTTLED:
+            self.throttled += 1
+        elif not verdict.signal.outcome.success:
+            self.errors += 1
+        if verdict.retry is RetryAction.RETRY:
+            self.retries += 1
+        if verdict.latency_rise:
+            self.latency_rises += 1
+        self.latency = verdict.latency
+        self.throttle_streak = verdict.throttle_streak
+        durable = False
+        if verdict.backoff is not self.backoff:
+            self.backoff = verdict.backoff
+            durable = True
+        if verdict.pause is not Pause.NONE:
+            if verdict.pause is Pause.BACKOFF:
+                self.backoffs += 1
+            self.paused_until = max(self.paused_until, verdict.next_eligible)
+            durable = True
+        return durable
 
     def has_work(self) -> bool:
         return self.queued > 0 or bool(self.buffer)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from crawler_node.core.backoff import BackoffState, HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy, RobotsStatus, scheme_of
-from crawler_node.core.verdict import Pause, RetryAction, RobotsAnswer, Verdict
+from crawler_node.core.verdict import RobotsAnswer, Verdict
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
 from crawler_node.node.host_robots import HostRobots
 from crawler_node.node.host_state import HostState, Place, Step
@@ -316,31 +316,10 @@ class HostTable:
         """Apply a page's verdict: the limiter learns, the politeness times move, the counters
         count. The caller releases the global slots (admission) itself."""
         state.limiter.release(ticket, verdict.limiter)
-        if not verdict.reached_host:
-            state.api_refused += 1
-        else:
-            state.fetched += 1
-            outcome = verdict.signal.outcome
-            if verdict.signal.host is Outcome.THROTTLED:
-                state.throttled += 1
-            elif not outcome.success:
-                state.errors += 1
-            if verdict.retry is RetryAction.RETRY:
-                state.retries += 1
-            if verdict.latency_rise:
-                state.latency_rises += 1
-            state.latency = verdict.latency
-            state.throttle_streak = verdict.throttle_streak
-            if verdict.backoff is not state.backoff:
-                state.backoff = verdict.backoff
-                self._mark_dirty(state)
-            if verdict.pause is not Pause.NONE:
-                if verdict.pause is Pause.BACKOFF:
-                    state.backoffs += 1
-                state.paused_until = max(state.paused_until, verdict.next_eligible)
-                self._mark_dirty(state)
-            if verdict.next_eligible > state.next_eligible:
-                self._rotation.delay(state, verdict.next_eligible, now)
+        if state.learn(verdict):
+            self._mark_dirty(state)
+        if verdict.reached_host and verdict.next_eligible > state.next_eligible:
+            self._rotation.delay(state, verdict.next_eligible, now)
         self._space_from_end(state, now)
         self.settle_after_release(state, now)
 
