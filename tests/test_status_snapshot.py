@@ -157,3 +157,23 @@ async def test_close_cancels_a_build_in_progress(parts):
 def test_settings_are_checked():
     with pytest.raises(ValueError):
         Snapshots("x", Builds(), watched=lambda: None, period_s=0)
+
+
+async def test_a_view_built_on_a_base_takes_a_new_base_and_its_age(parts):
+    local, local_builds, clock, state = parts
+    views: list[dict] = []
+
+    async def build_view(base: dict) -> dict:
+        views.append(base)
+        return {**base, "view": True}
+
+    view = Snapshots("view", build_view, watched=lambda: state["paused"], base=local, period_s=0.5, wait_s=0.0,
+                     clock=clock)
+    await first(local, local_builds, {"idle": False, "n": 1})
+    reader = asyncio.create_task(view.read())  # the base is young, but the view takes a new one
+    await settle()
+    assert local_builds.started == 2
+    clock.now += 0.3
+    local_builds.finish({"idle": False, "n": 2})
+    assert await reader == {"idle": False, "n": 2, "view": True, "snapshot_age_s": 0.3}
+    assert (await local.read())["n"] == 2  # the base read after the view is as new

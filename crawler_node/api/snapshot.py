@@ -43,13 +43,17 @@ class Snapshot:
 class Snapshots:
     """The status of one scope (this node, or the cluster as it sees it), built by ``build``."""
 
-    def __init__(self, name: str, build: Callable[[], Awaitable[dict[str, Any]]], *,
-                 watched: Callable[[], Hashable], period_s: float = PERIOD_S, wait_s: float = WAIT_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, name: str, build: Callable[..., Awaitable[dict[str, Any]]], *,
+                 watched: Callable[[], Hashable], base: Snapshots | None = None, period_s: float = PERIOD_S,
+                 wait_s: float = WAIT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        """``base``: the snapshots this view is built on: each build of this one takes a new one
+        of those (or the one under way) and is passed its status, so reading the base after
+        this view never goes back in time, and this one's age counts from the older of the two."""
         if period_s <= 0 or wait_s < 0:
             raise ValueError(f"need period_s > 0 and wait_s >= 0, got {period_s} and {wait_s}")
         self._name = name
         self._build = build
+        self._base = base
         self._watched = watched
         self._period_s = period_s
         self._wait_s = wait_s
@@ -64,12 +68,6 @@ class Snapshots:
         snapshot = await self._current()
         # A shallow copy: the snapshot itself is shared by every reader and never changed.
         return {**snapshot.status, "snapshot_age_s": round(max(0.0, self._clock() - snapshot.started_at), 3)}
-
-    async def rebuilt(self) -> dict[str, Any]:
-        """A status whose build is under way now (one is started if none is): for a view built
-        on this one, which then leaves it as fresh as itself."""
-        snapshot = await asyncio.shield(self._refresh())
-        return snapshot.status
 
     async def _current(self) -> Snapshot:
         last = self._last
@@ -94,7 +92,12 @@ class Snapshots:
 
     async def _run_build(self) -> Snapshot:
         started_at, watched = self._clock(), self._watched()
-        status = await self._build()
+        if self._base is None:
+            status = await self._build()
+        else:
+            base = await asyncio.shield(self._base._refresh())
+            started_at = min(started_at, base.started_at)
+            status = await self._build(base.status)
         return Snapshot(status=status, started_at=started_at, watched=watched)
 
     def _built(self, task: asyncio.Task[Snapshot]) -> None:

@@ -217,13 +217,13 @@ def status_snapshots(node: Node) -> tuple[Snapshots, Snapshots]:
     async def local() -> dict[str, Any]:
         return await node_status(node)
 
-    async def cluster() -> dict[str, Any]:
-        # Built on a new snapshot of this node: reading ?scope=local (or /metrics) after the
-        # cluster view never goes back in time.
-        return await cluster_status(node, await local_snapshots.rebuilt())
+    async def cluster(local: dict[str, Any]) -> dict[str, Any]:
+        return await cluster_status(node, local)
 
+    # The cluster view is built on a new snapshot of this node: ?scope=local (or /metrics)
+    # read after it never goes back in time.
     local_snapshots = Snapshots("node", local, watched=watched)
-    return local_snapshots, Snapshots("cluster", cluster, watched=watched)
+    return local_snapshots, Snapshots("cluster", cluster, watched=watched, base=local_snapshots)
 
 
 def crawl_state(status: dict) -> str:
