@@ -33,14 +33,17 @@ def _browser_or_skip():
 
 def test_the_dashboard_shows_the_cluster_and_a_member_going_down(start_testweb, start_node, tmp_path):
     _browser_or_skip()
-    web = start_testweb(hosts=6, pages=80, seed=61, profile={"site-*.test": {"latency_ms": 60}})
+    # One request at a time per host, 150 ms each: the crawl lasts ~12 s, past the pages' first
+    # readings (a fresh cluster fetches within a fraction of a second of its start).
+    web = start_testweb(hosts=6, pages=80, seed=61, profile={"site-*.test": {"latency_ms": 150}})
     addresses = plan(["a", "b", "c"])
     peers = peers_of(addresses)
     nodes = {}
     for node_id, (host, port) in addresses.items():
         nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=peers, wait=False,
                                     seeds=roots(6) if node_id == "a" else (),
-                                    extra_args=[*FAST_CLUSTER, "--secret", "dashboard-test"])
+                                    extra_args=[*FAST_CLUSTER, "--secret", "dashboard-test",
+                                                "--host-limit-start", "1", "--host-limit-ceiling", "1"])
     for node in nodes.values():
         node.wait_healthy(30)
 
