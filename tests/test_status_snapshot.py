@@ -177,3 +177,19 @@ async def test_a_view_built_on_a_base_takes_a_new_base_and_its_age(parts):
     local_builds.finish({"idle": False, "n": 2})
     assert await reader == {"idle": False, "n": 2, "view": True, "snapshot_age_s": 0.3}
     assert (await local.read())["n"] == 2  # the base read after the view is as new
+
+
+async def test_an_idle_answer_comes_from_a_build_begun_after_the_read(parts):
+    snapshots, builds, clock, _ = parts
+    await first(snapshots, builds, {"idle": True, "n": 1})
+    early = asyncio.create_task(snapshots.read())  # idle: a build begins
+    await settle()
+    clock.now += 0.1
+    late = asyncio.create_task(snapshots.read())  # the reader submitted work just before this read
+    await settle()
+    builds.finish({"idle": True, "n": 2})  # begun before the late read: it may not have seen that work
+    assert (await early)["n"] == 2
+    await settle()
+    assert builds.started == 3 and not late.done()
+    builds.finish({"idle": False, "n": 3})
+    assert (await late)["n"] == 3

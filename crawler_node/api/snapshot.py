@@ -72,8 +72,14 @@ class Snapshots:
     async def _current(self) -> Snapshot:
         last = self._last
         if last is None or last.status.get("idle") or last.watched != self._watched():
+            asked_at = self._clock()
             # shield: a reader that hangs up does not cancel the build the others wait for
-            return await asyncio.shield(self._refresh())
+            snapshot = await asyncio.shield(self._refresh())
+            if snapshot.status.get("idle") and snapshot.started_at < asked_at:
+                # Under way before this read, it may not have seen the work the reader just gave;
+                # an idle node builds quickly, so one more build settles it.
+                snapshot = await asyncio.shield(self._refresh())
+            return snapshot
         if self._clock() - last.started_at < self._period_s:
             return last
         building = self._refresh()
