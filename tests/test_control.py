@@ -66,9 +66,12 @@ def settled(web, nodes) -> bool:
 
 def test_pause_then_resume_a_cluster_through_one_node(start_testweb, start_node):
     hosts = 12
-    web = start_testweb(hosts=hosts, pages=40, seed=51, profile={"site-*.test": {"latency_ms": 60}})
+    # One request at a time per host, 100 ms each: the crawl lasts ~8 s, so the pause finds work
+    # queued (a fresh cluster fetches within a fraction of a second of its start).
+    web = start_testweb(hosts=hosts, pages=80, seed=51, profile={"site-*.test": {"latency_ms": 100}})
     expected = set(web.expected())
-    nodes = start_cluster(start_node, web, seeds=roots(hosts))
+    nodes = start_cluster(start_node, web, seeds=roots(hosts), extra=("--host-limit-start", "1",
+                                                                     "--host-limit-ceiling", "1"))
     members = list(nodes.values())
     wait_until(lambda: web.stats(summary=True)["totals"]["requests"] >= 40, 60, "the crawl under way")
 
