@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 
 import msgpack
 import pytest
 from frontier_helpers import FakeClock, entry
 
-from crawler_node.cluster.outbox import encode_batch, peer_politeness
-from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness
+from crawler_node.cluster.outbox import encode_batch, peer_politeness, peer_refresh
+from crawler_node.core.urls import host_of
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, UrlEntry
+from crawler_node.frontier.outbox import OutboxRow
+from crawler_node.frontier.replica import HostRefresh
 from crawler_node.frontier.schema import SCHEMA_VERSION
 
 
@@ -139,7 +143,7 @@ def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, cl
         assert [(row.entry.url, row.seen, row.replica) for row in migrated.outbox.peek_rows("x", 10)] == [
             ("http://old.test/page/2", True, False), ("http://old.test/page/1", True, False)]
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
 
 
 def test_a_successor_back_empty_is_sent_this_nodes_queue_again(frontier: Frontier) -> None:
@@ -168,3 +172,117 @@ def test_a_peers_politeness_is_checked_before_it_is_kept() -> None:
                   [["a.test", True, 1]], [["a.test", -1, 1]], [["a.test", 1, float("inf")]], [[1, 1, 1]]):
         with pytest.raises(ValueError):
             peer_politeness({"urls": [], "hosts": hosts})
+
+
+def deliver(rows: list[OutboxRow], successor: Frontier) -> None:
+    """One outbox batch through the wire (encode_batch, msgpack, peer_refresh), taken in by the
+    successor as POST /v1/urls takes a peer's replica (one transaction)."""
+    body = msgpack.unpackb(msgpack.packb(encode_batch(rows)))
+    queued = [UrlEntry(item["url"], host_of(item["url"]), item["depth"], item["priority"])
+              for item in body["urls"] if item.get("replica")]
+    fetched = [item["url"] for item in body["urls"] if item.get("seen")]
+    successor.replica.take_refreshed(partial(successor.take_in, [], [], False, [], queued_replicas=queued),
+                                     peer_refresh(body), queued)
+    if fetched:
+        successor.take_in([], [], True, fetched)
+
+
+def queued_replica(frontier: Frontier) -> set[str]:
+    return {url for url, state in replica_states(frontier).items() if state == 0}
+
+
+def test_a_successor_back_from_away_drops_the_queued_rows_the_owners_refresh_does_not_name(
+        frontier: Frontier, tmp_path: Path, clock: FakeClock) -> None:
+    with Frontier(tmp_path / "succ" / FRONTIER_FILENAME, clock=clock) as successor:
+        # what the successor kept before it went away: h.test/0-3 queued, h.test/9 fetched, and
+        # done.test/1 queued; meanwhile the owner fetched h.test/0-1 and all of done.test
+        deliver([OutboxRow(k, entry("h.test", k), seen=False, replica=True) for k in range(4)]
+                + [OutboxRow(9, entry("h.test", 9), seen=True, replica=True),
+                   OutboxRow(10, entry("done.test", 1), seen=False, replica=True)], successor)
+        frontier.add([entry("h.test", k) for k in range(2, 6)] + [entry("done.test", 1)])
+        frontier.apply(FrontierBatch(done=[lease.id for lease in frontier.lease("done.test", 1)[0]]))
+        frontier.lease("h.test", 1)  # on its way: named too
+
+        owed, after = frontier.replica.resend("s", lambda host: "s", "", 100, refresh="t1")
+        assert (owed, after) == (6, None)  # four URLs of h.test, and the end of each host
+        frontier.outbox.put_replicas([entry("h.test", 7)], {"h.test": "s"})  # queued after it
+        rows = frontier.outbox.peek_rows("s", 100)
+        assert [row.entry.url for row in rows if row.ends_refresh] == ["", ""]
+        deliver(rows[:2], successor)  # a refresh spans batches: nothing goes before its end
+        kept = {f"http://h.test/page/{k}" for k in range(4)} | {"http://done.test/page/1"}
+        assert queued_replica(successor) == kept | {row.entry.url for row in rows[:2]}
+        deliver(rows[2:5], successor)
+        deliver(rows[5:], successor)
+        assert queued_replica(successor) == {f"http://h.test/page/{k}" for k in (2, 3, 4, 5, 7)}
+        assert replica_states(successor)["http://h.test/page/9"] == 2  # fetched rows stay
+        # a takeover queues only what the owner had not fetched
+        result, _ = successor.replica.promote(lambda host: True, "", 100)
+        assert sorted(e.url for e in result.accepted) == [f"http://h.test/page/{k}" for k in (2, 3, 4, 5, 7)]
+
+
+def test_an_owner_that_dies_before_the_end_of_its_refresh_loses_nothing(
+        frontier: Frontier, tmp_path: Path, clock: FakeClock) -> None:
+    with Frontier(tmp_path / "succ" / FRONTIER_FILENAME, clock=clock) as successor:
+        deliver([OutboxRow(1, entry("h.test", 1), seen=False, replica=True)], successor)
+        frontier.add([entry("h.test", 2), entry("h.test", 3)])
+        frontier.replica.resend("s", lambda host: "s", "", 100, refresh="t1")
+        deliver(frontier.outbox.peek_rows("s", 1), successor)  # the rest never arrives
+        result, _ = successor.replica.promote(lambda host: True, "", 100)
+        assert sorted(e.url for e in result.accepted) == [f"http://h.test/page/{k}" for k in (1, 2)]
+
+
+def test_a_second_refresh_outdates_the_first_and_a_late_row_of_the_first_is_kept(
+        frontier: Frontier, tmp_path: Path, clock: FakeClock) -> None:
+    with Frontier(tmp_path / "succ" / FRONTIER_FILENAME, clock=clock) as successor:
+        frontier.add([entry("h.test", 1)])
+        frontier.replica.resend("s", lambda host: "s", "", 100, refresh="t1")
+        frontier.replica.resend("s", lambda host: "s", "", 100, refresh="t2")
+        rows = frontier.outbox.peek_rows("s", 100)
+        assert encode_batch(rows)["refresh"] == [["h.test", "t2", True]]  # the last one in the batch
+        deliver(rows, successor)
+        assert queued_replica(successor) == {"http://h.test/page/1"}
+
+
+def test_the_end_of_a_refresh_is_dropped_with_a_successor_that_went_down(frontier: Frontier) -> None:
+    frontier.add([entry("h.test", 1)])
+    frontier.replica.resend("s", lambda host: "s", "", 100, refresh="t1")
+    assert frontier.outbox.counts() == {"s": 2}
+    frontier.outbox.reroute("s", lambda host: None, successor_of=lambda host: "t")
+    assert frontier.outbox.counts() == {}  # this node has the URL; "s" is owed a refresh again
+
+
+def test_the_peers_owed_a_refresh_are_remembered(tmp_path: Path, clock: FakeClock) -> None:
+    with Frontier(tmp_path, clock=clock) as first:
+        first.replica.owe(["b", "c"])
+        first.replica.owe(["b"])
+        first.replica.refreshed("c")
+    with Frontier(tmp_path, clock=clock) as again:
+        assert again.replica.owed() == {"b"}
+
+
+def test_a_peers_refresh_is_checked_before_it_is_kept() -> None:
+    assert peer_refresh({"urls": []}) == []
+    assert peer_refresh({"urls": [], "refresh": [["A.test", "t1", True]]}) == [HostRefresh("a.test", "t1", True)]
+    for marks in ("x", [["a.test", "t1"]], [["", "t1", True]], [["a.test", "", True]], [["a.test", "t 1", True]],
+                  [["a.test", "t1", 1]], [["a.test", 7, True]], [["\ud800.test", "t1", False]],
+                  [["a.test", "x" * 65, False]]):
+        with pytest.raises(ValueError):
+            peer_refresh({"urls": [], "refresh": marks})
+
+
+def test_a_refreshed_successor_is_sent_the_urls_finished_here_as_fetched_ones(frontier: Frontier) -> None:
+    frontier.add([entry("h.test", k) for k in range(4)] + [entry("other.test", 1)])
+    [done, given_up] = frontier.lease("h.test", 2)[0]
+    frontier.apply(FrontierBatch(done=[done.id], failed=[given_up.id]))
+    frontier.apply(FrontierBatch(done=[lease.id for lease in frontier.lease("other.test", 1)[0]]))
+    successor_of = {"h.test": "s", "other.test": "t"}.get
+    owed, after = frontier.replica.resend_finished("s", successor_of, 0, 2)  # a page of two rows
+    assert after is not None
+    while after is not None:
+        more, after = frontier.replica.resend_finished("s", successor_of, after, 2)
+        owed += more
+    assert owed == 2
+    rows = frontier.outbox.peek_rows("s", 10)
+    assert sorted((row.entry.url, row.seen, row.replica) for row in rows) == [
+        (done.url, True, True), (given_up.url, True, True)]
+    assert frontier.outbox.peek_rows("t", 10) == []

@@ -24,7 +24,7 @@ from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
 from crawler_node.api.snapshot import Snapshots
 from crawler_node.api.status import node_status, status_snapshots
 from crawler_node.cluster.membership import member_problem
-from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness
+from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness, peer_refresh
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.node import Node
@@ -106,15 +106,16 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return body
 
 
-def validate_urls(document: Any) -> tuple[list[tuple[int, dict]], list[dict]]:
+def validate_urls(document: Any, *, may_be_empty: bool = False) -> tuple[list[tuple[int, dict]], list[dict]]:
     """Check the shape of ``{"urls": [...]}`` and of every item in it: the well-formed items
-    with their index, and what is wrong with the others. Raises BadRequest for the body."""
+    with their index, and what is wrong with the others. Raises BadRequest for the body.
+    ``may_be_empty``: the body says more than its URLs (a peer's batch that ends a refresh)."""
     if not isinstance(document, dict) or "urls" not in document:
         raise BadRequest("bad_shape", 'body must be an object {"urls": [...]}')
     urls = document["urls"]
     if not isinstance(urls, list):
         raise BadRequest("bad_shape", '"urls" must be a list')
-    if not urls:
+    if not urls and not may_be_empty:
         raise BadRequest("empty", '"urls" must not be empty')
     if len(urls) > MAX_URLS_PER_REQUEST:
         raise BadRequest("too_many", f"at most {MAX_URLS_PER_REQUEST} URLs per request")
@@ -169,13 +170,18 @@ async def post_urls(request: web.Request) -> web.Response:
         return _inbound_full(exc.retry_after_s)
     try:
         document = decode_body(await read_body(request, MAX_BODY_BYTES), request.content_type)
-        items, invalid = validate_urls(document)
+        try:
+            refreshes = peer_refresh(document)
+        except ValueError as exc:
+            return error(400, "bad_refresh", str(exc))
+        items, invalid = validate_urls(document, may_be_empty=bool(refreshes))
         politeness = peer_politeness(document)
     except BadRequest as exc:
         return exc.response()
     except ValueError as exc:
         return error(400, "bad_hosts", str(exc))
-    if (politeness or any(item.get("seen") or item.get("replica") for _, item in items)) and not clustered(node):
+    if (politeness or refreshes or any(item.get("seen") or item.get("replica") for _, item in items)) \
+            and not clustered(node):
         # Only a member hands over what it fetched or replicates; a node alone has no members.
         return _not_clustered()
     intake = node.intake
@@ -190,8 +196,8 @@ async def post_urls(request: web.Request) -> web.Response:
         return error(400, "invalid_urls", f"{len(invalid)} of {total} URLs are invalid; nothing was enqueued",
                      invalid=invalid[:100])
     try:
-        if replica.entries or politeness:  # a peer's replica of its queue (frontier.replica)
-            await intake.take(replica.entries, replica=True, politeness=politeness)
+        if replica.entries or politeness or refreshes:  # a peer's replica of its queue (frontier.replica)
+            await intake.take(replica.entries, replica=True, politeness=politeness, refreshes=refreshes)
         result = await intake.take(fresh.entries)
         if seen.entries:
             # URLs another member already fetched (handback, join): recorded, never fetched.

@@ -23,6 +23,7 @@ from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
 from crawler_node.frontier.outbox import OutboxRow
+from crawler_node.frontier.replica import HostRefresh
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -34,17 +35,30 @@ MSGPACK = "application/msgpack"
 FORWARDED_BY = "X-Crawler-Forwarded-By"
 MAX_PEER_HOSTS = 10_000  # entries of a batch's "hosts", at most (as many as its URLs)
 _HOST_KEY = re.compile(r"[!-~]{1,300}")  # a frontier's host key: visible ASCII (IDNA), and short
+_TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a refresh's token (cluster.replica makes 16 hex digits)
 
 
 def encode_batch(rows: Sequence[OutboxRow]) -> dict:
     """The body of POST /v1/urls for outbox rows. A replica carries what its receiver keeps
     of it (frontier.replica), no more: a fetched URL only its URL; a queued one what it is
     queued with. The replicas' politeness goes once per host, as
-    ``"hosts": [[host, next_eligible, crawl_delay], ...]`` (wall-clock seconds)."""
+    ``"hosts": [[host, next_eligible, crawl_delay], ...]`` (wall-clock seconds), and so does a
+    refresh of a host's replica, as ``"refresh": [[host, token, complete], ...]``: the batch's
+    queued replicas of the host are part of the refresh ``token``, which ends in this batch if
+    ``complete`` (its end is a row with no URL: nothing in ``"urls"``)."""
     urls: list[dict] = []
     hosts: dict[str, list] = {}
+    refresh: dict[str, list] = {}
     for row in rows:
         e = row.entry
+        if row.refresh is not None:
+            # the last refresh of the host in the batch is the one its replicas are part of
+            mark = refresh.get(e.host)
+            if mark is None or mark[1] != row.refresh:
+                refresh[e.host] = mark = [e.host, row.refresh, False]
+            if row.ends_refresh:
+                mark[2] = True
+                continue
         if row.replica and row.seen:
             urls.append({"url": e.url, "seen": True})
         elif row.replica:
@@ -60,7 +74,12 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
         polite = row.politeness
         if polite is not None:
             hosts[polite.host] = [polite.host, polite.next_eligible, polite.crawl_delay]
-    return {"urls": urls, "hosts": list(hosts.values())} if hosts else {"urls": urls}
+    body: dict = {"urls": urls}
+    if hosts:
+        body["hosts"] = list(hosts.values())
+    if refresh:
+        body["refresh"] = list(refresh.values())
+    return body
 
 
 def peer_politeness(document: object) -> list[HostPoliteness]:
@@ -74,6 +93,21 @@ def peer_politeness(document: object) -> list[HostPoliteness]:
                 and _HOST_KEY.fullmatch(entry[0]) and all(_time(value) for value in entry[1:])):
             raise ValueError('each of "hosts" must be [host, next_eligible, crawl_delay]')
         found.append(HostPoliteness(entry[0].lower(), float(entry[1]), float(entry[2])))
+    return found
+
+
+def peer_refresh(document: object) -> list[HostRefresh]:
+    """The ``"refresh"`` of a POST /v1/urls body (see encode_batch); ValueError if malformed."""
+    marks = document.get("refresh", []) if isinstance(document, dict) else []
+    if not isinstance(marks, list) or len(marks) > MAX_PEER_HOSTS:
+        raise ValueError(f'"refresh" must be a list of at most {MAX_PEER_HOSTS} entries')
+    found = []
+    for entry in marks:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and _HOST_KEY.fullmatch(entry[0]) and isinstance(entry[1], str) and _TOKEN.fullmatch(entry[1])
+                and isinstance(entry[2], bool)):
+            raise ValueError('each of "refresh" must be [host, token, complete]')
+        found.append(HostRefresh(entry[0].lower(), entry[1], entry[2]))
     return found
 
 
@@ -194,6 +228,7 @@ class Outboxes:
         if status == 202:
             await self._acknowledged(peer, rows)
             seen_rows = sum(1 for row in rows if row.seen)
+            # (the end of a refresh is a replica row with no URL: counted with the replicas)
             replica_rows = sum(1 for row in rows if row.replica and not row.seen)
             # "forwarded": URLs for the peer to crawl; "sent_seen": replicas and handed-back
             # fetched URLs, which it only records; "sent_replica": replicas of queued URLs;

@@ -3,8 +3,11 @@
 A row is a URL to crawl, or (seen = 1) one already fetched here that the owner should only
 record in its seen-set; `replica = 1` marks what goes to a successor's replica (frontier.replica):
 a URL queued here (seen = 0) or fetched here (seen = 1), the last row of a host in a batch
-carrying the host's politeness. Rows are counted per peer in memory, and the counts change only
-once the transaction that moved the rows has committed.
+carrying the host's politeness. A replica can be part of a *refresh* (`refresh`, a token): the
+successor's replica of the host made anew, ended by a row with no URL (`ends_refresh`) that
+tells it the queued rows of the host that refresh did not name are stale. Rows are counted
+per peer in memory, and the counts change only once the transaction that moved the rows has
+committed.
 """
 
 from __future__ import annotations
@@ -19,20 +22,29 @@ from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
 
 _INSERT_SQL = ("INSERT INTO outbox (peer, url, host, depth, priority, hops, redirects, via, seen, replica,"
-               " next_eligible, crawl_delay) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, via, seen, replica, next_eligible, crawl_delay"
-             " FROM outbox WHERE peer = ? ORDER BY id LIMIT ?")
+               " next_eligible, crawl_delay, refresh) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, via, seen, replica, next_eligible, crawl_delay,"
+             " refresh FROM outbox WHERE peer = ? ORDER BY id LIMIT ?")
+# The URL of the row that ends a host's refresh: none (no URL is empty).
+_REFRESH_END_URL = ""
 
 
 @dataclass(frozen=True, slots=True)
 class OutboxRow:
-    """One row owed to a peer. `politeness`: its host's, on a replica (None on most rows)."""
+    """One row owed to a peer. `politeness`: its host's, on a replica (None on most rows);
+    `refresh`: the refresh of its host's replica it is part of (None on most rows)."""
 
     id: int
     entry: UrlEntry
     seen: bool
     replica: bool = False
     politeness: HostPoliteness | None = None
+    refresh: str | None = None
+
+    @property
+    def ends_refresh(self) -> bool:
+        """The last row of a host's refresh: it names no URL."""
+        return self.refresh is not None and self.entry.url == _REFRESH_END_URL
 
 
 def successors_of(entries: Sequence[UrlEntry], successor_of: Callable[[str], str | None]) -> dict[str, str]:
@@ -48,10 +60,10 @@ class Outbox:
         self._counts: dict[str, int] = dict(core.conn.execute("SELECT peer, COUNT(*) FROM outbox GROUP BY peer"))
 
     def put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False, replica: bool = False,
-            politeness: Mapping[str, HostPoliteness] | None = None) -> None:
+            politeness: Mapping[str, HostPoliteness] | None = None, refresh: str | None = None) -> None:
         """Owe each (peer, URL) to its peer; `seen`: fetched here, for its seen-set only;
         `replica`: for the peer's replica of this node's hosts, with `politeness` (by host)
-        on the last row of each of its hosts."""
+        on the last row of each of its hosts, as part of the refresh `refresh` if given."""
         if not items:
             return
         carried: dict[int, HostPoliteness] = {}  # item index -> the politeness it carries
@@ -62,7 +74,7 @@ class Outbox:
         for index, (peer, e) in enumerate(items):
             polite = carried.get(index)
             rows.append((peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, int(seen), int(replica),
-                         polite.next_eligible if polite else None, polite.crawl_delay if polite else None))
+                         polite.next_eligible if polite else None, polite.crawl_delay if polite else None, refresh))
         with self._core.transaction():
             self._core.conn.executemany(_INSERT_SQL, rows)
             self._core.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
@@ -74,6 +86,11 @@ class Outbox:
             self.put([(successor, entry) for entry in entries if (successor := successors.get(entry.host))],
                      replica=True)
 
+    def end_refresh(self, peer: str, hosts: Sequence[str], refresh: str) -> None:
+        """Owe `peer` the end of the refresh `refresh` of each of `hosts`: a row with no URL,
+        after the refresh's rows (it is put in the same transaction as they are, or after)."""
+        self.put([(peer, UrlEntry(_REFRESH_END_URL, host, 0, 0)) for host in hosts], replica=True, refresh=refresh)
+
     def peek(self, peer: str, n: int) -> list[tuple[int, UrlEntry, bool]]:
         """The oldest `n` rows owed to `peer`, as (id, URL, seen), without removing them."""
         return [(row.id, row.entry, row.seen) for row in self.peek_rows(peer, n)]
@@ -83,7 +100,7 @@ class Outbox:
         rows = self._core.conn.execute(_PEEK_SQL, (peer, n)).fetchall()
         return [OutboxRow(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5], row[6], row[7]), bool(row[8]),
                           bool(row[9]),
-                          None if row[10] is None else HostPoliteness(row[2], row[10], row[11] or 0.0))
+                          None if row[10] is None else HostPoliteness(row[2], row[10], row[11] or 0.0), row[12])
                 for row in rows]
 
     def ack(self, peer: str, sent: Sequence[tuple[int, str]]) -> int:
@@ -117,7 +134,13 @@ class Outbox:
             entry = row.entry
             target = route(entry.host)
             # A replica of a URL queued here, for a successor that is down: dropped (this node
-            # has the URL; the next successor gets what is queued from now on).
+            # has the URL; the next successor gets what is queued from now on, and this one a
+            # refresh when it is back, cluster.replica). The end of a refresh is for its
+            # successor alone: dropped too.
+            if row.ends_refresh:
+                if target != peer:
+                    moved.append((None, row.id))
+                continue
             if target is None and not (row.replica and not row.seen):
                 (mine_seen if row.seen else mine).append(entry)
             if target != peer:

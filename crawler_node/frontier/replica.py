@@ -17,6 +17,17 @@ What the successor does with them:
   go back through the ordinary handback (cluster.sweep) as ever. And what it kept of this
   node went with its directory: `resend` replicates this node's queue to it again, for the
   hosts it is the successor of.
+- *return* (a successor seen down comes back, with the same frontier: restarted, frozen or cut
+  off): what this node queued and fetched while it was away went to another successor, so its
+  queued rows include URLs fetched since; promoted, they would be fetched again. The peer is
+  owed a *refresh* (`owe`, durable): `resend` with a token, the unfinished URLs of the hosts it
+  is the successor of, each host ended by a row with no URL (frontier.outbox), then the URLs
+  of those hosts it finished (`resend_finished`), as fetched replicas. On its side,
+  `refresh` tags the queued rows the refresh names and, at a host's end, drops the queued
+  rows of the host it did not name; fetched rows stay. A refresh spans outbox batches: rows
+  of the host from before its end that carry another token (or none) are the stale ones, and
+  the sender's outbox delivers a peer's rows in order. Until the end arrives nothing is
+  dropped: an owner that dies mid-refresh costs duplicates, not URLs.
 
 The replica is a copy, not a contract: rows the neighbour sent before a successor changed
 stay at the old successor (a new successor holds what is queued or fetched from then on).
@@ -25,6 +36,7 @@ stay at the old successor (a new successor holds what is queued or fetched from 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
@@ -38,6 +50,17 @@ from crawler_node.frontier.statements import in_lists
 # clock far off) never holds a host back for good.
 MAX_POLITENESS_AHEAD_S = 3600.0
 
+
+@dataclass(frozen=True, slots=True)
+class HostRefresh:
+    """What a batch says of a host's refresh: its queued replicas in the batch are part of the
+    refresh `token`; `complete`: the refresh ends in this batch."""
+
+    host: str
+    token: str
+    complete: bool = False
+
+
 _ADD_QUEUED_SQL = ("INSERT INTO replica (url, host, state, depth, priority, hops, redirects, via)"
                    " VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(url) DO NOTHING")
 _ADD_POLITENESS_SQL = (
@@ -50,6 +73,8 @@ _UNFINISHED_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM urls 
                    " UNION ALL"
                    " SELECT url, depth, priority, hops, redirects, via FROM urls WHERE host = ? AND state = 4")
 _LEASED_SQL = "SELECT url, host, depth, priority, hops, redirects, via FROM urls WHERE id IN ({}) AND state = 1"
+_FINISHED_PAGE_SQL = ("SELECT id, url, host, state, depth, priority, hops, redirects, via FROM urls"
+                      " WHERE id > ? ORDER BY id LIMIT ?")
 _PAGE_SQL = ("SELECT url, host, state, depth, priority, hops, redirects, via FROM replica"
              " WHERE url > ? ORDER BY url LIMIT ?")
 
@@ -80,6 +105,27 @@ class Replica:
                 (r.host, min(r.next_eligible, ahead), min(r.crawl_delay, MAX_POLITENESS_AHEAD_S))
                 for r in records])
         self._has_politeness = True
+
+    def take_refreshed(self, take: Callable[[], AddResult], refreshes: Sequence[HostRefresh],
+                       queued: Sequence[UrlEntry]) -> AddResult:
+        """`take()` (a batch taken in, with the queued replicas `queued`), then `refresh`, in one
+        transaction: a batch is acknowledged whole, or sent again whole."""
+        with self._core.transaction():
+            result = take()
+            self.refresh(refreshes, queued)
+            return result
+
+    def refresh(self, refreshes: Sequence[HostRefresh], queued: Sequence[UrlEntry]) -> None:
+        """A neighbour's refresh of its hosts' replica (see the module's docstring): the queued
+        rows of `queued` (just taken in) whose host is refreshed carry its token; at a host's end,
+        the queued rows of the host without it are stale and go."""
+        tokens = {mark.host: mark.token for mark in refreshes}
+        conn = self._core.conn
+        with self._core.transaction():
+            conn.executemany("UPDATE replica SET refresh = ? WHERE url = ? AND state = 0",
+                             [(tokens[e.host], e.url) for e in queued if e.host in tokens])
+            conn.executemany("DELETE FROM replica WHERE host = ? AND state = 0 AND refresh IS NOT ?",
+                             [(mark.host, mark.token) for mark in refreshes if mark.complete])
 
     # -- takeover ---------------------------------------------------------------------------
 
@@ -164,12 +210,15 @@ class Replica:
         return len(to_crawl) + len(fetched), (rows[-1][0] if len(rows) == limit else None)
 
     def resend(self, peer: str, successor_of: Callable[[str], str | None], after: str,
-               limit: int) -> tuple[int, str | None]:
-        """Owe `peer`, a successor that came back empty, a replica of the unfinished (queued,
-        leased, deferred) URLs of this node's hosts it is the successor of now (`successor_of(host) == peer`), a
-        page of `limit` hosts after `after` (start with ""). Its replica of them went with its
-        data directory: without this, they would be lost with this node's. Returns the rows
-        owed and where the next page starts (None: that was the last)."""
+               limit: int, refresh: str | None = None) -> tuple[int, str | None]:
+        """Owe `peer`, a successor that came back empty or that was away, a replica of the
+        unfinished (queued, leased, deferred) URLs of this node's hosts it is the successor of
+        now (`successor_of(host) == peer`), a page of `limit` hosts after `after` (start with
+        ""). Back empty, its replica of them went with its data directory: without this, they
+        would be lost with this node's. With `refresh` (a token), each host's rows end with the
+        end of its refresh, even a host with nothing unfinished: the peer then drops the queued
+        rows of the host the refresh did not name. Returns the rows owed and where the next page
+        starts (None: that was the last)."""
         core = self._core
         hosts = core.hosts.after(after, limit)
         owed: list[UrlEntry] = []
@@ -186,8 +235,45 @@ class Replica:
             owed += [UrlEntry(url, host, depth, priority, hops, redirects, via)
                      for url, host, depth, priority, hops, redirects, via in rows]
         with core.transaction():
-            self._outbox.put([(peer, entry) for entry in owed], replica=True)
-        return len(owed), (hosts[-1] if len(hosts) == limit else None)
+            self._outbox.put([(peer, entry) for entry in owed], replica=True, refresh=refresh)
+            if refresh is not None:
+                # in the same transaction: no other row of these hosts comes between
+                self._outbox.end_refresh(peer, sorted(wanted), refresh)
+        return len(owed) + (len(wanted) if refresh is not None else 0), (hosts[-1] if len(hosts) == limit else None)
+
+    def resend_finished(self, peer: str, successor_of: Callable[[str], str | None], after: int,
+                        limit: int) -> tuple[int, int | None]:
+        """Owe `peer`, with a refresh or a resend, the URLs this node finished (fetched or gave
+        up on) of its hosts `peer` is the successor of, as fetched replicas, a page of `limit`
+        rows after the row id `after` (start with 0): what it kept of them was lost with its
+        directory, or what was fetched while it was away went to another successor. Without
+        them, a takeover fetches again each one it meets as a link. (Done rows have no index
+        by host: a refresh reads the table once, by id.) Returns the rows owed and where the
+        next page starts (None: that was the last)."""
+        rows = self._core.conn.execute(_FINISHED_PAGE_SQL, (after, limit)).fetchall()
+        owed = [(peer, UrlEntry(url, host, depth, priority, hops, redirects, via))
+                for _, url, host, state, depth, priority, hops, redirects, via in rows
+                if state in (2, 3) and successor_of(host) == peer]
+        with self._core.transaction():
+            self._outbox.put(owed, seen=True, replica=True)
+        return len(owed), (rows[-1][0] if len(rows) == limit else None)
+
+    # -- a successor back after being away ----------------------------------------------------
+
+    def owe(self, peers: Sequence[str]) -> None:
+        """`peers` were seen down: each is owed a refresh once back."""
+        with self._core.transaction():
+            self._core.conn.executemany("INSERT INTO refresh_owed (peer) VALUES (?) ON CONFLICT(peer) DO NOTHING",
+                                        [(peer,) for peer in peers])
+
+    def owed(self) -> set[str]:
+        """The peers owed a refresh."""
+        return {peer for (peer,) in self._core.conn.execute("SELECT peer FROM refresh_owed")}
+
+    def refreshed(self, peer: str) -> None:
+        """`peer`'s refresh is all in the outbox (it is owed again if seen down again)."""
+        with self._core.transaction():
+            self._core.conn.execute("DELETE FROM refresh_owed WHERE peer = ?", (peer,))
 
     def counts(self) -> dict[str, int]:
         """Replica rows by state (an index count for the queued ones, a scan for the rest)."""

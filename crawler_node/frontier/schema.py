@@ -35,7 +35,10 @@ JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # columns a queued URL needs), `replica_hosts` its hosts' politeness, `outbox` rows can be
 # replicas of queued URLs and carry a host's politeness; `meta` holds this database's
 # incarnation and `peers` the last incarnation heard from each peer (frontier.replica).
-SCHEMA_VERSION = 5
+# 6: a successor that was away is sent a *refresh* of its replica (frontier.replica):
+# `outbox.refresh` and `replica.refresh` name the refresh a queued row was sent in, and
+# `refresh_owed` the successors owed one.
+SCHEMA_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -97,7 +100,9 @@ CREATE TABLE IF NOT EXISTS outbox (
     via TEXT,
     replica INTEGER NOT NULL DEFAULT 0,  -- 1: queued here, for the receiver's replica only
     next_eligible REAL,              -- on a replica: its host's politeness when it was sent
-    crawl_delay REAL                 --   (NULL: nothing to honour)
+    crawl_delay REAL,                --   (NULL: nothing to honour)
+    -- on a replica: the refresh it is part of; with url = '', the end of its host's refresh
+    refresh TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
 -- URLs of a neighbour on the ring, kept by its successor (frontier.replica): those it fetched
@@ -111,7 +116,8 @@ CREATE TABLE IF NOT EXISTS replica (
     priority INTEGER NOT NULL DEFAULT 0,
     hops INTEGER NOT NULL DEFAULT 0,
     redirects INTEGER NOT NULL DEFAULT 0,
-    via TEXT
+    via TEXT,
+    refresh TEXT                     -- a queued row: the last refresh of its host that named it
 ) WITHOUT ROWID;
 -- The politeness a neighbour had for its hosts, as its replicas said: a takeover honours it.
 CREATE TABLE IF NOT EXISTS replica_hosts (
@@ -129,6 +135,11 @@ CREATE TABLE IF NOT EXISTS meta (
 CREATE TABLE IF NOT EXISTS peers (
     peer TEXT PRIMARY KEY,
     incarnation TEXT NOT NULL
+) WITHOUT ROWID;
+-- Peers seen down since this node last refreshed their replica of its queue (frontier.replica):
+-- what it queued and fetched meanwhile went to another successor.
+CREATE TABLE IF NOT EXISTS refresh_owed (
+    peer TEXT PRIMARY KEY
 ) WITHOUT ROWID;
 """
 
@@ -166,6 +177,7 @@ _COLUMNS_ADDED = {
         "replica": "INTEGER NOT NULL DEFAULT 0",  # layout 5, and the two after it
         "next_eligible": "REAL",
         "crawl_delay": "REAL",
+        "refresh": "TEXT",  # layout 6
     },
     "replica": {  # first layout: url; its rows are all fetched ones (state's default)
         "host": "TEXT",  # layout 5, and the ones after it
@@ -175,6 +187,7 @@ _COLUMNS_ADDED = {
         "hops": "INTEGER NOT NULL DEFAULT 0",
         "redirects": "INTEGER NOT NULL DEFAULT 0",
         "via": "TEXT",
+        "refresh": "TEXT",  # layout 6
     },
 }
 

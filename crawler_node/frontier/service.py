@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -19,6 +20,7 @@ from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
+from crawler_node.frontier.replica import HostRefresh
 from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
 
@@ -94,10 +96,14 @@ class FrontierService:
     async def take_in(self, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]], seen: bool,
                       replicas: list[str], *, queued_replicas: Sequence[UrlEntry] = (),
                       successors: Mapping[str, str] | None = None,
-                      politeness: Sequence[HostPoliteness] = ()) -> AddResult:
+                      politeness: Sequence[HostPoliteness] = (),
+                      refreshes: Sequence[HostRefresh] = ()) -> AddResult:
         thread, frontier = self._opened()
-        return await thread.call(frontier.take_in, mine, forward, seen, replicas, queued_replicas=queued_replicas,
-                                 successors=successors, politeness=politeness)
+        take = partial(frontier.take_in, mine, forward, seen, replicas, queued_replicas=queued_replicas,
+                       successors=successors, politeness=politeness)
+        if refreshes:  # a neighbour's refresh of its replica (frontier.replica): one transaction with the rest
+            return await thread.call(frontier.replica.take_refreshed, take, refreshes, queued_replicas)
+        return await thread.call(take)
 
     async def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
         thread, frontier = self._opened()
@@ -218,10 +224,28 @@ class FrontierService:
         return await thread.call(frontier.replica.give_back, peer, route, after, limit)
 
     async def replica_resend(self, peer: str, successor_of: Callable[[str], str | None], after: str,
-                             limit: int) -> tuple[int, str | None]:
+                             limit: int, refresh: str | None = None) -> tuple[int, str | None]:
         """`successor_of` runs on the frontier's thread: it must only read what it was given."""
         thread, frontier = self._opened()
-        return await thread.call(frontier.replica.resend, peer, successor_of, after, limit)
+        return await thread.call(frontier.replica.resend, peer, successor_of, after, limit, refresh)
+
+    async def replica_resend_finished(self, peer: str, successor_of: Callable[[str], str | None], after: int,
+                                      limit: int) -> tuple[int, int | None]:
+        """`successor_of` runs on the frontier's thread: it must only read what it was given."""
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.resend_finished, peer, successor_of, after, limit)
+
+    async def replica_owe(self, peers: Sequence[str]) -> None:
+        thread, frontier = self._opened()
+        await thread.call(frontier.replica.owe, peers)
+
+    async def replica_owed(self) -> set[str]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.replica.owed)
+
+    async def replica_refreshed(self, peer: str) -> None:
+        thread, frontier = self._opened()
+        await thread.call(frontier.replica.refreshed, peer)
 
     async def replica_counts(self) -> dict[str, int]:
         thread, frontier = self._opened()

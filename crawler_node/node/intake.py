@@ -20,6 +20,7 @@ from typing import Protocol
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, UrlEntry
+from crawler_node.frontier.replica import HostRefresh
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
 
@@ -125,14 +126,15 @@ class Intake:
         self.counters["rejected"] += count
 
     async def take(self, entries: list[UrlEntry], *, seen: bool = False, replica: bool = False,
-                   politeness: Sequence[HostPoliteness] = ()) -> AddResult:
+                   politeness: Sequence[HostPoliteness] = (), refreshes: Sequence[HostRefresh] = ()) -> AddResult:
         """Durably take URLs in: this node's own go to its frontier, the others to the owner's
         outbox. Returns only after the commit. Raises InboundFull instead of queueing more.
         ``seen``: fetched elsewhere — recorded where it lands, never forwarded: in the frontier
         for hosts served here (handback, join), as a replica for the others. ``replica``:
         queued by their owner — kept as its replica (frontier.replica), or queued here for
-        hosts served here. ``politeness``: of the sender's hosts, kept with its replica. What
-        is queued here is replicated to its hosts' successors."""
+        hosts served here. ``politeness``: of the sender's hosts, kept with its replica;
+        ``refreshes``: the sender's refresh of its replica here (with ``replica``). What is
+        queued here is replicated to its hosts' successors."""
         if self._pending and self._pending + len(entries) > self._capacity:
             self.counters["inbound_rejected_batches"] += 1
             raise InboundFull(retry_after_s=1.0)
@@ -153,7 +155,8 @@ class Intake:
         self._pending += len(entries)
         try:
             result = await self._frontier.take_in(mine, forward, seen, replicas, queued_replicas=queued_replicas,
-                                                  successors=successors, politeness=politeness)
+                                                  successors=successors, politeness=politeness,
+                                                  refreshes=refreshes if replica else ())
         finally:
             self._pending -= len(entries)
         outboxed = Counter(peer for peer, _ in forward)
