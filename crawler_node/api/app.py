@@ -230,9 +230,10 @@ async def get_status(request: web.Request) -> web.Response:
     """This node's status; unless ``?scope=local``, with the cluster as this node sees it, and
     ``idle`` true only when every member is reachable and idle (api.status.cluster_status).
     Served from a snapshot (api.snapshot) whose age is ``snapshot_age_s``: a flood of writes
-    to the frontier, or a slow peer, delays its next build, never the answer."""
+    to the frontier, or a slow peer, delays its next build, never the answer; ``?fresh=1``
+    asks for one built after the request (read-your-writes, at a build's cost)."""
     key = NODE_STATUS_KEY if request.query.get("scope") == "local" else CLUSTER_STATUS_KEY
-    return web.json_response(await request.app[key].read())
+    return web.json_response(await request.app[key].read(fresh=request.query.get("fresh") in ("1", "true")))
 
 
 async def get_ring(request: web.Request) -> web.Response:

@@ -231,7 +231,9 @@ def _reads() -> dict[str, Schema]:
     return {
         "/v1/status": {"get": {
             "summary": "This node and the cluster as it sees it",
-            "parameters": [_query("scope", {"type": "string", "enum": ["local"]}, "this node only")],
+            "parameters": [_query("scope", {"type": "string", "enum": ["local"]}, "this node only"),
+                           _query("fresh", {"type": "string", "enum": ["1", "true"]},
+                                  "built after the request, not from the snapshot (read-your-writes)")],
             "responses": {"200": _answer("status", _object({"node_id": _STR, "idle": _BOOL},
                                                            {"members": {"type": "array", "items": _ANY_OBJECT}}))}}},
         "/v1/ring": {"get": {

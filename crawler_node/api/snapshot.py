@@ -63,9 +63,12 @@ class Snapshots:
         self._failing = False  # the last build raised
         self.builds = 0
 
-    async def read(self) -> dict[str, Any]:
-        """The status, with ``snapshot_age_s``: the seconds since its build began."""
-        snapshot = await self._current()
+    async def read(self, *, fresh: bool = False) -> dict[str, Any]:
+        """The status, with ``snapshot_age_s``: the seconds since its build began. ``fresh``:
+        from a build begun after this call (what a caller who just changed something and counts
+        on seeing it asks for; it waits for the frontier's thread, as a status built per request
+        does)."""
+        snapshot = await self._fresh() if fresh else await self._current()
         # A shallow copy: the snapshot itself is shared by every reader and never changed.
         return {**snapshot.status, "snapshot_age_s": round(max(0.0, self._clock() - snapshot.started_at), 3)}
 
@@ -89,6 +92,13 @@ class Snapshots:
             return last  # the build goes on; the next reader may get it
         except Exception:  # noqa: BLE001 -- logged by the build's callback; the old one stands
             return last
+
+    async def _fresh(self) -> Snapshot:
+        asked_at = self._clock()
+        snapshot = await asyncio.shield(self._refresh())
+        if snapshot.started_at < asked_at:  # under way before the call: one more
+            snapshot = await asyncio.shield(self._refresh())
+        return snapshot
 
     def _refresh(self) -> asyncio.Task[Snapshot]:
         if self._building is None:

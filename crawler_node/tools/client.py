@@ -47,8 +47,10 @@ def submit(node: str, urls: list[str], *, secret: str | None = None, batch: int 
     return totals
 
 
-def status(node: str, *, timeout: float = 10.0) -> dict:
-    return request_json(f"{node.rstrip('/')}/v1/status", timeout=timeout)
+def status(node: str, *, timeout: float = 10.0, fresh: bool = False) -> dict:
+    """``fresh``: built after this request (what was just submitted or changed is in it),
+    rather than the node's snapshot, which may be up to half a second older."""
+    return request_json(f"{node.rstrip('/')}/v1/status{'?fresh=1' if fresh else ''}", timeout=timeout)
 
 
 def _error_detail(body: bytes) -> str:

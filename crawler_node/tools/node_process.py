@@ -101,8 +101,9 @@ class NodeProcess:
                 time.sleep(0.1)
         raise TimeoutError(f"{self.node_id} not healthy after {timeout_s}s; log:\n{self.log_tail()}")
 
-    def status(self, timeout: float = 10.0) -> dict:
-        return client.status(self.url, timeout=timeout)
+    def status(self, timeout: float = 10.0, *, fresh: bool = True) -> dict:
+        """Fresh by default: the tests and benchmarks count on seeing what they just did."""
+        return client.status(self.url, timeout=timeout, fresh=fresh)
 
     def wait_idle(self, timeout_s: float = 120.0, *, settle_polls: int = 2, interval_s: float = 0.25) -> dict:
         """Poll until the node reports idle on ``settle_polls`` consecutive polls."""
