@@ -76,11 +76,11 @@ class CatchUp:
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(ROUND_S)
             try:
                 await self.round()
             except Exception:  # a round that fails is logged and tried again: it must not end the loop
                 log.exception("comparing crawl control with the members failed")
+            await asyncio.sleep(ROUND_S)
 
     async def round(self) -> None:
         node = self._node
