@@ -354,11 +354,15 @@ class TestPeerDns:
         moved = {h for h in hosts if after[h] != before[h]}
         assert moved and all(after[h] in new for h in moved), "only hosts of the new arcs move, to the new nodes"
         assert fetched_share(stack, expected) < 1.0, "scaled mid-crawl"
-        # who fetched each host so far: its owner before, or the new node that took its arc
+        # who fetched each host so far: its owner before, or the new node that took its arc (or
+        # the other new node: the two join one after the other, so a host of the new arcs may
+        # belong to the first for the moment before the second comes)
         for i, node_id in ids.items():
             for line in stack.crawl_log(stack.container("node", i)):
                 if line.get("status") and line["host"] in before:
-                    assert node_id in (before[line["host"]], after[line["host"]]), (node_id, line["url"])
+                    host = line["host"]
+                    assert node_id in (before[host], after[host]) or {node_id, after[host]} <= new, (
+                        node_id, line["url"])
 
     def test_unfinished_crawl_resumes_after_stop_and_start(self, dns_stack):
         stack = dns_stack
