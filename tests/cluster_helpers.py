@@ -7,6 +7,7 @@ import sqlite3
 import urllib.request
 from pathlib import Path
 
+import psutil
 from conftest import read_crawl_log, wait_until  # noqa: F401 - wait_until re-exported for the cluster tests
 
 from crawler_node.tools.node_process import NodeProcess, free_port
@@ -70,4 +71,26 @@ def cluster_idle(node: NodeProcess) -> bool:
     try:
         return node.status()["idle"] is True
     except Exception:  # noqa: BLE001 - a node may be restarting
+        return False
+
+
+def kill_and_reap(node: NodeProcess) -> None:
+    """SIGKILL the node and wait for its workers (parser, store) to go too, so a restart finds
+    its data directory free; a worker that outlives its node is killed by PID."""
+    assert node.pid is not None
+    workers = psutil.Process(node.pid).children()
+    node.kill()
+    try:
+        wait_until(lambda: not any(_alive(worker) for worker in workers), 10, "the killed node's workers to exit",
+                   interval=0.01)
+    finally:
+        for worker in workers:
+            if _alive(worker):
+                worker.kill()
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False

@@ -24,9 +24,8 @@ import signal
 import time
 from dataclasses import dataclass
 
-import psutil
 import pytest
-from cluster_helpers import SECURED, cluster_idle, missing, peers_of, plan, wait_until
+from cluster_helpers import SECURED, cluster_idle, kill_and_reap, missing, peers_of, plan, wait_until
 from conftest import roots
 
 from crawler_node.tools.node_process import NodeProcess
@@ -61,28 +60,6 @@ def schedule(seed: int, ids: list[str]) -> list[Fault]:
     rng.shuffle(kinds)
     return [Fault(kind, rng.choice(ids), rng.uniform(1.0, 5.0),
                   rng.uniform(0.5, 3.0) if kind == "kill" else rng.uniform(2.5, 6.0)) for kind in kinds]
-
-
-def kill_and_reap(node: NodeProcess) -> None:
-    """SIGKILL the node and wait for its workers (parser, store) to go too, so the restart finds
-    its data directory free; a worker that outlives its node is killed by PID."""
-    assert node.pid is not None
-    workers = psutil.Process(node.pid).children()
-    node.kill()
-    try:
-        wait_until(lambda: not any(_alive(worker) for worker in workers), 10, "the killed node's workers to exit",
-                   interval=0.02)
-    finally:
-        for worker in workers:
-            if _alive(worker):
-                worker.kill()
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def run_chaos(start_testweb, start_node, seed: int) -> None:

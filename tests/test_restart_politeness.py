@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psutil
+from cluster_helpers import kill_and_reap as reap
 from conftest import wait_until
 
 from crawler_node.testweb import TestwebProcess
@@ -46,26 +46,9 @@ def clock_of(web: TestwebProcess) -> float:
 
 
 def kill_and_reap(node: NodeProcess) -> None:
-    """SIGKILL the node and wait until its workers (parser, store) are gone too: the restarted
-    node must find the data directory free. A worker that outlives its node is killed by PID."""
-    assert node.pid is not None
-    workers = psutil.Process(node.pid).children()
-    node.kill()
+    """SIGKILL, as a crash would (cluster_helpers.kill_and_reap: its workers go too)."""
+    reap(node)
     assert node.proc is not None and node.proc.returncode == -signal.SIGKILL
-    try:
-        wait_until(lambda: not any(_alive(worker) for worker in workers), 10, "the killed node's workers to exit",
-                   interval=0.01)
-    finally:
-        for worker in workers:
-            if _alive(worker):
-                worker.kill()
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def eventually(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
