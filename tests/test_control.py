@@ -120,6 +120,10 @@ def test_stop_through_one_node_stops_every_member(start_testweb, start_node):
     web = start_testweb(hosts=8, pages=30, seed=52, profile={"site-*.test": {"latency_ms": 50}})
     nodes = start_cluster(start_node, web, seeds=roots(8))
     wait_until(lambda: web.stats(summary=True)["totals"]["requests"] >= 20, 60, "the crawl under way")
+    # a starts crawling before c is up; on a loaded machine a can call c down (its startup grace
+    # over) until c's first heartbeat lands, and a stop then rightly skips c. Stop a whole cluster.
+    wait_until(lambda: {m["state"] for m in nodes["a"].status()["members"]} == {"alive"}, 30,
+               "a hearing every member")
     stopped = cli("stop", "--node", nodes["a"].url)
     assert stopped.returncode == 0, stopped.stderr + stopped.stdout
     for node in nodes.values():
