@@ -48,15 +48,7 @@ def local_status(node: NodeProcess) -> dict:
     return get_json(f"{node.url}/v1/status?scope=local")
 
 
-# "at_once" is a known loss, not yet fixed: in 1 of 4 CI runs 265 of 1,512 URLs were never
-# fetched (b back empty before its peers saw it down). The race is between the successor's
-# give-back to the new incarnation and the replica refresh (frontier layout 6); see issue 14's
-# notes. It runs and reports; it does not fail the suite until fixed.
-AT_ONCE_RACE = pytest.mark.xfail(reason="a node back empty at once can lose URLs: give-back vs refresh race",
-                                 strict=False)
-
-
-@pytest.mark.parametrize("comes_back", [pytest.param("at_once", marks=AT_ONCE_RACE), "after_takeover", "kept"])
+@pytest.mark.parametrize("comes_back", ["at_once", "after_takeover", "kept"])
 def test_a_node_that_comes_back_empty_loses_nothing(start_testweb, start_node, comes_back):
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=31, profile=PROFILE, extra_args=["--tree-only"])
     expected = set(web.expected())

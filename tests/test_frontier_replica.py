@@ -36,14 +36,16 @@ def test_what_a_node_queues_goes_to_its_successor_as_a_replica_and_fetched_urls_
         add=[entry("a.test", 1, depth=1), entry("a.test", 0), entry("b.test", 1)],
         successors={"a.test": "succ"}))
     rows = frontier.outbox.peek_rows("succ", 10)
-    # the fetched URL (seen, with its host's politeness), then the one new URL of a.test queued
-    # here; a.test/page/0 is a duplicate and b.test has no successor given: nothing of them
+    # the one new URL of a.test queued here, then the fetched URL (seen, with its host's
+    # politeness): a successor that got only the first batch of two must not hold a page as
+    # fetched without its links. a.test/page/0 is a duplicate and b.test has no successor
+    # given: nothing of them.
     assert [(row.entry.url, row.seen, row.replica) for row in rows] == [
-        ("http://a.test/page/0", True, True), ("http://a.test/page/1", False, True)]
-    assert rows[0].politeness == polite and rows[1].politeness is None
+        ("http://a.test/page/1", False, True), ("http://a.test/page/0", True, True)]
+    assert rows[1].politeness == polite and rows[0].politeness is None
     body = encode_batch(rows)
-    assert body == {"urls": [{"url": "http://a.test/page/0", "seen": True},
-                             {"url": "http://a.test/page/1", "depth": 1, "priority": 0, "replica": True}],
+    assert body == {"urls": [{"url": "http://a.test/page/1", "depth": 1, "priority": 0, "replica": True},
+                             {"url": "http://a.test/page/0", "seen": True}],
                     "hosts": [["a.test", polite.next_eligible, 2.0]]}
     assert peer_politeness(msgpack.unpackb(msgpack.packb(body))) == [polite]
 

@@ -260,9 +260,13 @@ class Frontier:
                     "UPDATE urls SET state = 0, lease_expires = NULL, attempts = MAX(attempts - 1, 0)"
                     f" WHERE id IN ({placeholders})", chunk)
             self.outbox.put(batch.forward)
-            self.outbox.put(batch.replicate, seen=True, replica=True, politeness=batch.politeness)
             result = self._intake.insert(batch.add, 0.0)
+            # The links' queued replicas before the pages' fetched ones: the successor gets the
+            # outbox in order, a prefix at a time, so whatever it holds as fetched, it holds the
+            # links of. The other way, a node killed between two batches left a successor with
+            # a page fetched and its links nowhere: never crawled (265 of 1,512 URLs, issue 14).
             self.outbox.put_replicas(result.accepted, batch.successors)
+            self.outbox.put(batch.replicate, seen=True, replica=True, politeness=batch.politeness)
             return result
 
     def _finish(self, ids: Sequence[int], state: int) -> None:
