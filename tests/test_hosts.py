@@ -125,6 +125,33 @@ def test_a_crawl_delay_spaces_requests_one_at_a_time() -> None:
     assert table.next_host(4.9) is None and table.next_host(5.0) is state
 
 
+def test_politeness_handed_between_members_is_sent_with_a_request_in_flight_and_honoured() -> None:
+    # The member that crawled the host: its next request may go 2 s after the last one ended;
+    # while one is in flight, at least the delay from now.
+    sender = make_table(start=4, ceiling=4)
+    sender.add_work("slow.test", 5, now=0.0)
+    state = robots(sender, "slow.test", body=b"User-agent: *\nCrawl-delay: 2\n")
+    fill(sender, state, 1, now=2.0)
+    state, ticket, _ = send(sender, now=2.0)
+    assert sender.politeness_to_send("slow.test", now=2.5) == HostPoliteness("slow.test", 4.5, 2.0)
+    answer(sender, state, ticket, 200, now=3.0)
+    handed = sender.politeness_to_send("slow.test", now=3.5)
+    assert handed == HostPoliteness("slow.test", 5.0, 2.0)
+    assert sender.politeness_to_send("unknown.test", now=3.5) is None
+    # The member that crawls it next, ready to send at once: it waits for the handed time.
+    receiver = make_table(start=4, ceiling=4)
+    receiver.add_work("slow.test", 5, now=0.0)
+    mine = robots(receiver, "slow.test", now=3.0)
+    fill(receiver, mine, 1, now=3.0)
+    receiver.honour([handed], now=3.5)
+    assert receiver.next_host(4.9) is None and receiver.next_host(5.0) is mine
+    assert mine.crawl_delay == 2.0
+    # A host with no state here yet keeps it too, once it gets work.
+    receiver.honour([HostPoliteness("later.test", 9.0, 1.0)], now=3.5)
+    receiver.add_work("later.test", 1, now=4.0)
+    assert receiver.get("later.test").next_eligible >= 9.0
+
+
 def test_repeated_429s_without_retry_after_pause_the_host_and_a_success_resets_the_streak() -> None:
     table = make_table(start=1, ceiling=1)
     table.add_work("h", 10, now=0.0)

@@ -28,7 +28,7 @@ from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses,
 from crawler_node.cluster.replica import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
-from crawler_node.frontier import AddResult, FrontierService
+from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.settings import Settings
@@ -81,9 +81,11 @@ PEER_STATUS_MAX_BYTES = 4_000_000  # a peer's /v1/status read for the cluster vi
 class Cluster:
     def __init__(self, *, config: ClusterConfig, frontier: FrontierService, supervisor: Supervisor,
                  on_change: Callable[[], None], on_taken: Callable[[AddResult], None], outbox_space: Wakeup,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 politeness_of: Callable[[str], HostPoliteness | None] = lambda host: None) -> None:
         """``on_change``: the live set changed (the node releases hosts it no longer serves);
-        ``on_taken``: URLs a reroute brought into this node's own frontier."""
+        ``on_taken``: URLs a reroute brought into this node's own frontier; ``politeness_of``:
+        a host's politeness here, handed over with it."""
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
@@ -105,7 +107,7 @@ class Cluster:
                                      supervisor=supervisor, on_changed=self._changed,
                                      on_member=self.outboxes.ensure_sender, clock=clock)
         self.sweeper = Sweeper(frontier=frontier, router=self.router, membership=self.membership,
-                               outboxes=self.outboxes)
+                               outboxes=self.outboxes, politeness_of=politeness_of)
         self.replicas = ReplicaKeeper(frontier=frontier, router=self.router, outboxes=self.outboxes,
                                       on_taken=on_taken)
         self.heartbeats.watch_incarnations(self.replicas.heard)

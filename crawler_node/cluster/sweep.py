@@ -20,7 +20,7 @@ from collections.abc import Callable
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.routing import Router
-from crawler_node.frontier import FrontierService
+from crawler_node.frontier import FrontierService, HostPoliteness
 from crawler_node.runtime.wakeup import Wakeup
 
 log = logging.getLogger("crawler_node.cluster")
@@ -32,8 +32,11 @@ RECHECK_S = 60.0  # longer than the slowest fetch (fetch_timeout_s) that was in 
 
 class Sweeper:
     def __init__(self, *, frontier: FrontierService, router: Router, membership: Membership, outboxes: Outboxes,
-                 on_swept: Callable[[], None] | None = None) -> None:
+                 on_swept: Callable[[], None] | None = None,
+                 politeness_of: Callable[[str], HostPoliteness | None] = lambda host: None) -> None:
+        """``politeness_of(host)``: what the owner must honour of this node's requests to it."""
         self._frontier = frontier
+        self._politeness_of = politeness_of
         self._router = router
         self._membership = membership
         self._outboxes = outboxes
@@ -96,7 +99,7 @@ class Sweeper:
             if target is None:
                 continue
             elsewhere.append(host)
-            count = await self._frontier.handoff_host(host, target)
+            count = await self._frontier.handoff_host(host, target, politeness=self._politeness_of(host))
             if count:
                 per_peer[target] += count
         return elsewhere

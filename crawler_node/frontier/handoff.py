@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.outbox import Outbox
-from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, UrlEntry
+from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, UrlEntry
 from crawler_node.frontier.recrawl import Recrawl
 
 _HOST_ROWS_SQL = (
@@ -25,10 +25,12 @@ class Handoff:
         self._intake = intake
         self._recrawl = recrawl  # counts the rows due for a recrawl, some of which leave here
 
-    def handoff_host(self, host: str, peer: str, limit: int = 5000) -> int:
+    def handoff_host(self, host: str, peer: str, limit: int = 5000,
+                     politeness: HostPoliteness | None = None) -> int:
         """Move a host this node no longer owns to ``peer``'s outbox in one transaction: its
         queued and deferred URLs to crawl, and its finished ones as seen, so the owner never
-        repeats them. Leased rows stay until their fetch ends; call again later for those.
+        repeats them, with the host's ``politeness`` here (the owner's next request waits for
+        it). Leased rows stay until their fetch ends; call again later for those.
         Returns the rows moved; once none is left, the host's row (its politeness) goes too."""
         core = self._core
         with core.transaction():
@@ -39,8 +41,9 @@ class Handoff:
                 for _, url, depth, priority, hops, redirects, via, state, _ in rows:
                     item = (peer, UrlEntry(url, host, depth, priority, hops, redirects, via))
                     (to_crawl if state in (QUEUED, DEFERRED) else fetched).append(item)
-                self._outbox.put(to_crawl)
-                self._outbox.put(fetched, seen=True)
+                carried = {host: politeness} if politeness is not None else None
+                self._outbox.put(to_crawl, politeness=None if fetched else carried)
+                self._outbox.put(fetched, seen=True, politeness=carried)
                 # This node is the host's successor (it covered for the owner, or the owner took
                 # its arc from here): what it fetched stays known as a fetched replica, so a
                 # second takeover does not fetch it all again (the chaos test's worst seed: 33%).

@@ -185,9 +185,10 @@ class FrontierService:
 
     # -- hand-off --------------------------------------------------------------------------
 
-    async def handoff_host(self, host: str, peer: str, limit: int = 5000) -> int:
+    async def handoff_host(self, host: str, peer: str, limit: int = 5000,
+                           politeness: HostPoliteness | None = None) -> int:
         thread, frontier = self._opened()
-        return await thread.call(frontier.handoff.handoff_host, host, peer, limit)
+        return await thread.call(frontier.handoff.handoff_host, host, peer, limit, politeness)
 
     async def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
         thread, frontier = self._opened()

@@ -345,6 +345,30 @@ class HostTable:
             state.crawl_delay = delay
             self._mark_dirty(state)
 
+    # ----------------------------------------------------------------- between members
+    def politeness_to_send(self, host: str, now: float) -> HostPoliteness | None:
+        """What another member that crawls ``host`` next (a successor's takeover, the owner
+        after a handback) must honour: when its next request may go, and the Crawl-delay.
+        With a request still in flight here, its end is not known: from now, at the least.
+        None: nothing to honour."""
+        state = self._hosts.get(host)
+        if state is None or not (state.crawl_delay > 0 or state.paused_until > now):
+            return None
+        spaced = now + state.crawl_delay if state.limiter.in_flight else 0.0
+        return HostPoliteness(host, max(state.next_eligible, state.paused_until, spaced), state.crawl_delay)
+
+    def honour(self, records: Iterable[HostPoliteness], now: float) -> None:
+        """Another member's politeness for hosts this node crawls (a handback; a member that
+        still crawled a host here while the two disagreed on its owner): its later
+        next-eligible time and longer Crawl-delay hold here too."""
+        for record in records:
+            state = self._hosts.get(record.host)
+            if state is None:
+                self._state(record.host, now, record)  # in memory, with it, until it is collected
+                continue
+            state.crawl_delay = max(state.crawl_delay, record.crawl_delay)
+            self._rotation.delay(state, record.next_eligible, now)
+
     # ----------------------------------------------------------------- persistence
     def _mark_dirty(self, state: HostState) -> None:
         if not state.dirty:

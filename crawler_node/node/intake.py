@@ -20,7 +20,7 @@ from typing import Protocol
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, UrlEntry
-from crawler_node.frontier.replica import HostRefresh
+from crawler_node.frontier.replica import MAX_POLITENESS_AHEAD_S, HostRefresh
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
 
@@ -152,6 +152,10 @@ class Intake:
         else:
             mine, forward = self._route_received(entries)
         successors = {} if seen or ring.is_single else self._successors(mine)
+        if politeness:
+            # Of the hosts crawled here (a handback): honoured now, besides kept (a record
+            # made later inherits it from the replica's politeness).
+            self._honour([record for record in politeness if ring.serves(record.host)])
         self._pending += len(entries)
         try:
             result = await self._frontier.take_in(mine, forward, seen, replicas, queued_replicas=queued_replicas,
@@ -171,6 +175,11 @@ class Intake:
         if result.capped and self._crawl_log is not None:
             await self._crawl_log.log_capped(result.capped)  # counted there, with the crawl's other lines
         return result
+
+    def _honour(self, records: list[HostPoliteness]) -> None:
+        now = self._clock()
+        self._hosts.honour([HostPoliteness(r.host, min(r.next_eligible, now + MAX_POLITENESS_AHEAD_S),
+                                           min(r.crawl_delay, MAX_POLITENESS_AHEAD_S)) for r in records], now)
 
     def _successors(self, entries: list[UrlEntry]) -> dict[str, str]:
         """host -> its successor, for the hosts of ``entries`` that have one."""

@@ -138,7 +138,8 @@ class Node:
             robots_policy=rules.robots, min_delay_s=s.min_host_delay_s)
         self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
                                supervisor=self.supervisor, on_change=self._membership_changed,
-                               on_taken=self._taken, outbox_space=pressure, clock=clock)
+                               on_taken=self._taken, outbox_space=pressure, clock=clock,
+                               politeness_of=lambda host: self.hosts.politeness_to_send(host, clock()))
         self.held = HeldBytes(limit=s.pipeline_max_bytes, released=pressure)
         self.store = StoreStage(
             worker=StoreWorker(self.data_dir, node_id=s.node_id, warc_max_bytes=s.warc_max_bytes,

@@ -18,7 +18,7 @@ from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
 from crawler_node.core.recrawl import RecrawlPolicy
 from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
-from crawler_node.frontier import FrontierBatch, FrontierService, HostPoliteness, UrlEntry
+from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import PageResult
@@ -193,18 +193,10 @@ class StoreStage:
                     batch.replicate.append(
                         (successor, UrlEntry(lease.url, lease.host, lease.depth, lease.priority, lease.hops,
                                              lease.redirects, lease.via)))
-                    politeness = self._politeness(lease.host, wall)
+                    politeness = self._hosts.politeness_to_send(lease.host, wall)
                     if politeness is not None:
                         batch.politeness[lease.host] = politeness
         return batch, retried
-
-    def _politeness(self, host: str, now: float) -> HostPoliteness | None:
-        """What the successor must honour if it takes ``host`` over: when the next request may
-        go (the Crawl-delay's spacing or a pause), and the delay. None: nothing to honour."""
-        state = self._hosts.get(host)
-        if state is None or not (state.crawl_delay > 0 or state.paused_until > now):
-            return None
-        return HostPoliteness(host, max(state.next_eligible, state.paused_until), state.crawl_delay)
 
     def _route_links(self, batch: FrontierBatch, pages: list[PageResult]) -> None:
         if self._router.is_single:
