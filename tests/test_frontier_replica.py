@@ -168,6 +168,21 @@ def test_urls_rerouted_here_are_replicated_to_their_successor(frontier: Frontier
     assert all(row.replica for row in frontier.outbox.peek_rows("succ", 10))
 
 
+def test_a_hosts_politeness_goes_to_its_successor_as_it_is_saved_in_a_row_with_no_url(
+        frontier: Frontier) -> None:
+    # robots.txt gave a.test a Crawl-delay: saved here, owed to the successor at once.
+    polite = HostPoliteness("a.test", next_eligible=100.0, crawl_delay=4.0)
+    frontier.save_hosts([polite], [("succ", polite)])
+    [row] = frontier.outbox.peek_rows("succ", 10)
+    assert row.politeness_only and row.politeness == polite and not row.ends_refresh
+    body = msgpack.unpackb(msgpack.packb(encode_batch([row])))
+    assert body == {"urls": [], "hosts": [["a.test", 100.0, 4.0]]}
+    assert peer_politeness(body) == [polite]
+    # Its successor down, the row is for it alone: dropped, not taken in here or sent on.
+    result = frontier.outbox.reroute("succ", lambda host: "other", successor_of=lambda host: "other")
+    assert result.accepted == [] and frontier.outbox.counts() == {}
+
+
 def test_a_peers_politeness_is_checked_before_it_is_kept() -> None:
     assert peer_politeness({"urls": []}) == []
     for hosts in ("x", [["a.test", 1.0]], [["", 1, 1]], [["\ud800.test", 1, 1]], [["a test", 1, 1]],

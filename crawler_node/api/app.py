@@ -174,8 +174,9 @@ async def post_urls(request: web.Request) -> web.Response:
             refreshes = peer_refresh(document)
         except ValueError as exc:
             return error(400, "bad_refresh", str(exc))
-        items, invalid = validate_urls(document, may_be_empty=bool(refreshes))
         politeness = peer_politeness(document)
+        # A peer's batch may say only the end of a refresh, or politeness (cluster.outbox).
+        items, invalid = validate_urls(document, may_be_empty=bool(refreshes or politeness))
     except BadRequest as exc:
         return exc.response()
     except ValueError as exc:

@@ -42,7 +42,8 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
     """The body of POST /v1/urls for outbox rows. A replica carries what its receiver keeps
     of it (frontier.replica), no more: a fetched URL only its URL; a queued one what it is
     queued with. The replicas' politeness goes once per host, as
-    ``"hosts": [[host, next_eligible, crawl_delay], ...]`` (wall-clock seconds), and so does a
+    ``"hosts": [[host, next_eligible, crawl_delay], ...]`` (wall-clock seconds; a row of
+    politeness alone adds its host there and nothing to ``"urls"``), and so does a
     refresh of a host's replica, as ``"refresh": [[host, token, complete], ...]``: the batch's
     queued replicas of the host are part of the refresh ``token``, which ends in this batch if
     ``complete`` (its end is a row with no URL: nothing in ``"urls"``)."""
@@ -51,6 +52,11 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
     refresh: dict[str, list] = {}
     for row in rows:
         e = row.entry
+        polite = row.politeness
+        if polite is not None:
+            hosts[polite.host] = [polite.host, polite.next_eligible, polite.crawl_delay]
+        if row.politeness_only:
+            continue  # its politeness is all it says
         if row.refresh is not None:
             # the last refresh of the host in the batch is the one its replicas are part of
             mark = refresh.get(e.host)
@@ -71,9 +77,6 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
         else:
             urls.append({"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops,
                          "redirects": e.redirects, "via": e.via, "seen": row.seen})
-        polite = row.politeness
-        if polite is not None:
-            hosts[polite.host] = [polite.host, polite.next_eligible, polite.crawl_delay]
     body: dict = {"urls": urls}
     if hosts:
         body["hosts"] = list(hosts.values())

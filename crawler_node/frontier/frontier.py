@@ -336,11 +336,14 @@ class Frontier:
 
     # -- per-host records and totals -----------------------------------------------------
 
-    def save_hosts(self, records: Sequence[HostPoliteness]) -> None:
-        """Store hosts' politeness in one transaction (the node batches these, rarely)."""
-        if records:
+    def save_hosts(self, records: Sequence[HostPoliteness],
+                   successors: Sequence[tuple[str, HostPoliteness]] = ()) -> None:
+        """Store hosts' politeness in one transaction (the node batches these, rarely), and owe
+        `successors` (successor, politeness) theirs (Outbox.put_politeness)."""
+        if records or successors:
             with self._core.transaction():
                 self._core.hosts.save(records)
+                self.outbox.put_politeness(successors)
 
     def host(self, host: str) -> HostQueue | None:
         """A snapshot of the host's record, or None when the host has no work here."""

@@ -46,6 +46,12 @@ class OutboxRow:
         """The last row of a host's refresh: it names no URL."""
         return self.refresh is not None and self.entry.url == _REFRESH_END_URL
 
+    @property
+    def politeness_only(self) -> bool:
+        """A host's politeness for its successor alone, as soon as it is known (`put_politeness`):
+        it names no URL."""
+        return self.refresh is None and self.entry.url == _REFRESH_END_URL
+
 
 def successors_of(entries: Sequence[UrlEntry], successor_of: Callable[[str], str | None]) -> dict[str, str]:
     """host -> its successor, for the hosts of `entries` that have one."""
@@ -85,6 +91,14 @@ class Outbox:
         if successors:
             self.put([(successor, entry) for entry in entries if (successor := successors.get(entry.host))],
                      replica=True)
+
+    def put_politeness(self, owed: Sequence[tuple[str, HostPoliteness]]) -> None:
+        """Owe each (successor, politeness) its host's politeness now, in a row with no URL: a
+        Crawl-delay learnt from robots.txt reaches the successor before the host's first page,
+        whose fetched replica would carry it (a takeover in between knew of no delay)."""
+        for peer, politeness in owed:
+            self.put([(peer, UrlEntry(_REFRESH_END_URL, politeness.host, 0, 0))], replica=True,
+                     politeness={politeness.host: politeness})
 
     def end_refresh(self, peer: str, hosts: Sequence[str], refresh: str) -> None:
         """Owe `peer` the end of the refresh `refresh` of each of `hosts`: a row with no URL,
@@ -135,9 +149,9 @@ class Outbox:
             target = route(entry.host)
             # A replica of a URL queued here, for a successor that is down: dropped (this node
             # has the URL; the next successor gets what is queued from now on, and this one a
-            # refresh when it is back, cluster.replica). The end of a refresh is for its
-            # successor alone: dropped too.
-            if row.ends_refresh:
+            # refresh when it is back, cluster.replica). The end of a refresh, and a row of
+            # politeness alone, are for their successor alone: dropped too.
+            if row.ends_refresh or row.politeness_only:
                 if target != peer:
                     moved.append((None, row.id))
                 continue

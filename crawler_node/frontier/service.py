@@ -133,9 +133,10 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.hosts_with_work)
 
-    async def save_hosts(self, records: Sequence[HostPoliteness]) -> None:
+    async def save_hosts(self, records: Sequence[HostPoliteness],
+                         successors: Sequence[tuple[str, HostPoliteness]] = ()) -> None:
         thread, frontier = self._opened()
-        await thread.call(frontier.save_hosts, records)
+        await thread.call(frontier.save_hosts, records, successors)
 
     async def totals(self) -> dict[str, int | float]:
         thread, frontier = self._opened()

@@ -200,7 +200,10 @@ class Node:
                              serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock,
                              release_memory=release_free_heap, recrawl=recrawl.enabled,
                              recrawl_priority=s.recrawl_priority,
-                             watermark=Watermark(self.data_dir, self.data_dir / "frontier.sqlite3"))
+                             watermark=Watermark(self.data_dir, self.data_dir / "frontier.sqlite3"),
+                             successor_of=lambda host: (self.cluster.router.successor_for(host)
+                                                        if self.cluster.serves(host) else None),
+                             outboxed=self.cluster.outboxes.note_outboxed)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.frontier import FrontierService
@@ -42,8 +42,12 @@ class Upkeep:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, shed_policy: ShedPolicy,
                  serves: Callable[[str], bool], lease_timeout_s: float, clock: Callable[[], float],
                  release_memory: Callable[[], object] = lambda: None, recrawl: bool = False,
-                 recrawl_priority: int = -1000, watermark: Watermark | None = None) -> None:
-        """``release_memory``: hands memory freed by the host collector back to the system;
+                 recrawl_priority: int = -1000, watermark: Watermark | None = None,
+                 successor_of: Callable[[str], str | None] = lambda host: None,
+                 outboxed: Callable[[Mapping[str, int]], None] = lambda counts: None) -> None:
+        """``successor_of(host)``: the member a host crawled here would go to, which is sent
+        its politeness as it changes (``outboxed`` is told of those rows);
+        ``release_memory``: hands memory freed by the host collector back to the system;
         ``recrawl``: URLs due again (frontier due_at) are queued again, at ``recrawl_priority``;
         ``watermark``: kept up to date, so a frontier that loses committed rows is refused at
         the next start (runtime.frontier_guard)."""
@@ -51,6 +55,8 @@ class Upkeep:
         self._hosts = hosts
         self._shed = shed_policy
         self._serves = serves
+        self._successor_of = successor_of
+        self._outboxed = outboxed
         self._lease_timeout_s = lease_timeout_s
         self._clock = clock
         self._resync_wanted = Wakeup()
@@ -114,7 +120,15 @@ class Upkeep:
         if not hosts.has_dirty():
             await hosts.persist_wanted.wait(1.0)
             return
-        await self._frontier.save_hosts(hosts.take_dirty())
+        dirty, now = hosts.take_dirty(), self._clock()
+        # ... and sent to the host's successor: a Crawl-delay just learnt from robots.txt, or a
+        # pause, holds there from now, not only from the host's next fetched page.
+        owed = [(successor, politeness) for record in dirty
+                if (successor := self._successor_of(record.host)) is not None
+                and (politeness := hosts.politeness_to_send(record.host, now)) is not None]
+        await self._frontier.save_hosts(dirty, owed)
+        if owed:
+            self._outboxed(Counter(successor for successor, _ in owed))
 
     async def _collect(self) -> None:
         dropped = self._hosts.collect(self._clock())
