@@ -13,6 +13,7 @@ from crawler_node.api.listener import ApiListener
 from crawler_node.api.status import cluster_status, node_status
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
+from crawler_node.runtime.eventloop import loop_factory
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, listen_address
@@ -159,4 +160,11 @@ def run(settings: Settings, *, log_level: str = "INFO") -> int:
     )
     tune_for_throughput()
     keep_heap_for_reuse()
-    return asyncio.run(serve(settings))
+    try:
+        name, factory = loop_factory(settings.event_loop)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    log.info("event loop: %s", name)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(serve(settings))

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from crawler_node.runtime.eventloop import EVENT_LOOPS
+
 if TYPE_CHECKING:
     from crawler_node.core.recrawl import RecrawlPolicy
 
@@ -160,6 +162,8 @@ class Settings:
     # pipeline; where CPU is short, the workers yield to it (their bounded queues then slow
     # the fetching), where it is not, this changes nothing.
     worker_nice: int = 10
+    # The event loop (runtime.eventloop): "auto" is uvloop where installed, else asyncio's.
+    event_loop: str = "auto"
     # cluster
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 0.5
@@ -228,6 +232,8 @@ class Settings:
             problems.append("parse_workers, retry_budget and parse_delay_s must be >= 0")
         if self.progress_interval_s < 0:
             problems.append(f"progress_interval_s must be >= 0, got {self.progress_interval_s}")
+        if self.event_loop not in EVENT_LOOPS:
+            problems.append(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}")
         if not 0 <= self.worker_nice <= 19:
             problems.append("worker_nice must be between 0 and 19")
         if self.parse_crash_url and self.parse_workers == 0:

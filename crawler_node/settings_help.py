@@ -29,7 +29,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "host_backoff_initial_s", "host_backoff_cap_s", "host_backoff_forgive_s", "latency_rise_factor",
         "latency_rise_min_s"),
     "queues, pressure and shedding": (
-        "inbound_capacity", "parse_queue", "store_queue", "parse_workers", "worker_nice", "lease_timeout_s",
+        "inbound_capacity", "parse_queue", "store_queue", "parse_workers", "worker_nice", "event_loop",
+        "lease_timeout_s",
         "host_idle_s", "host_memory_target", "store_lag_s", "pipeline_max_bytes", "shed_high_water",
         "shed_low_water", "shed_after_s"),
     "fetch-through API (--proxy to a scraping API)": ("api_limit_header", "api_limit_start", "api_quota_reset_s"),
@@ -130,6 +131,7 @@ HELP: dict[str, str] = {
     "store_queue": "fetch results waiting for the store",
     "parse_workers": "parser processes (0 = a thread in this process)",
     "worker_nice": "niceness (0-19) of the parser and store processes: they yield CPU to the event loop",
+    "event_loop": "the event loop: auto (uvloop where installed, else asyncio's), asyncio or uvloop",
     "lease_timeout_s": "seconds a leased URL is the node's before it goes back to its queue",
     "host_idle_s": "seconds a host with no work stays in memory",
     "host_memory_target": "hosts in memory above which idle ones leave sooner, oldest first",

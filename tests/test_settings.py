@@ -50,6 +50,7 @@ def test_env_lists_and_booleans():
         ({"max_depth": "three"}, "max_depth"),
         ({"proxy": "socks5://x"}, "proxy"),
         ({"fetch_timeout_s": "500"}, "lease_timeout_s"),
+        ({"event_loop": "tokio"}, "event_loop must be one of auto, asyncio, uvloop"),
     ],
 )
 def test_bad_settings_say_what_is_wrong(flags, message):
