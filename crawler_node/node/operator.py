@@ -79,6 +79,10 @@ class OperatorControl:
         self._clock = clock
         self.last_change: ControlChange | None = None
         self.version = 0  # moves on every change an operator made here or a member brought
+        # One write of this node's files at a time, each of the state as it is when its turn
+        # comes: two changes at once (an operator's and a member's sync) wrote the same
+        # scratch file from two threads, and the older one could be the one left on disk.
+        self._writing = asyncio.Lock()
 
     async def pause(self, *, reason: str, by: str) -> bool:
         """Start no new fetch (in-flight ones finish) and lease nothing more, until
@@ -115,8 +119,13 @@ class OperatorControl:
                 log.warning("crawl resumed by %s after %.1f s paused (%s)", change.by, self._clock() - pause.since,
                             pause.reason)
         self._pressure.notify()
-        await asyncio.to_thread(self._write_change, change)
+        await self._save_change()
         return changed
+
+    async def _save_change(self) -> None:
+        async with self._writing:
+            if self.last_change is not None:
+                await asyncio.to_thread(self._write_change, self.last_change)
 
     async def catch_up(self, change: ControlChange, *, source: str) -> bool:
         """A change another member kept: applied if it is newer than this node's (a pause or a
@@ -183,12 +192,14 @@ class OperatorControl:
             self.hosts.drop(host)
         if new:
             self.version += 1
-            await asyncio.to_thread(self._write_dropped)
+            await self._save_dropped()
             log.warning("%d hosts dropped by an operator through %s: %s", len(new), source, ", ".join(new[:10]))
         return len(new)
 
-    def _write_dropped(self) -> None:
-        _replace(self.data_dir / DROPPED_FILENAME, sorted(self.hosts.dropped))
+    async def _save_dropped(self) -> None:
+        async with self._writing:
+            # listed here, on the loop: the set is not iterated while another task adds to it
+            await asyncio.to_thread(_replace, self.data_dir / DROPPED_FILENAME, sorted(self.hosts.dropped))
 
     async def drop_host(self, host: str) -> dict[str, int]:
         """Delete the host's queued and deferred URLs here, and its leases buffered but not
@@ -200,7 +211,7 @@ class OperatorControl:
             raise ValueError(f"at most {MAX_DROPPED_HOSTS} hosts can be dropped; use --deny-url for more")
         self.hosts.drop(host)
         self.version += 1
-        await asyncio.to_thread(self._write_dropped)
+        await self._save_dropped()
         dropped: Counter[str] = Counter()
         # A lease round already on its way to the frontier fills the buffer again once it is
         # back (before this call's answer, which the frontier's thread queued after it): the
