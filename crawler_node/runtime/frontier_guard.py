@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -107,9 +108,16 @@ class Watermark:
         self._connection: sqlite3.Connection | None = None
         self._written = read_watermark(data_dir)
         self._checkpointed_at = time.monotonic()
+        # A round cancelled at stop goes on in its thread while the stop's own round runs:
+        # one at a time (they share the connection and the scratch file).
+        self._lock = threading.Lock()
 
     def update(self) -> int:
         """One round (blocking: call it on a thread). Returns the watermark."""
+        with self._lock:
+            return self._update()
+
+    def _update(self) -> int:
         if self._connection is None:
             self._connection = sqlite3.connect(self._db_path, check_same_thread=False, timeout=1.0)
         row = self._connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'urls'").fetchone()
@@ -123,6 +131,7 @@ class Watermark:
         return self._written
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
