@@ -162,10 +162,10 @@ def forward_payload_bytes(urls: list[str], batch: int = 500) -> dict:
 
 
 # ------------------------------------------------------------------ (a) scaling
-def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int) -> dict:
+def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, extra: list[str]) -> dict:
     web.reset()
     with contextlib.ExitStack() as stack:
-        nodes = start_nodes(ids, web, workdir, stack, [])
+        nodes = start_nodes(ids, web, workdir, stack, extra)
         time.sleep(1.5)  # past the startup grace: members have heard each other
         pids = [n.pid for n in nodes.values()]
         cpu0 = sum(tree_cpu(p) for p in pids)
@@ -324,6 +324,8 @@ def main() -> int:
     parser.add_argument("--failover-latency-ms", type=int, default=20,
                         help="testweb latency for the failover run, so the crawl lasts past the kill")
     parser.add_argument("--skip", action="append", default=[], choices=["scaling", "failover", "join"])
+    parser.add_argument("--node-arg", action="append", default=[],
+                        help="extra option for every crawler-node run of the scaling runs (repeat it)")
     args = parser.parse_args()
     results: dict = {"hosts": args.hosts, "pages": args.pages, "cpus": psutil.cpu_count()}
 
@@ -340,7 +342,7 @@ def main() -> int:
                 urls = web.expected()
                 runs = []
                 for ids in (["solo"], ["a", "b", "c"]):
-                    run = crawl_run(ids, web, tmp_path / f"scale-{len(ids)}", args.hosts)
+                    run = crawl_run(ids, web, tmp_path / f"scale-{len(ids)}", args.hosts, args.node_arg)
                     runs.append(run)
                     print(f"(a) {run['nodes']} node(s): {run['pages']} pages in {run['wall_s']:.1f}s", flush=True)
             size = forward_payload_bytes(urls)
