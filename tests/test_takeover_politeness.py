@@ -16,6 +16,7 @@ from contextlib import closing
 from cluster_helpers import FAST_CLUSTER, SECURED, owner_of, peers_of, plan, wait_until
 
 from crawler_node.frontier import FRONTIER_FILENAME
+from crawler_node.tools import client
 
 HOSTS, PAGES = 9, 30
 DELAY_S = 3.0  # longer than failure detection (under 3 s): a takeover could beat it
@@ -23,13 +24,18 @@ TOLERANCE_S = 0.05
 PROFILE = {"site-*.test": {"latency_ms": 20, "robots": f"User-agent: *\nCrawl-delay: {DELAY_S}\n"}}
 
 
-def start_cluster(start_node, web) -> dict:
+def roots() -> list[str]:
+    return [f"http://site-{k}.test/" for k in range(HOSTS)]
+
+
+def start_cluster(start_node, web, *, seeds: bool = True) -> dict:
+    """a, b and c; `seeds`: a starts with the roots (else they come later, through the API)."""
     addresses = plan(["a", "b", "c"])
     peers = peers_of(addresses)
     nodes = {}
     for node_id, (host, port) in addresses.items():
         nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=peers, wait=False,
-                                    seeds=[f"http://site-{k}.test/" for k in range(HOSTS)] if node_id == "a" else (),
+                                    seeds=roots() if node_id == "a" and seeds else (),
                                     extra_args=[*FAST_CLUSTER, *SECURED])
     for node in nodes.values():
         node.wait_healthy(30)
@@ -75,9 +81,12 @@ def test_a_crawl_delay_learnt_from_robots_txt_holds_at_a_successor_before_the_fi
     delay_s = 6.0  # the owner's first page waits this long after its robots.txt: time to look
     profile = {"site-*.test": {"latency_ms": 20, "robots": f"User-agent: *\nCrawl-delay: {delay_s}\n"}}
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=42, profile=profile)
-    nodes = start_cluster(start_node, web)
+    # The roots only once every member is up: b's first page then waits its delay from a
+    # robots.txt request made now, however long the members took to start.
+    nodes = start_cluster(start_node, web, seeds=False)
     victim_hosts = [f"site-{k}.test" for k in range(HOSTS) if owner_of(nodes["a"], f"site-{k}.test") == "b"]
     assert victim_hosts
+    client.submit(nodes["a"].url, roots(), secret=SECURED[1])
 
     def known_to_successors() -> bool:
         kept = replica_politeness(nodes["a"]) | replica_politeness(nodes["c"])
