@@ -162,8 +162,7 @@ class Settings:
     # pipeline; where CPU is short, the workers yield to it (their bounded queues then slow
     # the fetching), where it is not, this changes nothing.
     worker_nice: int = 10
-    # The event loop (runtime.eventloop): "auto" is uvloop where installed, else asyncio's.
-    event_loop: str = "auto"
+    event_loop: str = "auto"  # runtime.eventloop: uvloop where it can be imported, else asyncio
     # cluster
     heartbeat_interval_s: float = 0.5
     heartbeat_timeout_s: float = 0.5
