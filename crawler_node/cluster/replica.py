@@ -138,11 +138,7 @@ class ReplicaKeeper:
                 self._outboxes.note_outboxed({peer: owed})
 
     async def _resend(self, peer: str) -> None:
-        router = self._router
-
-        def successor_of(host: str) -> str | None:  # of the hosts this node crawls
-            return router.successor_for(host) if router.serves(host) else None
-
+        successor_of = self._router.successor_if_served
         went_down = self._went_down[peer]
         token = secrets.token_hex(8)  # names this refresh at the peer (its stale rows lack it)
         after: str | None = ""

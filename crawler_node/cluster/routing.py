@@ -59,6 +59,11 @@ class Router:
         live = self.membership.live_ids() - {self._node_id}
         return self._ring.owner_among(ring_key(host, by=self.key_by), live) if live else None
 
+    def successor_if_served(self, host: str) -> str | None:
+        """``host``'s successor when this node crawls it (what it queues or fetches of it is
+        replicated there), else None: a host crawled elsewhere has its replica kept by its owner."""
+        return self.successor_for(host) if self.serves(host) else None
+
     def owner_of(self, host: str) -> dict:
         key = ring_key(host, by=self.key_by)
         return {"host": host, "owner": self._ring.owner(key), "successors": self._ring.successors(key),

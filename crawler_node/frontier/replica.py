@@ -51,6 +51,12 @@ from crawler_node.frontier.statements import in_lists
 MAX_POLITENESS_AHEAD_S = 3600.0
 
 
+def clamped(record: HostPoliteness, now: float) -> HostPoliteness:
+    """A neighbour's politeness for a host, held to MAX_POLITENESS_AHEAD_S from `now`."""
+    return HostPoliteness(record.host, min(record.next_eligible, now + MAX_POLITENESS_AHEAD_S),
+                          min(record.crawl_delay, MAX_POLITENESS_AHEAD_S))
+
+
 @dataclass(frozen=True, slots=True)
 class HostRefresh:
     """What a batch says of a host's refresh: its queued replicas in the batch are part of the
@@ -99,11 +105,10 @@ class Replica:
         """Remember a neighbour's politeness for its hosts (the later next-eligible time wins)."""
         if not records:
             return
-        ahead = self._core.clock() + MAX_POLITENESS_AHEAD_S
+        now = self._core.clock()
         with self._core.transaction():
             self._core.conn.executemany(_ADD_POLITENESS_SQL, [
-                (r.host, min(r.next_eligible, ahead), min(r.crawl_delay, MAX_POLITENESS_AHEAD_S))
-                for r in records])
+                (r.host, r.next_eligible, r.crawl_delay) for r in (clamped(record, now) for record in records)])
         self._has_politeness = True
 
     def take_refreshed(self, take: Callable[[], AddResult], refreshes: Sequence[HostRefresh],

@@ -20,7 +20,7 @@ from typing import Protocol
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, UrlEntry
-from crawler_node.frontier.replica import MAX_POLITENESS_AHEAD_S, HostRefresh
+from crawler_node.frontier.replica import HostRefresh, clamped
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
 
@@ -178,8 +178,7 @@ class Intake:
 
     def _honour(self, records: list[HostPoliteness]) -> None:
         now = self._clock()
-        self._hosts.honour([HostPoliteness(r.host, min(r.next_eligible, now + MAX_POLITENESS_AHEAD_S),
-                                           min(r.crawl_delay, MAX_POLITENESS_AHEAD_S)) for r in records], now)
+        self._hosts.honour([clamped(record, now) for record in records], now)
 
     def _successors(self, entries: list[UrlEntry]) -> dict[str, str]:
         """host -> its successor, for the hosts of ``entries`` that have one."""

@@ -201,8 +201,7 @@ class Node:
                              release_memory=release_free_heap, recrawl=recrawl.enabled,
                              recrawl_priority=s.recrawl_priority,
                              watermark=Watermark(self.data_dir, self.data_dir / "frontier.sqlite3"),
-                             successor_of=lambda host: (self.cluster.router.successor_for(host)
-                                                        if self.cluster.serves(host) else None),
+                             successor_of=self.cluster.router.successor_if_served,
                              outboxed=self.cluster.outboxes.note_outboxed)
 
     # ----------------------------------------------------------------- lifecycle
