@@ -66,7 +66,9 @@ def read_crawl_log(data_dir: Path, *, everything: bool = False) -> list[dict]:
     # Rotated files first (crawl.log.<UTC stamp>, oldest first), then the current one.
     paths = sorted(current.parent.glob("crawl.log.[0-9]*")) + ([current] if current.exists() else [])
     lines = []
-    for line in (text for path in paths for text in path.read_text().splitlines()):
+    # A line is whole once its newline is written: the last one of a file being written (or
+    # of a node killed mid-write) may not be yet.
+    for line in (text for path in paths for text in path.read_text().split("\n")[:-1]):
         if line.strip():
             entry = json.loads(line)
             if everything or (entry.get("kind", "page") != "robots" and entry["outcome"] not in UNFETCHED_OUTCOMES):

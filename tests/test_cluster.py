@@ -19,9 +19,15 @@ from cluster_helpers import (
 )
 from conftest import read_crawl_log, roots
 
+from crawler_node.node.parse_stage import BATCHES_PER_PARSER, PARSE_BATCH
+
 HOSTS, PAGES = 30, 40
 SECRET = "s3cret-token"
 SMALL_PIPELINE = ["--host-limit-ceiling", "4", "--global-inflight", "24", "--parse-queue", "8", "--store-queue", "32"]
+# What a node killed with that pipeline may have fetched and not yet stored: its requests in
+# flight, its parse queue, the batches its parser holds (node.parse_stage: BATCHES_PER_PARSER of
+# PARSE_BATCH pages), its store queue, and the store batch being written (at most the queue).
+UNSTORED_BOUND = 24 + 8 + BATCHES_PER_PARSER * PARSE_BATCH + 32 + 32
 
 
 def start_cluster(start_node, web, ids, *, extra=(), seeds_to=None, secret=SECRET):
@@ -131,12 +137,19 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
     assert any(line["host"] in b_hosts for line in late)
     counts = web.stats()["urls"]
     duplicates = sum(n - 1 for u, n in counts.items() if n > 1 and not u.endswith("robots.txt"))
-    # 3%, not the 2% this test had before queued replicas: the successors now crawl b's whole
-    # queue from its replica at once, and that includes what b fetched in the last moments
-    # before it died or froze, whose fetched replica was still in b's pipeline and outbox
-    # (CI: 62 of 3,090 with SIGSTOP, 2.0%). Replicating a URL when it is leased would take that
-    # window back; the chaos test holds its own 2% on its seed.
-    assert duplicates <= 0.03 * len(expected), f"{duplicates} duplicate fetches"
+    # Two windows, each with its own bound. The successors crawl b's whole queue from its
+    # replica at once, and that includes (1) what b fetched and stored in its last moments,
+    # whose fetched replica was still in its outbox: fetched twice and stored twice, and (2)
+    # what b fetched and had not stored when it died (its pipeline; none with SIGSTOP, whose
+    # pipeline runs on after SIGCONT, but then (1) is larger). Replicating a URL when it is
+    # leased would take both back; the chaos test holds its own 2% on its seed. (2) grows as
+    # the machine slows (the parser's batches hold more): one bound of 3% on both together
+    # held at 62 of 3,090 in CI (2.0%, SIGSTOP), but not on a machine at a third of that speed
+    # (95-127 of 3,090 with SIGKILL, 30-35 of them stored twice).
+    stored = [line["url"] for node in everyone for line in read_crawl_log(node.data_dir)]
+    stored_twice = len(stored) - len(set(stored))
+    assert stored_twice <= 0.02 * len(expected), f"{stored_twice} pages fetched and stored twice"
+    assert duplicates - stored_twice <= UNSTORED_BOUND, f"{duplicates} duplicate fetches, {stored_twice} stored twice"
 
 
 def test_a_joining_node_takes_only_its_new_arc(start_testweb, start_node):
