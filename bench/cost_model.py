@@ -5,7 +5,8 @@ against real nodes in network namespaces, and projected to 100 nodes (issue 18).
       it found that another member owns — links x cross-host share x (1 - own arc share),
       less the links its parser has sent already — and replicates each URL it queues and each
       one it fetches to the host's successor; every heartbeat_interval_s it asks each of the
-      N-1 others for their member list (an answer that names all N members). A dead node's
+      N-1 others for their member list (an answer of a fixed size: an unchanged list is left
+      out, and the per-IP part acknowledges the asker alone). A dead node's
       arc (1/N of the hosts) is taken over from the replicas its successors already hold, and
       handed back to it when it returns;
   (2) the measurement: 3 and 5 nodes, each in a network namespace of its own with a veth to
@@ -67,10 +68,12 @@ class Params:
     forward_batch: int = 500  # rows per POST at most (settings)
     post_fixed: float = 900.0  # a POST's HTTP request and 202 answer headers and body, and 3 packets' headers
     heartbeat_interval_s: float = 0.5
-    heartbeat_fixed: float = 660.0  # GET /v1/members, the answer's headers and fixed fields, 3 packets' headers
-    # The answer names every member ({"id", "url", "state"}) and acknowledges each peer's
-    # per-IP announcement ("ips": {"seen": {peer: [epoch, version]}}).
-    heartbeat_per_member: float = 100.0
+    heartbeat_fixed: float = 700.0  # GET /v1/members, the answer's headers and fixed fields, 3 packets' headers
+    # A member asks with the digest of the peer's list it holds and its own id: the answer leaves
+    # an unchanged list out and acknowledges only the asker's per-IP announcement, so nothing in
+    # it grows with N (before: {"id", "url", "state"} and an acknowledgement per member, ~100
+    # bytes each). The whole list comes after a change only: a join, a restart.
+    heartbeat_per_member: float = 0.0
 
     def share_owned(self) -> float:
         return 1.0 / self.nodes if self.own_share is None else self.own_share
@@ -142,7 +145,8 @@ def replica_bytes_per_page(p: Params) -> float:
 
 
 def heartbeat_exchange_bytes(p: Params) -> float:
-    """One heartbeat on the wire, request and answer: the answer lists all N members."""
+    """One heartbeat on the wire, request and answer (of a size that does not grow with N: see
+    Params.heartbeat_per_member)."""
     return p.heartbeat_fixed + p.heartbeat_per_member * p.nodes
 
 
@@ -152,7 +156,7 @@ def heartbeat_messages_per_s(p: Params) -> float:
 
 
 def heartbeat_bytes_per_s(p: Params) -> float:
-    """A node's heartbeat bytes per second, sent and received: O(N) exchanges of O(N) bytes."""
+    """A node's heartbeat bytes per second, sent and received: O(N) exchanges of O(1) bytes."""
     return heartbeat_messages_per_s(p) * heartbeat_exchange_bytes(p)
 
 
@@ -170,7 +174,7 @@ def per_node(p: Params) -> dict[str, float]:
 
 
 def cluster_total_bytes_per_s(p: Params) -> float:
-    """Everything the members send each other: O(N) for the data, O(N^3) for heartbeats."""
+    """Everything the members send each other: O(N) for the data, O(N^2) for heartbeats."""
     return p.nodes * (forward_bytes_per_page(p) + replica_bytes_per_page(p)) * p.pages_per_s \
         + p.nodes * heartbeat_bytes_per_s(p) / 2
 
@@ -343,6 +347,13 @@ class MeshCounters:
         return {key: (after[key][0] - before[key][0], after[key][1] - before[key][1]) for key in after}
 
 
+def heartbeat_path(asker: str, whole: dict | None = None) -> str:
+    """The path of a member's heartbeat to a peer whose whole answer was `whole` (with the
+    digest of the list it merged from it; cluster.heartbeats)."""
+    digest = (whole or {}).get("members_digest") or "0" * 16
+    return f"/v1/members?from={asker}&known={digest}"
+
+
 def _get(url: str, secret: str, timeout: float = 5.0) -> tuple[dict, int, int]:
     """(JSON, body bytes, status line + header bytes) of a GET (no proxy)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -405,9 +416,14 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
             idle = MeshCounters.delta(mesh.read(), before)
             idle_wall = time.monotonic() - t0
             # read after the peers' per-IP acknowledgements are in it, as a heartbeat finds it
-            answer, answer_body, answer_headers = _get(f"{nodes[names[0]].url}/v1/members", SECRET)
+            # as a member's heartbeat asks: with its id and the digest of the list it holds
+            whole, _, _ = _get(f"{nodes[names[0]].url}/v1/members", SECRET)
+            answer, answer_body, answer_headers = _get(f"{nodes[names[0]].url}{heartbeat_path(names[1], whole)}",
+                                                       SECRET)
             ips = answer.get("ips")
             bare = {**answer, "members": [], "ips": {**ips, "seen": {}} if isinstance(ips, dict) else ips}
+            if "members" not in answer:
+                del bare["members"]
             answer_fixed = len(json.dumps(bare))
 
             start_counters = {name: status(node) for name, node in nodes.items()}
@@ -489,7 +505,7 @@ def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int) -> Params:
     n = run["nodes"]
     auth = {"Authorization": f"Bearer {SECRET}"}
     host = f"10.77.{n}.10:{PORT}"
-    heartbeat_request = request_bytes("GET", "/v1/members", host, auth)
+    heartbeat_request = request_bytes("GET", heartbeat_path("n1"), host, auth)
     answer_fixed = run["members_answer_body_bytes"] - n * run["members_answer_per_member"]
     post_request = request_bytes("POST", "/v1/urls", host, {**auth, "Content-Type": "application/msgpack",
                                                           "X-Crawler-Forwarded-By": "n0"})

@@ -255,12 +255,21 @@ async def get_ring(request: web.Request) -> web.Response:
 
 
 async def get_members(request: web.Request) -> web.Response:
+    """A heartbeat's answer. ``?from=ID``: the asking member, whose acknowledgement is the only
+    one of ``ips.seen`` it reads; ``?known=DIGEST``: the digest of this node's member list it
+    holds, and if that is still the list, the answer leaves it out (cluster.heartbeats). So an
+    answer to a member costs the same in a cluster of any size, not one entry per member."""
     node = request.app[NODE_KEY]
-    return web.json_response({"node_id": node.node_id, "members": node.cluster.membership.view(),
-                              "leaving": node.cluster.leaving, "drained": node.cluster.drained,
-                              "ips": node.cluster.ip_announcement(),
-                              # names this node's frontier: a new one after a lost data directory
-                              "incarnation": node.frontier.incarnation})
+    membership = node.cluster.membership
+    digest = membership.digest()
+    body = {"node_id": node.node_id, "members_digest": digest,
+            "leaving": node.cluster.leaving, "drained": node.cluster.drained,
+            "ips": node.cluster.ip_announcement(for_peer=request.query.get("from")),
+            # names this node's frontier: a new one after a lost data directory
+            "incarnation": node.frontier.incarnation}
+    if request.query.get("known") != digest:
+        body["members"] = membership.view()
+    return web.json_response(body)
 
 
 async def _member_body(request: web.Request) -> tuple[str, str]:

@@ -118,6 +118,8 @@ def _schemas() -> dict[str, Schema]:
         "Member": _object({"id": member_id, "url": member_url}),
         "Leave": _object({"id": member_id, "url": member_url}, {"drained": _BOOL}),
         "Members": _object({"node_id": _STR, "members": {"type": "array", "items": _ANY_OBJECT}}),
+        "MembersAnswer": _object({"node_id": _STR, "members_digest": _STR},
+                                 {"members": {"type": "array", "items": _ANY_OBJECT}}),
         "Command": {"type": "object", "properties": {
             "reason": {"type": "string", "maxLength": control.MAX_REASON_CHARS},
             "by": {"type": "string", "maxLength": control.MAX_REASON_CHARS}}},
@@ -288,9 +290,12 @@ def openapi_document() -> dict[str, Any]:
 
     paths: dict[str, Schema] = {
         "/v1/urls": _urls(),
-        "/v1/members": {"get": {"summary": "Membership view (heartbeats)", "security": _SECURITY,
-                                "responses": {"200": _answer("members", _ref("Members")), **_PROTECTED,
-                                              **_MEMBERS_ONLY}}},
+        "/v1/members": {"get": {
+            "summary": "Membership view (heartbeats)", "security": _SECURITY,
+            "parameters": [_query("from", _STR, "the asking member: ips.seen holds its acknowledgement alone"),
+                           _query("known", _STR, "the digest of this node's member list the asker holds: "
+                                                 "while it is still the list, the answer leaves members out")],
+            "responses": {"200": _answer("members", _ref("MembersAnswer")), **_PROTECTED, **_MEMBERS_ONLY}}},
         "/v1/join": _member_route("A node joins the cluster", "Member", _ref("Members"), conflict=True),
         "/v1/leave": _member_route("A member leaves; drained: it handed all its work on", "Leave",
                                    _object({"ok": {"const": True}})),

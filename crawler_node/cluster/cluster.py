@@ -133,9 +133,14 @@ class Cluster:
         self.heartbeats.share_ips(link)
         link.peers_live(self.membership.live_ids() - {self.node_id})
 
-    def ip_announcement(self) -> dict | None:
-        """The ``ips`` of this node's heartbeat answers (None: it does not share)."""
-        return self._ip.announcement() if self._ip is not None else None
+    def ip_announcement(self, for_peer: str | None = None) -> dict | None:
+        """The ``ips`` of this node's heartbeat answers (None: it does not share); ``for_peer``:
+        the answer is for that member, which reads only its own acknowledgement in ``seen``."""
+        announcement = self._ip.announcement() if self._ip is not None else None
+        if announcement is not None and for_peer is not None:
+            seen = announcement.get("seen", {})
+            announcement["seen"] = {for_peer: seen[for_peer]} if for_peer in seen else {}
+        return announcement
 
     # ----------------------------------------------------------------- routing
     @property

@@ -2,7 +2,10 @@
 
 Every ``interval_s`` each peer is asked ``GET /v1/members``; its answer is evidence that it is
 alive, and its member list spreads joiners (anti-entropy: a joiner told to one member reaches
-all the others through their next heartbeat). An answer that is not what a member says — the
+all the others through their next heartbeat). A member asks with the digest of the peer's list
+it last merged (``?known=``), and the peer leaves the list out while it is unchanged, and with
+its own id (``?from=``), so that the per-IP part carries only its acknowledgement: an answer
+costs the same whatever the cluster's size. An answer that is not what a member says — the
 wrong shape, wrong types, not JSON — counts as a failed heartbeat and is logged; it never
 ends the heartbeats. The round is a recurring job: whatever fails, it runs again, so a dead
 peer is always detected.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -29,7 +33,7 @@ from typing import Protocol
 import aiohttp
 
 from crawler_node.cluster.ipshare import Announcement, BadAnnouncement, parse_announcement
-from crawler_node.cluster.membership import Membership, PeerState, member_problem, parse_view
+from crawler_node.cluster.membership import DIGEST_CHARS, Membership, PeerState, member_problem, parse_view
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.runtime.supervisor import Supervisor
 
@@ -40,6 +44,7 @@ MEMBER_CALL_TIMEOUT_S = 2.0
 # While a start-up hold waits for a peer's first answer: ask this often (a refused connection on
 # a peer not yet listening costs next to nothing; the hold's reason to exist is time lost).
 STARTUP_POLL_S = 0.05
+_DIGEST = re.compile(rf"[0-9a-f]{{{DIGEST_CHARS}}}")
 
 
 class BadPeerAnswer(ValueError):
@@ -58,17 +63,30 @@ class IpShareLink(Protocol):
     def refresh(self) -> None: ...  # once per round: addresses no longer used leave the announcement
 
 
-def parse_members_answer(answer: object) -> tuple[list[tuple[str, str]], bool]:
-    """``{"members": [...], "leaving": bool?}`` as (members, leaving); BadPeerAnswer otherwise."""
+def parse_members_answer(answer: object, known: str | None = None) -> tuple[list[tuple[str, str]], bool]:
+    """``{"members": [...], "leaving": bool?}`` as (members, leaving); BadPeerAnswer otherwise.
+    ``known``: the digest of the peer's list asked with (``?known=``); an answer without a list
+    is one whose ``members_digest`` is that, and it lists nothing new."""
     if not isinstance(answer, dict):
         raise BadPeerAnswer(f"expected an object, got {type(answer).__name__}")
     leaving = answer.get("leaving", False)
     if not isinstance(leaving, bool):
         raise BadPeerAnswer(f"leaving must be true or false, got {type(leaving).__name__}")
+    if "members" not in answer and known is not None and answer.get("members_digest") == known:
+        return [], leaving
     try:
         return parse_view(answer.get("members")), leaving
     except ValueError as exc:
         raise BadPeerAnswer(str(exc)) from exc
+
+
+def members_digest(answer: object) -> str | None:
+    """The digest of the member list an answer carries (cluster.membership.digest), if it has
+    both and the digest looks like one."""
+    if not isinstance(answer, dict) or "members" not in answer:
+        return None
+    digest = answer.get("members_digest")
+    return digest if isinstance(digest, str) and _DIGEST.fullmatch(digest) else None
 
 
 def drained_of(answer: object) -> bool:
@@ -125,6 +143,9 @@ class Heartbeats:
         self._on_incarnation: Callable[[str, str], None] | None = None
         self._startup: StartupHold | None = None
         self._next_full_round = 0.0  # monotonic
+        # The digest of each peer's member list as its last answer with one gave it: asked
+        # with it, a peer leaves an unchanged list out of its answer (api.app get_members).
+        self._digests: dict[str, str] = {}
 
     def share_ips(self, link: IpShareLink) -> None:
         self._ip = link
@@ -175,12 +196,18 @@ class Heartbeats:
 
     async def _heartbeat(self, node_id: str, url: str) -> None:
         assert self._session is not None
+        params = {"from": self._node_id}
+        # A start-up hold reads the states the list gives this node (state_reported): the whole
+        # list until the hold ends.
+        known = self._digests.get(node_id) if self._startup is None else None
+        if known is not None:
+            params["known"] = known
         try:
-            async with self._session.get(f"{url}/v1/members", timeout=self._timeout) as response:
+            async with self._session.get(f"{url}/v1/members", params=params, timeout=self._timeout) as response:
                 if response.status != 200:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 answer = await _json(response)
-                members, leaving = parse_members_answer(answer)
+                members, leaving = parse_members_answer(answer, known)
                 ips = parse_ips_answer(answer) if self._ip is not None else None
         except BadPeerAnswer as exc:
             self.bad_answers[node_id] += 1
@@ -208,6 +235,8 @@ class Heartbeats:
         if self._on_incarnation is not None and isinstance(incarnation, str):
             self._on_incarnation(node_id, incarnation)  # its frontier's name (cluster.replica)
         new = self._membership.merge(members, now)
+        if (digest := members_digest(answer)) is not None:
+            self._digests[node_id] = digest  # merged: asked with it, the same list is left out
         for peer in new:
             self._on_member(peer)
         if new:

@@ -18,12 +18,14 @@ they keep peers alive (routing) but are not fresh evidence (fencing).
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_ID_CHARS = 64
+DIGEST_CHARS = 16  # of a member list's digest (Membership.digest): 64 bits
 MAX_URL_CHARS = 300
 # Ids reach every member's ring (hashed as UTF-8), logs, metrics labels and the outbox table:
 # a short alphabet with nothing to hide (no control, bidirectional or unencodable characters).
@@ -262,6 +264,13 @@ class Membership:
 
     def view(self) -> list[dict]:
         return [{"id": m.node_id, "url": m.url, "state": m.state.value} for m in self.members()]
+
+    def digest(self) -> str:
+        """Names the (id, url) pairs of :meth:`view`, all a peer's `merge` reads of it: a peer
+        that holds the list of this digest learns nothing from it again (members are only
+        ever added), so a heartbeat answer to it may leave the list out."""
+        listed = "\n".join(f"{m.node_id} {m.url}" for m in self.members())
+        return hashlib.sha256(listed.encode()).hexdigest()[:DIGEST_CHARS]
 
     # ---------------------------------------------------------------- internals
     def _update(self, member: Member, now: float) -> bool:
