@@ -74,6 +74,11 @@ class Params:
     # it grows with N (before: {"id", "url", "state"} and an acknowledgement per member, ~100
     # bytes each). The whole list comes after a change only: a join, a restart.
     heartbeat_per_member: float = 0.0
+    # An idle member's progress log (daemon.ProgressLog) asks every peer for its status this
+    # often, to say "crawl finished" once the whole cluster is: request and answer on the wire
+    # (an idle member's GET /v1/status?scope=local: ~4.2 KB of JSON with 3 members).
+    idle_poll_s: float = 5.0
+    status_exchange: float = 4_900.0
 
     def share_owned(self) -> float:
         return 1.0 / self.nodes if self.own_share is None else self.own_share
@@ -158,6 +163,12 @@ def heartbeat_messages_per_s(p: Params) -> float:
 def heartbeat_bytes_per_s(p: Params) -> float:
     """A node's heartbeat bytes per second, sent and received: O(N) exchanges of O(1) bytes."""
     return heartbeat_messages_per_s(p) * heartbeat_exchange_bytes(p)
+
+
+def idle_poll_bytes_per_s(p: Params) -> float:
+    """What an idle node's status polls cost it per second, sent and received: it asks N-1
+    peers and N-1 ask it (only while idle; a crawling node asks once per progress line)."""
+    return 2.0 * (p.nodes - 1) / p.idle_poll_s * p.status_exchange
 
 
 def per_node(p: Params) -> dict[str, float]:
@@ -425,6 +436,7 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
             if "members" not in answer:
                 del bare["members"]
             answer_fixed = len(json.dumps(bare))
+            _, status_body, status_headers = _get(f"{nodes[names[0]].url}/v1/status?scope=local", SECRET)
 
             start_counters = {name: status(node) for name, node in nodes.items()}
             before, t0 = mesh.read(), time.monotonic()
@@ -438,6 +450,7 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
         net.down()
     run = _summarise(size, names, idle, idle_wall, crawl, wall, start_counters, end,
                      answer_body=answer_body, answer_headers=answer_headers)
+    run["status_answer_bytes"] = status_body + status_headers
     run["members_answer_per_member"] = (answer_body - answer_fixed) / size
     run["post_answer_bytes"] = post_answer
     return run
@@ -518,7 +531,9 @@ def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int) -> Params:
         post_fixed=post_request + run["post_answer_bytes"] + BARE_PACKETS * PACKET_OVERHEAD,
         heartbeat_fixed=heartbeat_request + run["members_answer_header_bytes"] + answer_fixed
         + BARE_PACKETS * PACKET_OVERHEAD,
-        heartbeat_per_member=run["members_answer_per_member"])
+        heartbeat_per_member=run["members_answer_per_member"],
+        status_exchange=request_bytes("GET", "/v1/status?scope=local", host, auth) + run["status_answer_bytes"]
+        + BARE_PACKETS * PACKET_OVERHEAD)
 
 
 def compare(run: dict, p: Params, graph: dict) -> list[tuple[str, float, float]]:
@@ -542,6 +557,7 @@ def compare(run: dict, p: Params, graph: dict) -> list[tuple[str, float, float]]
         ("wire bytes per page (less heartbeats)", run["data_bytes_per_page"], data),
         ("heartbeat bytes per exchange", run["heartbeat_bytes_per_exchange"], heartbeat_exchange_bytes(p)),
         ("heartbeat bytes/s per node", run["heartbeat_bytes_per_s_node"], model_hb_node),
+        ("  with the idle status polls", run["heartbeat_bytes_per_s_node"], model_hb_node + idle_poll_bytes_per_s(p)),
         ("member-traffic bytes/s per node, crawling", run["mesh_bytes"] * 2 / run["nodes"] / run["crawl_wall_s"],
          2 * data * p.pages_per_s + model_hb_node),
     ]

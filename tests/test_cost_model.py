@@ -98,3 +98,10 @@ def test_the_projection_table_has_a_row_per_size_and_totals_grow():
     assert [row["nodes"] for row in table] == [1, 3, 10, 100]
     totals = [row["cluster_bytes_per_s"] for row in table]
     assert totals == sorted(totals)
+
+
+def test_an_idle_nodes_status_polls_grow_with_its_peers_and_cost_nothing_alone():
+    assert cm.idle_poll_bytes_per_s(at(1)) == 0.0
+    polls = [cm.idle_poll_bytes_per_s(at(n)) for n in range(1, 20)]
+    assert len({round(b - a, 6) for a, b in zip(polls, polls[1:], strict=False)}) == 1
+    assert polls[1] == pytest.approx(2 * BASE.status_exchange / BASE.idle_poll_s)
