@@ -74,11 +74,13 @@ class Params:
     # it grows with N (before: {"id", "url", "state"} and an acknowledgement per member, ~100
     # bytes each). The whole list comes after a change only: a join, a restart.
     heartbeat_per_member: float = 0.0
-    # An idle member's progress log (daemon.ProgressLog) asks every peer for its status this
-    # often, to say "crawl finished" once the whole cluster is: request and answer on the wire
-    # (an idle member's GET /v1/status?scope=local: ~4.2 KB of JSON with 3 members).
-    idle_poll_s: float = 5.0
-    status_exchange: float = 4_900.0
+    # The progress log (daemon.ProgressLog) reads every peer's status (GET /v1/status?scope=local)
+    # once per progress line while the cluster crawls. An idle member reads them only when a
+    # peer's heartbeat says its work changed (cluster.activity): a cluster that sits idle reads
+    # none (until 2026-12-02, an idle member read them every 5 s). A status lists every member.
+    progress_interval_s: float = 30.0
+    status_fixed: float = 4_360.0  # request and answer on the wire, less the member list
+    status_per_member: float = 180.0  # (5,031 - 4,674) / 2: the exchange with 5 members and with 3
 
     def share_owned(self) -> float:
         return 1.0 / self.nodes if self.own_share is None else self.own_share
@@ -165,10 +167,15 @@ def heartbeat_bytes_per_s(p: Params) -> float:
     return heartbeat_messages_per_s(p) * heartbeat_exchange_bytes(p)
 
 
-def idle_poll_bytes_per_s(p: Params) -> float:
-    """What an idle node's status polls cost it per second, sent and received: it asks N-1
-    peers and N-1 ask it (only while idle; a crawling node asks once per progress line)."""
-    return 2.0 * (p.nodes - 1) / p.idle_poll_s * p.status_exchange
+def status_exchange_bytes(p: Params) -> float:
+    return p.status_fixed + p.nodes * p.status_per_member
+
+
+def status_read_bytes_per_s(p: Params) -> float:
+    """What the progress lines' status reads cost a crawling node per second, sent and received:
+    it reads N-1 statuses per line and N-1 members read its own; O(N) exchanges of O(N) bytes.
+    None while the cluster sits idle (cluster.activity)."""
+    return 2.0 * (p.nodes - 1) / p.progress_interval_s * status_exchange_bytes(p)
 
 
 def per_node(p: Params) -> dict[str, float]:
@@ -177,17 +184,20 @@ def per_node(p: Params) -> dict[str, float]:
     forward = forward_bytes_per_page(p) * p.pages_per_s
     replica = replica_bytes_per_page(p) * p.pages_per_s
     heartbeat = heartbeat_bytes_per_s(p)
+    reads = status_read_bytes_per_s(p)
+    total = 2 * (forward + replica) + heartbeat + reads
     return {"forwarded_urls_per_page": forwarded_per_page(p),
             "forward_bytes_per_page": forward_bytes_per_page(p), "replica_bytes_per_page": replica_bytes_per_page(p),
             "forward_bytes_per_s": 2 * forward, "replica_bytes_per_s": 2 * replica,
-            "heartbeat_bytes_per_s": heartbeat, "total_bytes_per_s": 2 * (forward + replica) + heartbeat,
-            "per_peer_link_bytes_per_s": (2 * (forward + replica) + heartbeat) / max(1, p.nodes - 1)}
+            "heartbeat_bytes_per_s": heartbeat, "status_read_bytes_per_s": reads, "total_bytes_per_s": total,
+            "per_peer_link_bytes_per_s": total / max(1, p.nodes - 1)}
 
 
 def cluster_total_bytes_per_s(p: Params) -> float:
-    """Everything the members send each other: O(N) for the data, O(N^2) for heartbeats."""
+    """Everything the members send each other: O(N) for the data, O(N^2) for heartbeats, and
+    O(N^3) bytes for the progress lines' status reads while crawling (O(N^2) reads of O(N))."""
     return p.nodes * (forward_bytes_per_page(p) + replica_bytes_per_page(p)) * p.pages_per_s \
-        + p.nodes * heartbeat_bytes_per_s(p) / 2
+        + p.nodes * (heartbeat_bytes_per_s(p) + status_read_bytes_per_s(p)) / 2
 
 
 def takeover(p: Params, *, queued: float, fetched: float) -> dict[str, float]:
@@ -532,8 +542,8 @@ def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int) -> Params:
         heartbeat_fixed=heartbeat_request + run["members_answer_header_bytes"] + answer_fixed
         + BARE_PACKETS * PACKET_OVERHEAD,
         heartbeat_per_member=run["members_answer_per_member"],
-        status_exchange=request_bytes("GET", "/v1/status?scope=local", host, auth) + run["status_answer_bytes"]
-        + BARE_PACKETS * PACKET_OVERHEAD)
+        status_fixed=request_bytes("GET", "/v1/status?scope=local", host, auth) + run["status_answer_bytes"]
+        + BARE_PACKETS * PACKET_OVERHEAD - n * Params.status_per_member)
 
 
 def compare(run: dict, p: Params, graph: dict) -> list[tuple[str, float, float]]:
@@ -556,10 +566,9 @@ def compare(run: dict, p: Params, graph: dict) -> list[tuple[str, float, float]]
         ("  per forwarded URL (encode_batch)", p.forward_row, p.forward_row),
         ("wire bytes per page (less heartbeats)", run["data_bytes_per_page"], data),
         ("heartbeat bytes per exchange", run["heartbeat_bytes_per_exchange"], heartbeat_exchange_bytes(p)),
-        ("heartbeat bytes/s per node", run["heartbeat_bytes_per_s_node"], model_hb_node),
-        ("  with the idle status polls", run["heartbeat_bytes_per_s_node"], model_hb_node + idle_poll_bytes_per_s(p)),
+        ("idle bytes/s per node (heartbeats alone)", run["heartbeat_bytes_per_s_node"], model_hb_node),
         ("member-traffic bytes/s per node, crawling", run["mesh_bytes"] * 2 / run["nodes"] / run["crawl_wall_s"],
-         2 * data * p.pages_per_s + model_hb_node),
+         2 * data * p.pages_per_s + model_hb_node + status_read_bytes_per_s(p)),
     ]
 
 

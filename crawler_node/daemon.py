@@ -10,7 +10,8 @@ import time
 
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
-from crawler_node.api.status import cluster_status, node_status
+from crawler_node.api.status import cluster_status, node_activity, node_status
+from crawler_node.cluster.activity import Check, View, idle_check, view_of
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
 from crawler_node.runtime.eventloop import loop_factory
@@ -28,7 +29,11 @@ IDLE_CHECK_S = 5.0  # how soon "crawl finished" is said, at most, once the clust
 class ProgressLog:
     """The daemon's progress: a line every ``interval_s`` (fetched, the rate over that window,
     queued, finished / known), and one "crawl finished" line when the cluster becomes idle --
-    never while a member that may hold work is down: then it says so, in those words."""
+    never while a member that may hold work is down: then it says so, in those words.
+
+    An idle member reads its peers' statuses only when their heartbeats' activity could change
+    what it says (cluster.activity): not while one says it is busy, and not again while all say
+    what they said when a read found the cluster idle (the line is then that read's again)."""
 
     def __init__(self, node: Node, *, interval_s: float) -> None:
         self._node = node
@@ -36,6 +41,9 @@ class ProgressLog:
         self._rates = RateWindow()
         self._last_line = 0.0
         self._said: str | None = None  # the idle state last said, so each is said once
+        self._idle_view: View | None = None  # the activities when a read last found the cluster idle
+        self._idle_status: dict | None = None  # ... and what it read
+        self.reads = 0  # rounds that read the peers' statuses
 
     def start(self) -> None:
         self._last_line = time.monotonic()
@@ -45,30 +53,48 @@ class ProgressLog:
     async def round(self) -> None:
         now = time.monotonic()
         line_due = now - self._last_line >= self._interval_s
-        if not line_due and not (await node_status(self._node))["idle"]:
+        local = await node_status(self._node)
+        if not line_due and not local["idle"]:
             self._said = None  # busy here: the cluster is not idle, no need to ask the others
             return
+        view = None
+        if local["idle"] and not self._node.cluster.is_single:
+            view = view_of(node_activity(self._node), self._node.cluster.peer_activity())
+            check = idle_check(view, self._idle_view)
+            if check is Check.BUSY and not line_due:
+                self._said = None  # a peer's heartbeat says it is busy
+                return
+            if check is Check.UNCHANGED and self._idle_status is not None:
+                if line_due:
+                    self._line(self._idle_status, now)
+                return
         try:
-            status = await cluster_status(self._node)
+            status = await cluster_status(self._node, local)
         except RecursionError:
             # A peer's status nested past the JSON decoder's limit (a hostile or broken member):
             # cluster.peer_statuses lets that error through. Say so in one line, ask again later.
             log.warning("progress: a member's status could not be read (nested too deeply); skipped this round")
             return
+        self.reads += 1
         if line_due:
-            window_s = now - self._last_line
-            self._last_line = now
-            rate = self._rates.rate("fetched", status["counters"]["fetched"], now)
-            log.info("%s", progress_log_line(status, rate, window_s))
+            self._line(status, now)
         state = status.get("crawl_state", "")
+        idle = state == "idle"
+        self._idle_view, self._idle_status = (view, status) if idle and view is not None else (None, None)
         if not state.startswith("idle"):
             self._said = None
         elif state != self._said and any(member.get("fetched") for member in cluster_members(status)):
             self._said = state
-            if state == "idle":
+            if idle:
                 log.info("%s", finished_log_line(status))
             else:
                 log.warning("%s", state)
+
+    def _line(self, status: dict, now: float) -> None:
+        window_s = now - self._last_line
+        self._last_line = now
+        rate = self._rates.rate("fetched", status["counters"]["fetched"], now)
+        log.info("%s", progress_log_line(status, rate, window_s))
 
 
 def open_cluster_refusal(settings: Settings) -> str | None:

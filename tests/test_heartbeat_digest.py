@@ -8,19 +8,17 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Callable
 
 import aiohttp
 import pytest
-from aiohttp import web
 from cluster_helpers import peers_of, plan, wait_until
+from peer_helpers import Peer, serve, until
 
 from crawler_node.cluster.heartbeats import BadPeerAnswer, Heartbeats, parse_members_answer
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.runtime.supervisor import Supervisor
 
 INTERVAL_S = 0.05
-DEADLINE_S = 5.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -45,50 +43,12 @@ def test_an_answer_without_a_list_is_one_only_for_the_digest_asked_with() -> Non
         parse_members_answer({"members_digest": "0123456789abcdef"})  # asked without one
 
 
-class Peer:
-    """A member's `GET /v1/members` on loopback, with the rule the node's API follows (a real
-    Membership's list and digest), recording what each heartbeat asked with."""
-
-    def __init__(self, membership: Membership, answer: Callable[[Membership, dict], dict] | None = None) -> None:
-        self.membership = membership
-        self.asked: list[dict[str, str]] = []
-        self._answer = answer or self.rule
-
-    @staticmethod
-    def rule(membership: Membership, query: dict) -> dict:
-        body: dict = {"node_id": membership.self_id, "members_digest": membership.digest(), "leaving": False}
-        if query.get("known") != body["members_digest"]:
-            body["members"] = membership.view()
-        return body
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.asked.append(dict(request.query))
-        return web.json_response(self._answer(self.membership, dict(request.query)))
-
-
-async def serve(peer: Peer) -> tuple[web.AppRunner, str]:
-    app = web.Application()
-    app.router.add_get("/v1/members", peer.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(INTERVAL_S / 2)
-
-
 async def test_an_unchanged_list_is_left_out_and_a_changed_one_still_spreads() -> None:
     loop = asyncio.get_running_loop()
     b_membership = Membership("b", "http://127.0.0.2:1", {"a": "http://127.0.0.1:1"}, now=loop.time(),
                               suspect_after_s=0.5, down_after_s=1.0)
     peer = Peer(b_membership)
-    runner, url = await serve(peer)
+    runner, url = await serve({"/v1/members": peer.handle})
     membership = Membership("a", "http://127.0.0.1:1", {"b": url}, now=loop.time(), suspect_after_s=0.5,
                             down_after_s=1.0)
     learnt: list[str] = []
@@ -128,7 +88,7 @@ async def test_a_peer_that_leaves_out_a_list_it_changed_is_a_bad_answer() -> Non
         return body
 
     peer = Peer(b_membership, lying)
-    runner, url = await serve(peer)
+    runner, url = await serve({"/v1/members": peer.handle})
     membership = Membership("a", "http://127.0.0.1:1", {"b": url}, now=loop.time(), suspect_after_s=0.5,
                             down_after_s=1.0)
     supervisor = Supervisor(on_fatal=pytest.fail)

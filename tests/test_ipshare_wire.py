@@ -5,12 +5,13 @@ announcement is malformed is counted and logged, and the heartbeats go on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
 from aiohttp import web
+from peer_helpers import answering, serve, until
 
 from crawler_node.cluster.heartbeats import Heartbeats
 from crawler_node.cluster.ipshare import IpShares
@@ -42,18 +43,6 @@ class Member:
                 "ips": self.gates.announcement()}
 
 
-async def serve(handler: Callable[[], dict]) -> tuple[web.AppRunner, str]:
-    async def members(request: web.Request) -> web.Response:
-        return web.json_response(handler())
-
-    app = web.Application()
-    app.router.add_get("/v1/members", members)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-
 def build(node_id: str, url: str, peers: dict[str, str], loop: asyncio.AbstractEventLoop) -> Member:
     membership = Membership(node_id, url, peers, now=loop.time(), suspect_after_s=0.5, down_after_s=1.0)
     gates = IpGates(limit=LIMIT, cache_s=60.0, clock=loop.time,
@@ -76,22 +65,14 @@ def build(node_id: str, url: str, peers: dict[str, str], loop: asyncio.AbstractE
     return member
 
 
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    """Wait, bounded, for a condition the heartbeats bring about."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(INTERVAL_S / 2)
-
-
 @pytest.fixture
 async def pair() -> AsyncIterator[tuple[Member, Member, dict[str, web.AppRunner]]]:
     loop = asyncio.get_running_loop()
     holder: dict[str, Member] = {}
     runners, urls = {}, {}
     for node_id in ("a", "b"):
-        runners[node_id], urls[node_id] = await serve(lambda node_id=node_id: holder[node_id].answer())
+        runners[node_id], urls[node_id] = await serve(
+            {"/v1/members": answering(lambda node_id=node_id: holder[node_id].answer())})
     for node_id in ("a", "b"):
         holder[node_id] = build(node_id, urls[node_id], urls, loop)
     async with aiohttp.ClientSession() as session:
@@ -147,9 +128,10 @@ async def test_a_peer_down_gives_its_share_back(pair) -> None:
 async def test_a_malformed_announcement_is_a_bad_answer_and_the_heartbeats_go_on(
         caplog: pytest.LogCaptureFixture) -> None:
     loop = asyncio.get_running_loop()
-    bad_runner, bad = await serve(lambda: {"members": [], "ips": {"epoch": "x", "version": "1", "addresses": []}})
+    bad_runner, bad = await serve(
+        {"/v1/members": answering(lambda: {"members": [], "ips": {"epoch": "x", "version": "1", "addresses": []}})})
     holder: dict[str, Member] = {}
-    runner, url = await serve(lambda: holder["a"].answer())
+    runner, url = await serve({"/v1/members": answering(lambda: holder["a"].answer())})
     a = holder["a"] = build("a", url, {"a": url, "f": bad}, loop)
     gate = await a.gates.gate_for(f"{ADDRESS}:80")
     try:

@@ -22,7 +22,7 @@ from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
 from crawler_node.api.snapshot import Snapshots
-from crawler_node.api.status import node_status, status_snapshots
+from crawler_node.api.status import node_activity, node_status, status_snapshots
 from crawler_node.cluster.membership import member_problem
 from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness, peer_refresh
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
@@ -266,7 +266,9 @@ async def get_members(request: web.Request) -> web.Response:
             "leaving": node.cluster.leaving, "drained": node.cluster.drained,
             "ips": node.cluster.ip_announcement(for_peer=request.query.get("from")),
             # names this node's frontier: a new one after a lost data directory
-            "incarnation": node.frontier.incarnation}
+            "incarnation": node.frontier.incarnation,
+            # idle or not, pages fetched, paused: an idle member reads statuses only on a change
+            "activity": node_activity(node).as_json()}
     if request.query.get("known") != digest:
         body["members"] = membership.view()
     return web.json_response(body)

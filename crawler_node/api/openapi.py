@@ -119,7 +119,10 @@ def _schemas() -> dict[str, Schema]:
         "Leave": _object({"id": member_id, "url": member_url}, {"drained": _BOOL}),
         "Members": _object({"node_id": _STR, "members": {"type": "array", "items": _ANY_OBJECT}}),
         "MembersAnswer": _object({"node_id": _STR, "members_digest": _STR},
-                                 {"members": {"type": "array", "items": _ANY_OBJECT}}),
+                                 {"members": {"type": "array", "items": _ANY_OBJECT},
+                                  # cluster.activity: what an idle member decides whether to read statuses by
+                                  "activity": _object({"idle": _BOOL, "fetched": _COUNT, "known": _COUNT,
+                                                       "paused": _BOOL})}),
         "Command": {"type": "object", "properties": {
             "reason": {"type": "string", "maxLength": control.MAX_REASON_CHARS},
             "by": {"type": "string", "maxLength": control.MAX_REASON_CHARS}}},

@@ -13,11 +13,29 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from crawler_node.api.snapshot import Snapshots
+from crawler_node.cluster.activity import Activity
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
 
 TOP_HOSTS = 20
+_STATES = ("queued", "leased", "done", "failed", "deferred")  # a frontier row's, all of them
+
+
+def _idle(node: Node, totals: dict[str, Any]) -> bool:
+    """Nothing queued, leased or deferred in the frontier and nothing in flight in any stage."""
+    return (totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0
+            and node.pipeline_idle())
+
+
+def node_activity(node: Node) -> Activity:
+    """What this node's heartbeat answers say of its work (cluster.activity), without a call on
+    the frontier's thread: its totals as last read, at most a second ago while the node runs
+    (the shedding round reads them every second). Not idle before the first read."""
+    totals = node.frontier.last_totals
+    return Activity(idle=totals is not None and _idle(node, totals), fetched=node.store.counters["fetched"],
+                    known=0 if totals is None else sum(int(totals.get(state, 0)) for state in _STATES),
+                    paused=node.admission.operator_pause is not None)
 
 
 async def node_status(node: Node) -> dict[str, Any]:
@@ -35,8 +53,7 @@ async def node_status(node: Node) -> dict[str, Any]:
     upkeep = node.upkeep.snapshot()
     uptime = time.monotonic() - node.started_at
     fetched = store["fetched"]
-    idle = (totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0
-            and node.pipeline_idle())
+    idle = _idle(node, totals)
     cluster["counters"]["received_forwarded_on"] = intake["received_forwarded_on"]
     cluster["counters"]["hop_limit_kept"] = intake["hop_limit_kept"]
     return {
@@ -166,8 +183,7 @@ def member_summary(status: dict | None) -> dict[str, Any]:
             "oldest_age_s": {stage: queue.get("oldest_age_s") for stage, queue in status["queues"].items()},
             # progress: URLs finished (done or failed) of those this member knows
             "finished": status["frontier"].get("done", 0) + status["frontier"].get("failed", 0),
-            "known": sum(status["frontier"].get(state, 0) for state in ("queued", "leased", "done", "failed",
-                                                                         "deferred")),
+            "known": sum(status["frontier"].get(state, 0) for state in _STATES),
             "admission": {"open": status["admission"].get("open"), "blocked_by": status["admission"].get("blocked_by")},
             "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
         }

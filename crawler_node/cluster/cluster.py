@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.membership import Membership, PeerState
@@ -266,6 +267,12 @@ class Cluster:
         return {node_id: status for node_id, status in results if status is not None}
 
     # ----------------------------------------------------------------- views
+    def peer_activity(self) -> list[PeerActivity]:
+        """Each peer's state and last heartbeat's activity (cluster.activity)."""
+        activity = self.heartbeats.activity
+        return [PeerActivity(m.node_id, m.state.value, m.left and m.drained, activity.get(m.node_id))
+                for m in self.membership.peers()]
+
     def members_status(self) -> list[dict]:
         shares = self.router.ring.arc_shares()
         counts = self.outboxes.counts

@@ -15,6 +15,11 @@ failure is reported to its :class:`StartupHold`, and peers that have not answere
 again every ``STARTUP_POLL_S`` instead of every ``interval_s``: a peer that starts a moment
 later is heard from at once, so the hold ends as soon as the cluster is up.
 
+The answers also carry each member's :class:`~crawler_node.cluster.activity.Activity` (idle,
+pages fetched, paused), kept per peer until a heartbeat to it fails: an idle member reads the
+statuses only when they could change what it says (cluster.activity). One of the wrong shape is
+a bad answer; an answer without one (a member from before it) leaves the peer's unknown.
+
 The answers also carry each member's per-IP announcement (``"ips"``, cluster.ipshare): the
 addresses it fetches from and its acknowledgement of the others'. A heartbeat hands the
 peer's announcement to the :class:`IpShareLink`; one of the wrong shape is a bad answer.
@@ -32,6 +37,7 @@ from typing import Protocol
 
 import aiohttp
 
+from crawler_node.cluster.activity import Activity, parse_activity
 from crawler_node.cluster.ipshare import Announcement, BadAnnouncement, parse_announcement
 from crawler_node.cluster.membership import DIGEST_CHARS, Membership, PeerState, member_problem, parse_view
 from crawler_node.cluster.readiness import StartupHold
@@ -114,6 +120,15 @@ def parse_ips_answer(answer: object) -> Announcement | None:
         raise BadPeerAnswer(str(exc)) from exc
 
 
+def activity_of(answer: object) -> Activity | None:
+    """The activity of a member list answer (already checked to be an object), or None."""
+    assert isinstance(answer, dict)
+    try:
+        return parse_activity(answer.get("activity"))
+    except ValueError as exc:
+        raise BadPeerAnswer(str(exc)) from exc
+
+
 async def _json(response: aiohttp.ClientResponse) -> object:
     try:
         return await response.json(content_type=None)
@@ -146,6 +161,8 @@ class Heartbeats:
         # The digest of each peer's member list as its last answer with one gave it: asked
         # with it, a peer leaves an unchanged list out of its answer (api.app get_members).
         self._digests: dict[str, str] = {}
+        # Each peer's activity as its last answer gave it; gone once a heartbeat to it fails.
+        self.activity: dict[str, Activity] = {}
 
     def share_ips(self, link: IpShareLink) -> None:
         self._ip = link
@@ -209,6 +226,7 @@ class Heartbeats:
                 answer = await _json(response)
                 members, leaving = parse_members_answer(answer, known)
                 ips = parse_ips_answer(answer) if self._ip is not None else None
+                activity = activity_of(answer)
         except BadPeerAnswer as exc:
             self.bad_answers[node_id] += 1
             if self.bad_answers[node_id] in (1, 10, 100) or self.bad_answers[node_id] % 1000 == 0:
@@ -220,6 +238,10 @@ class Heartbeats:
             self._failed(node_id)
             return
         now = self._clock()
+        if activity is None:
+            self.activity.pop(node_id, None)
+        else:
+            self.activity[node_id] = activity
         if leaving:
             # Still answering while it drains, but its arc is already its successors'.
             if self._membership.observe_leave(node_id, now, drained=drained_of(answer)):
@@ -245,6 +267,7 @@ class Heartbeats:
 
     def _failed(self, node_id: str) -> None:
         self.failures[node_id] += 1
+        self.activity.pop(node_id, None)
         if self._membership.observe_failure(node_id, self._clock()):
             self._on_changed(f"{node_id} is down")
             self._check_startup()

@@ -53,6 +53,9 @@ class FrontierService:
         self._frontier: Frontier | None = None
         self._control: FrontierControl | None = None
         self.incarnation: str | None = None  # the open database's (frontier.replica), once open
+        # The totals as the last totals() or snapshot() read them, kept on the event loop's
+        # thread for what may not wait on the frontier's (a heartbeat answer, api.status).
+        self.last_totals: dict[str, Any] | None = None
 
     async def open(self) -> None:
         """Open the frontier on its own thread (recovering leases, counting rows: a scan)."""
@@ -140,11 +143,15 @@ class FrontierService:
 
     async def totals(self) -> dict[str, int | float]:
         thread, frontier = self._opened()
-        return await thread.call(frontier.totals)
+        totals = await thread.call(frontier.totals)
+        self.last_totals = dict(totals)  # a copy: callers may change theirs
+        return totals
 
     async def snapshot(self) -> dict[str, Any]:
         thread, frontier = self._opened()
-        return await thread.call(frontier.snapshot)
+        snapshot = await thread.call(frontier.snapshot)
+        self.last_totals = dict(snapshot)
+        return snapshot
 
     # -- shedding --------------------------------------------------------------------------
 
