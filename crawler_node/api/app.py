@@ -8,22 +8,28 @@ recursion limit is a 400, msgpack is unpacked with limits sized to the largest l
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import json
 import logging
 from typing import Any
 
-import msgpack
 from aiohttp import web
 
 from crawler_node.api.control import CONTROL_PATHS, add_control_routes
 from crawler_node.api.dashboard import DASHBOARD_HTML
+from crawler_node.api.http import (
+    MAX_URLS_PER_REQUEST,
+    NODE_KEY,
+    READ_TIMEOUT_KEY,
+    BadRequest,
+    authorised,
+    decode_body,
+    error,
+    read_body,
+)
+from crawler_node.api.members import MEMBERS_ONLY, add_member_routes
 from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
 from crawler_node.api.snapshot import Snapshots
-from crawler_node.api.status import node_activity, node_status, status_snapshots
-from crawler_node.cluster.membership import member_problem
+from crawler_node.api.status import node_status, status_snapshots
 from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness, peer_refresh
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 from crawler_node.node.intake import Intake, Prepared
@@ -34,76 +40,10 @@ from crawler_node.runtime.datadir import DiskFull
 log = logging.getLogger("crawler_node.api")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_MEMBER_BODY_BYTES = 4096  # {"id": ..., "url": ...}
-MAX_URLS_PER_REQUEST = 10_000
 MAX_VIA_LENGTH = 8192  # characters of an item's "via", the page its URL was found on
-# The largest legitimate msgpack body: {"urls": [up to 10,000 maps of a few small fields]}.
-_MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "max_ext_len": 0,
-                   "max_array_len": MAX_URLS_PER_REQUEST, "max_map_len": 16}
-MSGPACK = "application/msgpack"
-NODE_KEY = web.AppKey("node", Node)
 METRICS_KEY = web.AppKey("metrics", NodeMetrics)
-READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)  # for a body, once its headers are in
 NODE_STATUS_KEY = web.AppKey("node_status", Snapshots)  # GET /v1/status?scope=local, /metrics
 CLUSTER_STATUS_KEY = web.AppKey("cluster_status", Snapshots)  # GET /v1/status
-
-
-def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
-    body = {"error": reason, "message": message, **extra}
-    return web.json_response(body, status=status)
-
-
-class BadRequest(Exception):
-    def __init__(self, reason: str, message: str, *, status: int = 400, **extra: Any) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.status = status
-        self.extra = extra
-
-    def response(self) -> web.Response:
-        return error(self.status, self.reason, self.message, **self.extra)
-
-
-def authorised(request: web.Request, secret: str | None) -> bool:
-    if not secret:
-        return True
-    header = request.headers.get("Authorization", "")
-    token = header[7:] if header.startswith("Bearer ") else request.headers.get("X-Cluster-Token", "")
-    # Bytes, not str: compare_digest refuses non-ASCII str, and header bytes that are not UTF-8
-    # arrive as lone surrogates (surrogateescape) that only this error handler can encode.
-    return hmac.compare_digest(token.encode("utf-8", "surrogateescape"), secret.encode("utf-8"))
-
-
-def decode_body(body: bytes, content_type: str) -> Any:
-    if content_type == MSGPACK:
-        try:
-            return msgpack.unpackb(body, raw=False, strict_map_key=True, **_MSGPACK_LIMITS)
-        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-            raise BadRequest("bad_msgpack", f"body is not valid msgpack: {type(exc).__name__}") from exc
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest("bad_json", f"body is not valid JSON: {exc}") from exc
-    except RecursionError as exc:  # "[[[[...": the decoder recurses once per level
-        raise BadRequest("too_deep", "body is nested too deeply") from exc
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The body, read within the API's read timeout (a client dripping it slowly holds a
-    connection and a handler); BadRequest when it is too large or too slow."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BadRequest("too_large", f"body of {request.content_length} bytes exceeds {limit}", status=413)
-    try:
-        async with asyncio.timeout(request.app[READ_TIMEOUT_KEY]):
-            body = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise BadRequest("too_large", f"body exceeds {limit} bytes", status=413) from exc
-    except TimeoutError as exc:
-        raise BadRequest("too_slow", "the body did not arrive within the read timeout", status=408) from exc
-    if len(body) > limit:
-        raise BadRequest("too_large", f"body of {len(body)} bytes exceeds {limit}", status=413)
-    return body
 
 
 def validate_urls(document: Any, *, may_be_empty: bool = False) -> tuple[list[tuple[int, dict]], list[dict]]:
@@ -254,67 +194,6 @@ async def get_ring(request: web.Request) -> web.Response:
                               "successors": answer["successors"], "live_owner": answer["live_owner"]})
 
 
-async def get_members(request: web.Request) -> web.Response:
-    """A heartbeat's answer. ``?from=ID``: the asking member, whose acknowledgement is the only
-    one of ``ips.seen`` it reads; ``?known=DIGEST``: the digest of this node's member list it
-    holds, and if that is still the list, the answer leaves it out (cluster.heartbeats). So an
-    answer to a member costs the same in a cluster of any size, not one entry per member."""
-    node = request.app[NODE_KEY]
-    membership = node.cluster.membership
-    digest = membership.digest()
-    body = {"node_id": node.node_id, "members_digest": digest,
-            "leaving": node.cluster.leaving, "drained": node.cluster.drained,
-            "ips": node.cluster.ip_announcement(for_peer=request.query.get("from")),
-            # names this node's frontier: a new one after a lost data directory
-            "incarnation": node.frontier.incarnation,
-            # idle or not, pages fetched, paused: an idle member reads statuses only on a change
-            "activity": node_activity(node).as_json()}
-    if request.query.get("known") != digest:
-        body["members"] = membership.view()
-    return web.json_response(body)
-
-
-async def _member_body(request: web.Request) -> tuple[str, str]:
-    node_id, url, _ = await _member_body_and_fields(request)
-    return node_id, url
-
-
-async def _member_body_and_fields(request: web.Request) -> tuple[str, str, dict]:
-    body = decode_body(await read_body(request, MAX_MEMBER_BODY_BYTES), "application/json")
-    node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
-    problem = member_problem(node_id, url)
-    if problem is not None:
-        raise BadRequest("bad_member", f'body must be {{"id": NODE_ID, "url": "http://HOST:PORT"}}: {problem}')
-    assert isinstance(body, dict)
-    return str(node_id), str(url), body
-
-
-async def post_join(request: web.Request) -> web.Response:
-    node = request.app[NODE_KEY]
-    try:
-        node_id, url = await _member_body(request)
-    except BadRequest as exc:
-        return exc.response()
-    if node_id == node.node_id:
-        return error(409, "same_id", f"{node_id} is this node's own id")
-    return web.json_response({"node_id": node.node_id, "members": node.cluster.accept_join(node_id, url)})
-
-
-async def post_leave(request: web.Request) -> web.Response:
-    """A member leaves; with ``"drained": true``, it has handed all its work on. Without it
-    (an older node, or one announcing the start of its drain) it is counted as down with work."""
-    node = request.app[NODE_KEY]
-    try:
-        node_id, _, body = await _member_body_and_fields(request)
-    except BadRequest as exc:
-        return exc.response()
-    drained = body.get("drained", False)
-    if not isinstance(drained, bool):
-        return error(400, "bad_member", f"drained must be true or false, got {type(drained).__name__}")
-    node.cluster.accept_leave(node_id, drained=drained)
-    return web.json_response({"ok": True})
-
-
 async def post_resume(request: web.Request) -> web.Response:
     """Resume fetching through the API after a quota pause, before its reset time."""
     node = request.app[NODE_KEY]
@@ -340,9 +219,9 @@ async def get_dashboard(request: web.Request) -> web.Response:
 # Reads (status, ring, metrics, health, dashboard) stay open; crawl control (api.control), its
 # host and queue listings included, does not.
 PROTECTED = frozenset({"/v1/urls", "/v1/resume", "/v1/members", "/v1/join", "/v1/leave"}) | CONTROL_PATHS
-# Endpoints only members use: a node without peers (and without --peer-dns) has no members, so
-# it answers them to no one -- a join would hand a stranger an arc of its crawl.
-MEMBERS_ONLY = frozenset({"/v1/members", "/v1/join", "/v1/leave"})
+# MEMBERS_ONLY (api.members): endpoints only members use. A node without peers (and without
+# --peer-dns) has no members, so it answers them to no one -- a join would hand a stranger an
+# arc of its crawl.
 
 
 def clustered(node: Node) -> bool:
@@ -399,9 +278,7 @@ def make_app(node: Node) -> web.Application:
     app.router.add_post("/v1/resume", post_resume)
     app.router.add_get("/v1/status", get_status)
     app.router.add_get("/v1/ring", get_ring)
-    app.router.add_get("/v1/members", get_members)
-    app.router.add_post("/v1/join", post_join)
-    app.router.add_post("/v1/leave", post_leave)
+    add_member_routes(app)
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/", get_dashboard)

@@ -289,7 +289,8 @@ def _with_always(paths: dict[str, Schema]) -> dict[str, Schema]:
 
 def openapi_document() -> dict[str, Any]:
     """The whole description, as a new dict."""
-    from crawler_node.api.app import MAX_BODY_BYTES, MAX_MEMBER_BODY_BYTES
+    from crawler_node.api.app import MAX_BODY_BYTES
+    from crawler_node.api.members import MAX_MEMBER_BODY_BYTES
 
     paths: dict[str, Schema] = {
         "/v1/urls": _urls(),
