@@ -407,6 +407,7 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
     sys.path.insert(0, str(TESTS))
     from netns_helpers import Network
 
+    from crawler_node.daemon import IDLE_CHECK_S
     from crawler_node.testweb.process import TestwebProcess
     from crawler_node.tools import client
     from crawler_node.tools.node_process import NodeProcess
@@ -430,7 +431,10 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
             status = lambda node: _get(f"{node.url}/v1/status?scope=local", SECRET)[0]  # noqa: E731
             _wait(lambda: all(all(m["state"] == "alive" for m in status(n)["members"]) for n in nodes.values()),
                   60, "every member alive in every view")
-            time.sleep(4.0)  # the one-off exchanges of a start (control sync, per-IP acks) are over
+            # The one-off exchanges of a start are over: the control sync, the per-IP acks, and the
+            # progress log's first reads of each peer's status (up to two rounds, until a read finds
+            # the cluster idle with every peer's activity known: cluster.activity).
+            time.sleep(2 * IDLE_CHECK_S + 1.0)
             mesh = MeshCounters(net)
             before, t0 = mesh.read(), time.monotonic()
             time.sleep(idle_s)
@@ -591,13 +595,13 @@ def print_projection(title: str, base: Params, table: list[dict]) -> None:
           f"{base.cross_host_share:.0%} cross-host, {base.hosts:,} hosts, "
           f"heartbeat every {base.heartbeat_interval_s:g} s")
     print(f"  {'N':>4} {'fwd URLs/page':>13} {'rows/POST':>9} {'forward B/s':>12} {'replica B/s':>12} "
-          f"{'heartbeat B/s':>13} {'hb share':>8} {'node total B/s':>14} {'cluster B/s':>13}")
+          f"{'heartbeat B/s':>13} {'hb share':>8} {'status B/s':>10} {'node total B/s':>14} {'cluster B/s':>13}")
     for row in table:
         p = replace(base, nodes=row["nodes"])
         print(f"  {row['nodes']:>4} {row['forwarded_urls_per_page']:>13.2f} {rows_per_batch(p):>9.1f} "
               f"{row['forward_bytes_per_s']:>12,.0f} {row['replica_bytes_per_s']:>12,.0f} "
               f"{row['heartbeat_bytes_per_s']:>13,.0f} {row['heartbeat_share']:>8.1%} "
-              f"{row['total_bytes_per_s']:>14,.0f} {row['cluster_bytes_per_s']:>13,.0f}")
+              f"{row['status_read_bytes_per_s']:>10,.0f} {row['total_bytes_per_s']:>14,.0f} {row['cluster_bytes_per_s']:>13,.0f}")
     crossover = heartbeat_crossover(base)
     print(f"  heartbeats cost more than forwarding and replicas from N = {crossover}" if crossover
           else "  heartbeats never cost more than the data (N <= 10,000)")
