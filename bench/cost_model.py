@@ -601,7 +601,8 @@ def print_projection(title: str, base: Params, table: list[dict]) -> None:
         print(f"  {row['nodes']:>4} {row['forwarded_urls_per_page']:>13.2f} {rows_per_batch(p):>9.1f} "
               f"{row['forward_bytes_per_s']:>12,.0f} {row['replica_bytes_per_s']:>12,.0f} "
               f"{row['heartbeat_bytes_per_s']:>13,.0f} {row['heartbeat_share']:>8.1%} "
-              f"{row['status_read_bytes_per_s']:>10,.0f} {row['total_bytes_per_s']:>14,.0f} {row['cluster_bytes_per_s']:>13,.0f}")
+              f"{row['status_read_bytes_per_s']:>10,.0f} {row['total_bytes_per_s']:>14,.0f} "
+              f"{row['cluster_bytes_per_s']:>13,.0f}")
     crossover = heartbeat_crossover(base)
     print(f"  heartbeats cost more than forwarding and replicas from N = {crossover}" if crossover
           else "  heartbeats never cost more than the data (N <= 10,000)")

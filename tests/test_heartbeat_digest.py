@@ -30,6 +30,10 @@ def test_the_digest_names_the_ids_and_urls_and_nothing_else() -> None:
     assert membership.get("b").state is PeerState.DOWN and membership.digest() == first
     membership.add("c", "http://127.0.0.3:1", 10.0)
     assert membership.digest() != first
+    with_c = membership.digest()
+    assert membership.add("b", "http://127.0.0.9:1", 10.0)  # b moved: a peer must learn its new URL
+    assert membership.digest() != with_c
+    membership.add("b", "http://127.0.0.2:1", 10.0)
     other = Membership("c", "http://127.0.0.3:1", {"a": "http://127.0.0.1:1", "b": "http://127.0.0.2:1"},
                        now=0.0, suspect_after_s=1.0, down_after_s=2.0)
     assert other.digest() == membership.digest()  # the same members, seen from another member

@@ -116,6 +116,7 @@ class Membership:
         self.suspect_after_s = suspect_after_s
         self.down_after_s = down_after_s
         self._members: dict[str, Member] = {}
+        self._digest: str | None = None  # of the (id, url) pairs (digest)
         self.version = 0  # bumped on every change that can move ring ownership
         for node_id, url in peers.items():
             if node_id != self_id:
@@ -202,9 +203,11 @@ class Membership:
             if member.url == url or member.is_self:
                 return False
             member.url = url
+            self._digest = None
             return True
         self._members[node_id] = Member(node_id, url, last_ok=now)
         self.version += 1
+        self._digest = None
         return True
 
     def merge(self, view: Iterable[tuple[str, str]], now: float) -> list[str]:
@@ -269,8 +272,10 @@ class Membership:
         """Names the (id, url) pairs of :meth:`view`, all a peer's `merge` reads of it: a peer
         that holds the list of this digest learns nothing from it again (members are only
         ever added), so a heartbeat answer to it may leave the list out."""
-        listed = "\n".join(f"{m.node_id} {m.url}" for m in self.members())
-        return hashlib.sha256(listed.encode()).hexdigest()[:DIGEST_CHARS]
+        if self._digest is None:  # kept until a member is added or moves: asked twice a heartbeat
+            listed = "\n".join(f"{m.node_id} {m.url}" for m in self.members())
+            self._digest = hashlib.sha256(listed.encode()).hexdigest()[:DIGEST_CHARS]
+        return self._digest
 
     # ---------------------------------------------------------------- internals
     def _update(self, member: Member, now: float) -> bool:
