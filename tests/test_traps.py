@@ -40,6 +40,8 @@ def test_what_may_change_host_is_told_by_where_a_url_was_found() -> None:
     assert source_of(None, 0) is None  # a seed or a submitted URL
     assert source_of("http://x.test/", 1) is None  # a redirect's target (http://x/ -> https://www.x/)
     assert source_of("http://x.test/robots.txt", 0) is None  # a sitemap robots.txt names
+    assert source_of("http://x.test/robots.txt?v=2#top", 0) is None
+    assert source_of("http://x.test/robots.txt.html", 0) == "x.test"
     assert source_of("http://x.test:8080/p/robots.txt", 0) == "x.test:8080"  # only /robots.txt names sitemaps
     assert source_of("http://x.test/p/1", 0) == "x.test"
 

@@ -122,7 +122,9 @@ def source_of(via: str | None, redirects: int) -> str | None:
     named by robots.txt (its via is that robots.txt)."""
     if via is None or redirects > 0:
         return None
-    if urlsplit(via).path == "/robots.txt":
+    # Its path is part of it: without the words, no need to split it (a split per URL was a
+    # third of what a member spent taking in a peer's batch).
+    if "/robots.txt" in via and urlsplit(via).path == "/robots.txt":
         return None
     return host_of(via)
 
