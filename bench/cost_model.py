@@ -75,10 +75,10 @@ class Params:
     # bytes each). The whole list comes after a change only: a join, a restart.
     heartbeat_per_member: float = 0.0
     # The progress log (daemon.ProgressLog) reads every peer's status (GET /v1/status?scope=local)
-    # once per progress line while the cluster crawls. An idle member reads them only when a
-    # peer's heartbeat says its work changed (cluster.activity): a cluster that sits idle reads
-    # none (until 2026-12-02, an idle member read them every 5 s). A status lists every member.
-    progress_interval_s: float = 30.0
+    # only when a peer's heartbeat says its work changed in a way a read could tell (cluster.
+    # activity): once as a crawl ends, after a pause. Its lines while crawling are made of the
+    # heartbeats' activities, and an idle cluster reads none. (Until 2026-12-02 every member read
+    # all of them for each progress line, and an idle member every 5 s.) A status lists every member.
     status_fixed: float = 4_360.0  # request and answer on the wire, less the member list
     status_per_member: float = 180.0  # (5,031 - 4,674) / 2: the exchange with 5 members and with 3
 
@@ -171,11 +171,10 @@ def status_exchange_bytes(p: Params) -> float:
     return p.status_fixed + p.nodes * p.status_per_member
 
 
-def status_read_bytes_per_s(p: Params) -> float:
-    """What the progress lines' status reads cost a crawling node per second, sent and received:
-    it reads N-1 statuses per line and N-1 members read its own; O(N) exchanges of O(N) bytes.
-    None while the cluster sits idle (cluster.activity)."""
-    return 2.0 * (p.nodes - 1) / p.progress_interval_s * status_exchange_bytes(p)
+def status_read_bytes(p: Params) -> float:
+    """What one change costs a node (a crawl ending, a pause): it reads N-1 statuses and N-1
+    members read its own, O(N) exchanges of O(N) bytes, once; nothing in a steady crawl or idle."""
+    return 2.0 * (p.nodes - 1) * status_exchange_bytes(p)
 
 
 def per_node(p: Params) -> dict[str, float]:
@@ -184,20 +183,19 @@ def per_node(p: Params) -> dict[str, float]:
     forward = forward_bytes_per_page(p) * p.pages_per_s
     replica = replica_bytes_per_page(p) * p.pages_per_s
     heartbeat = heartbeat_bytes_per_s(p)
-    reads = status_read_bytes_per_s(p)
-    total = 2 * (forward + replica) + heartbeat + reads
+    total = 2 * (forward + replica) + heartbeat
     return {"forwarded_urls_per_page": forwarded_per_page(p),
             "forward_bytes_per_page": forward_bytes_per_page(p), "replica_bytes_per_page": replica_bytes_per_page(p),
             "forward_bytes_per_s": 2 * forward, "replica_bytes_per_s": 2 * replica,
-            "heartbeat_bytes_per_s": heartbeat, "status_read_bytes_per_s": reads, "total_bytes_per_s": total,
+            "heartbeat_bytes_per_s": heartbeat, "status_read_bytes_per_change": status_read_bytes(p),
+            "total_bytes_per_s": total,
             "per_peer_link_bytes_per_s": total / max(1, p.nodes - 1)}
 
 
 def cluster_total_bytes_per_s(p: Params) -> float:
-    """Everything the members send each other: O(N) for the data, O(N^2) for heartbeats, and
-    O(N^3) bytes for the progress lines' status reads while crawling (O(N^2) reads of O(N))."""
+    """Everything the members send each other: O(N) for the data, O(N^2) for heartbeats."""
     return p.nodes * (forward_bytes_per_page(p) + replica_bytes_per_page(p)) * p.pages_per_s \
-        + p.nodes * (heartbeat_bytes_per_s(p) + status_read_bytes_per_s(p)) / 2
+        + p.nodes * heartbeat_bytes_per_s(p) / 2
 
 
 def takeover(p: Params, *, queued: float, fetched: float) -> dict[str, float]:
@@ -572,7 +570,7 @@ def compare(run: dict, p: Params, graph: dict) -> list[tuple[str, float, float]]
         ("heartbeat bytes per exchange", run["heartbeat_bytes_per_exchange"], heartbeat_exchange_bytes(p)),
         ("idle bytes/s per node (heartbeats alone)", run["heartbeat_bytes_per_s_node"], model_hb_node),
         ("member-traffic bytes/s per node, crawling", run["mesh_bytes"] * 2 / run["nodes"] / run["crawl_wall_s"],
-         2 * data * p.pages_per_s + model_hb_node + status_read_bytes_per_s(p)),
+         2 * data * p.pages_per_s + model_hb_node),
     ]
 
 
@@ -595,14 +593,13 @@ def print_projection(title: str, base: Params, table: list[dict]) -> None:
           f"{base.cross_host_share:.0%} cross-host, {base.hosts:,} hosts, "
           f"heartbeat every {base.heartbeat_interval_s:g} s")
     print(f"  {'N':>4} {'fwd URLs/page':>13} {'rows/POST':>9} {'forward B/s':>12} {'replica B/s':>12} "
-          f"{'heartbeat B/s':>13} {'hb share':>8} {'status B/s':>10} {'node total B/s':>14} {'cluster B/s':>13}")
+          f"{'heartbeat B/s':>13} {'hb share':>8} {'node total B/s':>14} {'cluster B/s':>13}")
     for row in table:
         p = replace(base, nodes=row["nodes"])
         print(f"  {row['nodes']:>4} {row['forwarded_urls_per_page']:>13.2f} {rows_per_batch(p):>9.1f} "
               f"{row['forward_bytes_per_s']:>12,.0f} {row['replica_bytes_per_s']:>12,.0f} "
               f"{row['heartbeat_bytes_per_s']:>13,.0f} {row['heartbeat_share']:>8.1%} "
-              f"{row['status_read_bytes_per_s']:>10,.0f} {row['total_bytes_per_s']:>14,.0f} "
-              f"{row['cluster_bytes_per_s']:>13,.0f}")
+              f"{row['total_bytes_per_s']:>14,.0f} {row['cluster_bytes_per_s']:>13,.0f}")
     crossover = heartbeat_crossover(base)
     print(f"  heartbeats cost more than forwarding and replicas from N = {crossover}" if crossover
           else "  heartbeats never cost more than the data (N <= 10,000)")

@@ -10,7 +10,7 @@ import time
 
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
-from crawler_node.api.status import cluster_status, node_activity, node_status
+from crawler_node.api.status import cluster_status, heard_status, node_activity, node_status
 from crawler_node.cluster.activity import Check, View, idle_check, view_of
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
@@ -31,9 +31,10 @@ class ProgressLog:
     queued, finished / known), and one "crawl finished" line when the cluster becomes idle --
     never while a member that may hold work is down: then it says so, in those words.
 
-    An idle member reads its peers' statuses only when their heartbeats' activity could change
-    what it says (cluster.activity): not while one says it is busy, and not again while all say
-    what they said when a read found the cluster idle (the line is then that read's again)."""
+    A member reads its peers' statuses only when their heartbeats' activity could change what it
+    says (cluster.activity): not while the cluster is busy (a line is then made of what the
+    heartbeats say: api.status.heard_status), and not again while all say what they said when a
+    read found the cluster idle (the line is then that read's again)."""
 
     def __init__(self, node: Node, *, interval_s: float) -> None:
         self._node = node
@@ -57,17 +58,28 @@ class ProgressLog:
         if not line_due and not local["idle"]:
             self._said = None  # busy here: the cluster is not idle, no need to ask the others
             return
+        cluster = self._node.cluster
         view = None
-        if local["idle"] and not self._node.cluster.is_single:
-            view = view_of(node_activity(self._node), self._node.cluster.peer_activity())
-            check = idle_check(view, self._idle_view)
-            if check is Check.BUSY and not line_due:
-                self._said = None  # a peer's heartbeat says it is busy
-                return
+        if not cluster.is_single:
+            peers = cluster.peer_activity()
+            check = Check.BUSY
+            if local["idle"]:
+                view = view_of(node_activity(self._node), peers)
+                check = idle_check(view, self._idle_view)
             if check is Check.UNCHANGED and self._idle_status is not None:
                 if line_due:
                     self._line(self._idle_status, now)
                 return
+            if check is Check.BUSY:
+                self._said = None  # busy here, or a peer's heartbeat says it is
+                if not line_due:
+                    return
+                # the line from what the heartbeats say, when that is enough (no pause, and
+                # every peer's activity known): no read of the statuses while crawling either
+                heard = heard_status(local, peers)
+                if heard is not None:
+                    self._line(heard, now)
+                    return
         try:
             status = await cluster_status(self._node, local)
         except RecursionError:

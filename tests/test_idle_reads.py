@@ -1,8 +1,9 @@
-"""An idle member reads its peers' statuses only when their heartbeats say something changed
-(cluster.activity): not while a peer says it is busy, and not again while every peer says what
-it said when a read found the cluster idle. Before, an idle member read every peer's status
-every 5 s (N-1 reads of some kB each, on each of N members, for as long as the cluster sat
-idle). What it says is unchanged: "crawl finished" once, when the cluster becomes idle."""
+"""A member reads its peers' statuses only when their heartbeats say something changed
+(cluster.activity): not while a peer says it is busy (its progress lines are made of what the
+heartbeats say), and not again while every peer says what it said when a read found the cluster
+idle. Before, an idle member read every peer's status every 5 s, and every member read them all
+for each progress line (N-1 reads of some kB each, on each of N members). What it says is
+unchanged: progress lines, and "crawl finished" once, when the cluster becomes idle."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from aiohttp import web
 from cluster_helpers import SECURED, peers_of, plan
 from peer_helpers import Peer, serve, until
 
+from crawler_node.api.status import heard_status
 from crawler_node.cluster.activity import Activity, Check, PeerActivity, idle_check, parse_activity, view_of
 from crawler_node.cluster.heartbeats import Heartbeats
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.runtime.supervisor import Supervisor
+from crawler_node.tools.report import progress_log_line
 
 IDLE = Activity(idle=True, fetched=5, known=7, paused=False)
 HERE = Activity(idle=True, fetched=0, known=0, paused=False)
@@ -53,10 +56,37 @@ def test_a_pause_is_always_read_for_its_reasons() -> None:
     assert idle_check(read, read) is Check.READ
 
 
+def local_status(idle: bool, *, paused: bool = False) -> dict:
+    """This node's own status, as much of it as a progress line and a member summary read."""
+    return {"node_id": "a", "idle": idle, "paused": paused, "pause": None, "counters": {"fetched": 4},
+            "rates": {"fetched_per_s": 2.0}, "queues": {"frontier": {"depth": 0 if idle else 3}},
+            "frontier": {"queued": 0 if idle else 3, "leased": 0, "done": 4, "failed": 0, "deferred": 0},
+            "admission": {"open": True, "blocked_by": None},
+            "members": [{"id": "a", "state": "alive", "self": True, "left": False},
+                        {"id": "b", "state": "alive", "self": False, "left": False},
+                        {"id": "c", "state": "alive", "self": False, "left": False}]}
+
+
+def test_a_progress_line_is_made_of_what_the_heartbeats_say_while_the_cluster_crawls() -> None:
+    busy = Activity(idle=False, fetched=5, known=9, paused=False, finished=5)
+    status = heard_status(local_status(False), [alive("b", IDLE), alive("c", busy)])
+    assert status is not None and status["crawl_state"] == "crawling" and status["idle"] is False
+    line = progress_log_line(status, 2.0, 30.0)
+    assert "fetched 4 here" in line and "queued 3 here" in line
+    assert "9/23" in line and line.endswith("crawling")  # finished / known over a (4/7), b (0/7), c (5/9)
+    # ... not when a peer's activity is unknown, or anyone is paused: then the statuses are read
+    assert heard_status(local_status(False), [alive("b", None), alive("c", busy)]) is None
+    assert heard_status(local_status(False), [PeerActivity("b", "down", False, None), alive("c", busy)]) is None
+    paused = Activity(idle=False, fetched=5, known=9, paused=True)
+    assert heard_status(local_status(False), [alive("b", IDLE), alive("c", paused)]) is None
+    assert heard_status(local_status(False, paused=True), [alive("b", IDLE), alive("c", busy)]) is None
+
+
 @pytest.mark.parametrize("bad", [[], {"idle": "yes", "fetched": 1, "known": 1, "paused": False},
                                  {"idle": True, "fetched": -1, "known": 1, "paused": False},
                                  {"idle": True, "fetched": True, "known": 1, "paused": False},
-                                 {"idle": True, "fetched": 1, "paused": False}])
+                                 {"idle": True, "fetched": 1, "paused": False},
+                                 {"idle": True, "fetched": 1, "known": 1, "finished": -1, "paused": False}])
 def test_a_malformed_activity_is_refused(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_activity(bad)
@@ -109,53 +139,58 @@ class StandIn:
             "node_id": "b", "idle": a.idle, "paused": False, "pause": None,
             "counters": {"fetched": a.fetched}, "rates": {"fetched_per_s": 0.0},
             "queues": {"frontier": {"depth": 0 if a.idle else 1}},
-            "frontier": {"queued": 0 if a.idle else 1, "leased": 0, "done": a.fetched, "failed": 0, "deferred": 0},
+            "frontier": {"queued": a.known - a.finished, "leased": 0, "done": a.finished, "failed": 0,
+                         "deferred": 0},
             "admission": {"open": True, "blocked_by": None}, "members": []})
 
     def heartbeats(self) -> int:
         return len(self.peer.asked)
 
 
-async def test_an_idle_member_reads_statuses_only_when_a_heartbeat_says_something_changed(start_node) -> None:
+async def test_a_member_reads_statuses_only_when_a_heartbeat_says_something_changed(start_node) -> None:
     loop = asyncio.get_running_loop()
     addresses = plan(["a", "b"], first_ip=46)
     urls = peers_of(addresses)
     b = StandIn(Membership("b", urls["b"], {"a": urls["a"]}, now=loop.time(), suspect_after_s=1.0,
                            down_after_s=2.0))
     runner, _ = await serve({"/v1/members": b.peer.handle, "/v1/status": b.status}, *addresses["b"])
+    # a progress line every round (every 2 s): before, each line read every peer's status
     a = start_node("a", host=addresses["a"][0], port=addresses["a"][1], peers=urls, wait=False,
-                   extra_args=[*SECURED, "--progress-interval-s", "3600"])
+                   extra_args=[*SECURED, "--progress-interval-s", "2"])
     try:
         await asyncio.to_thread(a.wait_healthy, 30)
 
         async def rounds_pass() -> None:
-            """More than one round of a's progress log (every 5 s), counted in a's heartbeats
-            to b (every 0.5 s): a read per round before, whatever the peers said."""
+            """More than two rounds of a's progress log (every 2 s), counted in a's heartbeats to b
+            (every 0.5 s): a read per round before, whatever the peers said."""
             start = b.heartbeats()
-            await until(lambda: b.heartbeats() >= start + 13, "6.5 s of a's heartbeats", deadline_s=30)
+            await until(lambda: b.heartbeats() >= start + 11, "5.5 s of a's heartbeats", deadline_s=30)
 
-        def finished() -> int:
-            return a.log_tail(400).count("crawl finished")
+        def said(words: str) -> int:
+            return a.log_tail(400).count(words)
 
         await until(lambda: b.heartbeats() >= 3, "a's first heartbeats", deadline_s=30)
         await rounds_pass()
-        # b says it is busy: the cluster is not idle, nothing to read (but in a's first round,
-        # perhaps, before a heard b's activity; a read a round before: at least two by now)
+        # b says it is busy: the cluster crawls, and a's lines say so from the heartbeats alone
+        # (but in a's first round, perhaps, before a heard b's activity; a read a round before:
+        # three or more by now)
         assert b.status_reads <= 1
-        assert finished() == 0
+        assert said("crawl finished") == 0 and said("finished of the URLs known; crawling") >= 2
 
-        b.activity = Activity(idle=True, fetched=5, known=5, paused=False)
-        await until(lambda: finished() == 1, "a's finished line once b says it is idle", deadline_s=15)
+        b.activity = Activity(idle=True, fetched=5, known=5, paused=False, finished=5)
+        await until(lambda: said("crawl finished") == 1, "a's finished line once b says it is idle", deadline_s=15)
         reads = b.status_reads
         assert reads >= 1  # the line is said on what a read found, not on a heartbeat alone
+        lines = said("progress: fetched")
         await rounds_pass()
         assert b.status_reads == reads  # idle, as at that read: no read again
+        assert said("progress: fetched") >= lines + 2 and "finished of the URLs known; idle" in a.log_tail(5)
 
-        b.activity = Activity(idle=True, fetched=6, known=5, paused=False)  # busy a moment, unseen
+        b.activity = Activity(idle=True, fetched=6, known=5, paused=False, finished=5)  # busy a moment, unseen
         await until(lambda: b.status_reads > reads, "a read once b's fetched pages change", deadline_s=15)
         reads = b.status_reads
         await rounds_pass()
-        assert b.status_reads == reads and finished() == 1  # idle still: said once
+        assert b.status_reads == reads and said("crawl finished") == 1  # idle still: said once
     finally:
         a.stop(timeout_s=15)
         await runner.cleanup()

@@ -122,7 +122,7 @@ def _schemas() -> dict[str, Schema]:
                                  {"members": {"type": "array", "items": _ANY_OBJECT},
                                   # cluster.activity: what an idle member decides whether to read statuses by
                                   "activity": _object({"idle": _BOOL, "fetched": _COUNT, "known": _COUNT,
-                                                       "paused": _BOOL})}),
+                                                       "paused": _BOOL}, {"finished": _COUNT})}),
         "Command": {"type": "object", "properties": {
             "reason": {"type": "string", "maxLength": control.MAX_REASON_CHARS},
             "by": {"type": "string", "maxLength": control.MAX_REASON_CHARS}}},

@@ -10,10 +10,11 @@ at once, whatever its age.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from crawler_node.api.snapshot import Snapshots
-from crawler_node.cluster.activity import Activity
+from crawler_node.cluster.activity import Activity, PeerActivity
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
@@ -32,10 +33,11 @@ def node_activity(node: Node) -> Activity:
     """What this node's heartbeat answers say of its work (cluster.activity), without a call on
     the frontier's thread: its totals as last read, at most a second ago while the node runs
     (the shedding round reads them every second). Not idle before the first read."""
-    totals = node.frontier.last_totals
-    return Activity(idle=totals is not None and _idle(node, totals), fetched=node.store.counters["fetched"],
-                    known=0 if totals is None else sum(int(totals.get(state, 0)) for state in _STATES),
-                    paused=node.admission.operator_pause is not None)
+    totals = node.frontier.last_totals or {}
+    return Activity(idle=bool(totals) and _idle(node, totals), fetched=node.store.counters["fetched"],
+                    known=sum(int(totals.get(state, 0)) for state in _STATES),
+                    paused=node.admission.operator_pause is not None,
+                    finished=int(totals.get("done", 0)) + int(totals.get("failed", 0)))
 
 
 async def node_status(node: Node) -> dict[str, Any]:
@@ -209,12 +211,43 @@ async def cluster_status(node: Node, local: dict[str, Any] | None = None) -> dic
             member.update(member_summary(status))
         else:
             member.update(member_summary(peers.get(member["id"])))
+    _decide_idle(status)
+    return status
+
+
+def _decide_idle(status: dict[str, Any]) -> None:
     # A member that left (--handoff-on-exit) handed its queue on; any other silent member may
     # still hold work, so the cluster is not idle while it is unreachable.
     status["idle"] = status["node_idle"] and all(
         (member["left"] and not member["self"]) or (member["state"] == "alive" and member.get("idle") is True)
         for member in status["members"])
     status["crawl_state"] = crawl_state(status)
+
+
+def heard_status(local: dict[str, Any], peers: Sequence[PeerActivity]) -> dict[str, Any] | None:
+    """The cluster status a progress line needs, from this node's status and what the peers'
+    heartbeats say of their work (cluster.activity), without reading their statuses: each
+    member's idle flag, fetched pages, URLs known and finished. None when that is not enough
+    to say the same as a read would: a peer without an activity (down, or an older member),
+    or a pause anywhere (a pause is said with its reasons)."""
+    heard = {peer.node_id: peer for peer in peers}
+    status = {**local, "members": [dict(member) for member in local["members"]], "node_idle": local["idle"]}
+    if local.get("paused"):
+        return None
+    for member in status["members"]:
+        if member["self"]:
+            member.update(member_summary(local))
+            continue
+        peer = heard.get(member["id"])
+        if member["left"] and not (peer is not None and peer.activity is not None):
+            member.update(member_summary(None))
+            continue
+        if peer is None or peer.activity is None or peer.activity.paused:
+            return None
+        a = peer.activity
+        member.update({"reachable": True, "idle": a.idle, "fetched": a.fetched, "finished": a.finished,
+                       "known": a.known, "paused": False})
+    _decide_idle(status)
     return status
 
 

@@ -5,7 +5,8 @@ A member's progress log (daemon.ProgressLog) says "crawl finished" once the clus
 to know it, it reads every peer's status (``GET /v1/status?scope=local``, some kB that list every
 member): N-1 reads every few seconds on each of N members while the cluster sits idle, and on a
 member that finished its arc while the others crawl on. Each heartbeat answer carries instead
-the answering member's :class:`Activity` (idle or not, pages fetched, URLs known, paused or not), and
+the answering member's :class:`Activity` (idle or not, pages fetched, URLs known and finished,
+paused or not), and
 :func:`idle_check` decides from those alone whether a round needs the statuses:
 
 - a peer that says it is busy (and nobody is paused) makes the cluster busy: no read needed;
@@ -33,15 +34,17 @@ class Activity:
     fetched: int  # fetch attempts it stored
     known: int  # URLs in its frontier, in any state
     paused: bool  # an operator's pause (crawler-node pause)
+    finished: int = 0  # of those known, done or failed (a progress line's share)
 
     def as_json(self) -> dict:
-        return {"idle": self.idle, "fetched": self.fetched, "known": self.known, "paused": self.paused}
+        return {"idle": self.idle, "fetched": self.fetched, "known": self.known, "finished": self.finished,
+                "paused": self.paused}
 
 
 def parse_activity(value: object) -> Activity | None:
     """The ``activity`` of a heartbeat answer: None when absent (a member from before it);
     ValueError when it is not ``{"idle": bool, "fetched": int >= 0, "known": int >= 0,
-    "paused": bool}``."""
+    "finished": int >= 0, "paused": bool}`` ("finished" may be left out: 0)."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -50,12 +53,12 @@ def parse_activity(value: object) -> Activity | None:
     if not isinstance(idle, bool) or not isinstance(paused, bool):
         raise ValueError("activity.idle and activity.paused must be true or false")
     counts = []
-    for name in ("fetched", "known"):
-        count = value.get(name)
+    for name in ("fetched", "known", "finished"):
+        count = value.get(name, 0) if name == "finished" else value.get(name)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ValueError(f"activity.{name} must be an integer >= 0, got {count!r}")
         counts.append(count)
-    return Activity(idle, counts[0], counts[1], paused)
+    return Activity(idle, counts[0], counts[1], paused, counts[2])
 
 
 @dataclass(frozen=True, slots=True)
