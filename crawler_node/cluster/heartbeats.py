@@ -33,12 +33,12 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
 
 from crawler_node.cluster.activity import Activity, parse_activity
-from crawler_node.cluster.ipshare import Announcement, BadAnnouncement, parse_announcement
+from crawler_node.cluster.ipshare import Announcement, parse_announcement
 from crawler_node.cluster.membership import DIGEST_CHARS, Membership, PeerState, member_problem, parse_view
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.runtime.supervisor import Supervisor
@@ -51,6 +51,7 @@ MEMBER_CALL_TIMEOUT_S = 2.0
 # a peer not yet listening costs next to nothing; the hold's reason to exist is time lost).
 STARTUP_POLL_S = 0.05
 _DIGEST = re.compile(rf"[0-9a-f]{{{DIGEST_CHARS}}}")
+_T = TypeVar("_T")
 
 
 class BadPeerAnswer(ValueError):
@@ -111,21 +112,14 @@ def state_reported(answer: object, node_id: str) -> str | None:
     return None
 
 
-def parse_ips_answer(answer: object) -> Announcement | None:
-    """The per-IP announcement of a member list answer (already checked to be an object)."""
+def answer_part(answer: object, key: str, parse: Callable[[object], _T]) -> _T:
+    """``parse`` of one part of a member list answer (already checked to be an object): the
+    per-IP announcement (``"ips"``, cluster.ipshare), the activity (``"activity"``,
+    cluster.activity). One of the wrong shape makes the answer a bad one."""
     assert isinstance(answer, dict)
     try:
-        return parse_announcement(answer.get("ips"))
-    except BadAnnouncement as exc:
-        raise BadPeerAnswer(str(exc)) from exc
-
-
-def activity_of(answer: object) -> Activity | None:
-    """The activity of a member list answer (already checked to be an object), or None."""
-    assert isinstance(answer, dict)
-    try:
-        return parse_activity(answer.get("activity"))
-    except ValueError as exc:
+        return parse(answer.get(key))
+    except ValueError as exc:  # BadAnnouncement is one
         raise BadPeerAnswer(str(exc)) from exc
 
 
@@ -225,8 +219,8 @@ class Heartbeats:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 answer = await _json(response)
                 members, leaving = parse_members_answer(answer, known)
-                ips = parse_ips_answer(answer) if self._ip is not None else None
-                activity = activity_of(answer)
+                ips = answer_part(answer, "ips", parse_announcement) if self._ip is not None else None
+                activity = answer_part(answer, "activity", parse_activity)
         except BadPeerAnswer as exc:
             self.bad_answers[node_id] += 1
             if self.bad_answers[node_id] in (1, 10, 100) or self.bad_answers[node_id] % 1000 == 0:
