@@ -32,6 +32,7 @@ from crawler_node.api.snapshot import Snapshots
 from crawler_node.api.status import node_status, status_snapshots
 from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness, peer_refresh
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
+from crawler_node.frontier import AddResult
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.node import Node
 from crawler_node.node.pipeline import InboundFull
@@ -139,7 +140,8 @@ async def post_urls(request: web.Request) -> web.Response:
     try:
         if replica.entries or politeness or refreshes:  # a peer's replica of its queue (frontier.replica)
             await intake.take(replica.entries, replica=True, politeness=politeness, refreshes=refreshes)
-        result = await intake.take(fresh.entries)
+        # (a peer's batch of replicas has no URL to crawl: no empty call on the frontier's thread)
+        result = await intake.take(fresh.entries) if fresh.entries else AddResult(accepted=[], duplicates=0)
         if seen.entries:
             # URLs another member already fetched (handback, join): recorded, never fetched.
             seen_result = await intake.take(seen.entries, seen=True)
