@@ -16,7 +16,9 @@ from aiohttp import web
 from crawler_node.api.control import CONTROL_PATHS, add_control_routes
 from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.http import (
+    MAX_BODY_BYTES,
     MAX_URLS_PER_REQUEST,
+    MAX_VIA_LENGTH,
     NODE_KEY,
     READ_TIMEOUT_KEY,
     BadRequest,
@@ -40,8 +42,6 @@ from crawler_node.runtime.datadir import DiskFull
 
 log = logging.getLogger("crawler_node.api")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_VIA_LENGTH = 8192  # characters of an item's "via", the page its URL was found on
 METRICS_KEY = web.AppKey("metrics", NodeMetrics)
 NODE_STATUS_KEY = web.AppKey("node_status", Snapshots)  # GET /v1/status?scope=local, /metrics
 CLUSTER_STATUS_KEY = web.AppKey("cluster_status", Snapshots)  # GET /v1/status

@@ -19,6 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from crawler_node.api import catch_up, control
+from crawler_node.api.http import MAX_BODY_BYTES, MAX_URLS_PER_REQUEST, MAX_VIA_LENGTH
+from crawler_node.api.members import MAX_MEMBER_BODY_BYTES
 from crawler_node.cluster.membership import MAX_ID_CHARS, MAX_URL_CHARS
 from crawler_node.core.urls import MAX_URL_LENGTH
 
@@ -84,7 +86,6 @@ _SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}, {"clusterToken": []
 
 
 def _url_item() -> Schema:
-    from crawler_node.api.app import MAX_VIA_LENGTH  # imported here: api.app serves this document
 
     small = {"type": "integer", "minimum": 0, "maximum": _SMALL - 1}
     # The pattern is the plain form (the node also takes IDNs, user info, IPv6 and odd paths, and
@@ -103,7 +104,6 @@ def _url_item() -> Schema:
 
 
 def _schemas() -> dict[str, Schema]:
-    from crawler_node.api.app import MAX_URLS_PER_REQUEST
 
     member_id = {"type": "string", "pattern": f"^[A-Za-z0-9._-]{{1,{MAX_ID_CHARS}}}$"}
     member_url = {"type": "string", "maxLength": MAX_URL_CHARS, "pattern": r"^https?://[A-Za-z0-9._\[\]:-]+:[0-9]+/?$"}
@@ -289,8 +289,6 @@ def _with_always(paths: dict[str, Schema]) -> dict[str, Schema]:
 
 def openapi_document() -> dict[str, Any]:
     """The whole description, as a new dict."""
-    from crawler_node.api.app import MAX_BODY_BYTES
-    from crawler_node.api.members import MAX_MEMBER_BODY_BYTES
 
     paths: dict[str, Schema] = {
         "/v1/urls": _urls(),
