@@ -44,7 +44,6 @@ class ProgressLog:
         self._said: str | None = None  # the idle state last said, so each is said once
         self._idle_view: View | None = None  # the activities when a read last found the cluster idle
         self._idle_status: dict | None = None  # ... and what it read
-        self.reads = 0  # rounds that read the peers' statuses
 
     def start(self) -> None:
         self._last_line = time.monotonic()
@@ -87,7 +86,6 @@ class ProgressLog:
             # cluster.peer_statuses lets that error through. Say so in one line, ask again later.
             log.warning("progress: a member's status could not be read (nested too deeply); skipped this round")
             return
-        self.reads += 1
         if line_due:
             self._line(status, now)
         state = status.get("crawl_state", "")
