@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 from cluster_helpers import (
@@ -28,6 +31,14 @@ SMALL_PIPELINE = ["--host-limit-ceiling", "4", "--global-inflight", "24", "--par
 # flight, its parse queue, the batches its parser holds (node.parse_stage: BATCHES_PER_PARSER of
 # PARSE_BATCH pages), its store queue, and the store batch being written (at most the queue).
 UNSTORED_BOUND = 24 + 8 + BATCHES_PER_PARSER * PARSE_BATCH + 32 + 32
+STORE_BATCH = 32  # the store batch, at most the store queue: in the crawl.log, not yet committed
+
+
+def unsent_fetched_replicas(node) -> int:
+    """The fetched replicas in a node's outbox (not yet acknowledged by the successor), read
+    from its database: a node that was just lost could tell its successors no more."""
+    with closing(sqlite3.connect(f"file:{Path(node.data_dir) / 'frontier.sqlite3'}?mode=ro", uri=True)) as db:
+        return db.execute("SELECT COUNT(*) FROM outbox WHERE replica = 1 AND seen = 1").fetchone()[0]
 
 
 def start_cluster(start_node, web, ids, *, extra=(), seeds_to=None, secret=SECRET):
@@ -104,6 +115,7 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
         victim.kill()
     else:
         victim.signal(signal.SIGSTOP)
+    unsent = unsent_fetched_replicas(victim)
 
     def b_down_event():
         # the node's own record of when it saw b go, so polling delays do not count
@@ -146,9 +158,17 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
     # the machine slows (the parser's batches hold more): one bound of 3% on both together
     # held at 62 of 3,090 in CI (2.0%, SIGSTOP), but not on a machine at a third of that speed
     # (95-127 of 3,090 with SIGKILL, 30-35 of them stored twice).
+    # (1) is bounded by what b's outbox held of its fetched replicas when it was lost, read from
+    # its database then, not by a share of the crawl: how many that is depends on how fast the
+    # machine is (a fixed 2% held at 30-35 on a slow machine, and failed at 64 on a slower one),
+    # plus the store batch it had written to its crawl.log and not yet committed (SIGKILL), or
+    # its whole pipeline, stored after SIGCONT (SIGSTOP).
     stored = [line["url"] for node in everyone for line in read_crawl_log(node.data_dir)]
     stored_twice = len(stored) - len(set(stored))
-    assert stored_twice <= 0.02 * len(expected), f"{stored_twice} pages fetched and stored twice"
+    print(f"\n{how}: {stored_twice} stored twice, {unsent} fetched replicas unsent at the loss, "
+          f"{duplicates - stored_twice} more fetched twice")
+    window = STORE_BATCH if how == "kill" else UNSTORED_BOUND
+    assert stored_twice <= unsent + window, f"{stored_twice} pages stored twice, {unsent} fetched replicas unsent"
     assert duplicates - stored_twice <= UNSTORED_BOUND, f"{duplicates} duplicate fetches, {stored_twice} stored twice"
 
 
