@@ -367,7 +367,7 @@ def test_a_layout_2_database_gains_via_and_the_recrawl_columns(tmp_path: Path, c
     assert columns(path, "urls")[-6:] == ["redirects", "via", "etag", "last_modified", "due_at", "visits"]
     assert columns(path, "outbox")[-6:] == ["redirects", "via", "replica", "next_eligible", "crawl_delay", "refresh"]
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'urls_due'").fetchone() == (1,)
     with Frontier(path, clock=clock):  # migrated once: opening again changes nothing
         pass

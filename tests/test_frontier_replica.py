@@ -17,7 +17,7 @@ from crawler_node.cluster.outbox import encode_batch, peer_politeness, peer_refr
 from crawler_node.core.urls import host_of
 from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, UrlEntry
 from crawler_node.frontier.outbox import OutboxRow
-from crawler_node.frontier.replica import HostRefresh
+from crawler_node.frontier.replica import FIRST, HostRefresh
 from crawler_node.frontier.schema import SCHEMA_VERSION
 
 
@@ -96,8 +96,8 @@ def test_a_peer_with_a_new_incarnation_gets_its_replica_back(frontier: Frontier)
     frontier.replica.record("b", "two")
     assert not frontier.replica.heard("b", "two")
     route = {"b.test": "b", "c.test": "c"}.get
-    owed, after = frontier.replica.give_back("b", route, "", 1)
-    assert (owed, after) == (1, "http://b.test/page/0")  # a page of one row
+    owed, after = frontier.replica.give_back("b", route, FIRST, 1)
+    assert (owed, after) == (1, ("b.test", "http://b.test/page/0"))  # a page of one row
     owed, after = frontier.replica.give_back("b", route, after, 100)
     assert (owed, after) == (1, None)
     assert [(row.entry.url, row.seen, row.replica) for row in frontier.outbox.peek_rows("b", 10)] == [
@@ -122,7 +122,6 @@ def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, cl
         pass
     with closing(sqlite3.connect(path)) as db:  # back to the layout 4 replica and outbox
         db.executescript("""
-            DROP INDEX replica_queued;
             DROP TABLE replica;
             CREATE TABLE replica (url TEXT PRIMARY KEY) WITHOUT ROWID;
             INSERT INTO replica VALUES ('http://old.test/page/1');
@@ -141,11 +140,11 @@ def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, cl
         assert migrated.add([entry("old.test", 1)]).accepted == []  # still seen
         assert migrated.replica.heard("x", "1") is False
         assert migrated.replica.heard("x", "2")
-        assert migrated.replica.give_back("x", lambda host: "x", "", 10) == (1, None)
+        assert migrated.replica.give_back("x", lambda host: "x", FIRST, 10) == (1, None)
         assert [(row.entry.url, row.seen, row.replica) for row in migrated.outbox.peek_rows("x", 10)] == [
             ("http://old.test/page/2", True, False), ("http://old.test/page/1", True, False)]
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
 
 
 def test_a_successor_back_empty_is_sent_this_nodes_queue_again(frontier: Frontier) -> None:
@@ -303,3 +302,57 @@ def test_a_refreshed_successor_is_sent_the_urls_finished_here_as_fetched_ones(fr
     assert sorted((row.entry.url, row.seen, row.replica) for row in rows) == [
         (done.url, True, True), (given_up.url, True, True)]
     assert frontier.outbox.peek_rows("t", 10) == []
+
+
+def queued_hosts(frontier: Frontier) -> list[str]:
+    with closing(sqlite3.connect(frontier.path)) as db:
+        return [host for (host,) in db.execute("SELECT host FROM replica_queued_hosts ORDER BY host")]
+
+
+def test_a_takeover_pages_through_the_hosts_given_queued_rows_not_through_the_fetched_ones(
+        frontier: Frontier) -> None:
+    frontier.take_in([], [], False, [], queued_replicas=[entry("q.test", 1), entry("f.test", 1)])
+    frontier.take_in([], [], True, ["http://f.test/page/1", "http://old.test/page/1"])  # fetched since
+    assert queued_hosts(frontier) == ["f.test", "q.test"]  # a fetched row lists no host
+    result, after = frontier.replica.promote(lambda host: host == "f.test", "", 100)
+    assert (result.accepted, after) == ([], None)  # f.test had nothing queued left...
+    assert queued_hosts(frontier) == ["q.test"]  # ...and the next takeover skips it
+    result, _ = frontier.replica.promote(lambda host: True, "", 1)
+    assert [e.url for e in result.accepted] == ["http://q.test/page/1"]
+    assert queued_hosts(frontier) == []
+    assert frontier.add([entry("f.test", 1), entry("old.test", 1)]).accepted == []  # still fetched
+
+
+def test_a_layout_6_replica_is_keyed_by_host_and_url_with_its_queued_rows_kept(
+        tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    with Frontier(path, clock=clock):
+        pass
+    with closing(sqlite3.connect(path)) as db:  # back to the layout 6 replica: keyed by url
+        db.executescript("""
+            DROP TABLE replica;
+            DROP TABLE replica_queued_hosts;
+            CREATE TABLE replica (url TEXT PRIMARY KEY, host TEXT, state INTEGER NOT NULL DEFAULT 2,
+                depth INTEGER NOT NULL DEFAULT 0, priority INTEGER NOT NULL DEFAULT 0,
+                hops INTEGER NOT NULL DEFAULT 0, redirects INTEGER NOT NULL DEFAULT 0, via TEXT,
+                refresh TEXT) WITHOUT ROWID;
+            CREATE INDEX replica_queued ON replica(host) WHERE state = 0;
+            INSERT INTO replica (url, host, state, depth, via) VALUES
+                ('http://n.test/page/1', 'n.test', 0, 2, 'http://n.test/'),
+                ('http://n.test/page/2', 'n.test', 2, 2, NULL),
+                ('http://old.test/page/1', NULL, 2, 0, NULL);
+            PRAGMA user_version = 6;
+        """)
+    with Frontier(path, clock=clock) as migrated:
+        assert replica_states(migrated) == {"http://n.test/page/1": 0, "http://n.test/page/2": 2,
+                                            "http://old.test/page/1": 2}
+        assert queued_hosts(migrated) == ["n.test"]
+        assert migrated.add([entry("old.test", 1), entry("n.test", 2)]).accepted == []  # fetched: seen
+        result, _ = migrated.replica.promote(lambda host: True, "", 100)
+        assert [(e.url, e.depth, e.via) for e in result.accepted] == [("http://n.test/page/1", 2, "http://n.test/")]
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert [row[1] for row in db.execute("PRAGMA table_info(replica)") if row[5]] == ["host", "url"]
+        assert db.execute("SELECT name FROM sqlite_master WHERE name IN ('replica_queued', 'replica_before_7')"
+                          ).fetchall() == []
+        assert db.execute("SELECT host FROM replica WHERE url = 'http://old.test/page/1'").fetchone() == ("old.test",)

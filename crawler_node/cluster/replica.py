@@ -22,6 +22,7 @@ from collections.abc import Callable
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import AddResult, FrontierService
+from crawler_node.frontier.replica import FIRST, Cursor
 from crawler_node.runtime.wakeup import Wakeup
 
 log = logging.getLogger("crawler_node.cluster")
@@ -130,7 +131,7 @@ class ReplicaKeeper:
 
     async def _give_back(self, peer: str) -> None:
         route = self._router.route
-        after: str | None = ""
+        after: Cursor | None = FIRST
         while after is not None:
             owed, after = await self._frontier.replica_give_back(peer, route, after, GIVE_BACK_ROWS_PER_CALL)
             if owed:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.records import DEFERRED, DONE, QUEUED, AddResult, UrlEntry
 from crawler_node.frontier.shedding import Shedding
@@ -56,7 +57,7 @@ class Intake:
         fresh = core.recent.unknown(entries)
         replicated: list[UrlEntry] = []
         if self._has_replica and fresh:
-            fetched_by_neighbour = self._in_replica([entry.url for entry in fresh])
+            fetched_by_neighbour = self._in_replica(fresh)
             if fetched_by_neighbour:
                 replicated = [entry for entry in fresh if entry.url in fetched_by_neighbour]
                 fresh = [entry for entry in fresh if entry.url not in fetched_by_neighbour]
@@ -182,14 +183,22 @@ class Intake:
         becomes a fetched one."""
         with self._core.transaction():
             cursor = self._core.conn.executemany(
-                "INSERT INTO replica (url) VALUES (?) ON CONFLICT(url) DO UPDATE SET state = 2 WHERE state != 2",
-                [(url,) for url in urls])
+                "INSERT INTO replica (host, url) VALUES (?, ?) ON CONFLICT(host, url) DO UPDATE SET state = 2"
+                " WHERE state != 2", [(host_of(url), url) for url in urls])
         self._has_replica = self._has_replica or bool(urls)
         return cursor.rowcount
 
-    def _in_replica(self, urls: Sequence[str]) -> set[str]:
+    def _in_replica(self, entries: Sequence[UrlEntry]) -> set[str]:
+        """The URLs of `entries` a neighbour fetched: a probe of the replica's key per URL, a
+        statement per host (SQLite scans the table for an IN list of (host, url) pairs)."""
+        per_host: dict[str, list[str]] = {}
+        for entry in entries:
+            per_host.setdefault(entry.host, []).append(entry.url)
         found: set[str] = set()
-        for placeholders, chunk in in_lists(urls):
-            found.update(url for (url,) in self._core.conn.execute(
-                f"SELECT url FROM replica WHERE url IN ({placeholders}) AND state = 2", chunk))
+        execute = self._core.conn.execute
+        for host, urls in per_host.items():
+            for placeholders, chunk in in_lists(urls):
+                found.update(url for (url,) in execute(
+                    f"SELECT url FROM replica WHERE host = ? AND url IN ({placeholders}) AND state = 2",
+                    [host, *chunk]))
         return found

@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.outbox import Outbox, successors_of
@@ -67,12 +66,13 @@ class HostRefresh:
     complete: bool = False
 
 
-_ADD_QUEUED_SQL = ("INSERT INTO replica (url, host, state, depth, priority, hops, redirects, via)"
-                   " VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(url) DO NOTHING")
+_ADD_QUEUED_SQL = ("INSERT INTO replica (host, url, state, depth, priority, hops, redirects, via)"
+                   " VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT(host, url) DO NOTHING")
+_ADD_QUEUED_HOST_SQL = "INSERT INTO replica_queued_hosts (host) VALUES (?) ON CONFLICT(host) DO NOTHING"
 _ADD_POLITENESS_SQL = (
     "INSERT INTO replica_hosts (host, next_eligible, crawl_delay) VALUES (?, ?, ?) ON CONFLICT(host)"
     " DO UPDATE SET next_eligible = MAX(next_eligible, excluded.next_eligible), crawl_delay = excluded.crawl_delay")
-_QUEUED_HOSTS_SQL = "SELECT DISTINCT host FROM replica WHERE state = 0 AND host > ? ORDER BY host LIMIT ?"
+_QUEUED_HOSTS_SQL = "SELECT host FROM replica_queued_hosts WHERE host > ? ORDER BY host LIMIT ?"
 _QUEUED_ROWS_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM replica"
                     " WHERE host = ? AND state = 0")
 _UNFINISHED_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM urls WHERE host = ? AND state = 0"
@@ -82,7 +82,10 @@ _LEASED_SQL = "SELECT url, host, depth, priority, hops, redirects, via FROM urls
 _FINISHED_PAGE_SQL = ("SELECT id, url, host, state, depth, priority, hops, redirects, via FROM urls"
                       " WHERE id > ? ORDER BY id LIMIT ?")
 _PAGE_SQL = ("SELECT url, host, state, depth, priority, hops, redirects, via FROM replica"
-             " WHERE url > ? ORDER BY url LIMIT ?")
+             " WHERE (host, url) > (?, ?) ORDER BY host, url LIMIT ?")
+# Where a page of give_back starts: after this (host, url); ("", "") is before every row.
+Cursor = tuple[str, str]
+FIRST: Cursor = ("", "")
 
 
 class Replica:
@@ -97,9 +100,12 @@ class Replica:
 
     def add_queued(self, entries: Sequence[UrlEntry]) -> int:
         """Remember URLs a neighbour has queued; a URL it fetched already stays fetched."""
+        conn = self._core.conn
         with self._core.transaction():
-            return self._core.conn.executemany(_ADD_QUEUED_SQL, [
-                (e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via) for e in entries]).rowcount
+            added = conn.executemany(_ADD_QUEUED_SQL, [
+                (e.host, e.url, e.depth, e.priority, e.hops, e.redirects, e.via) for e in entries]).rowcount
+            conn.executemany(_ADD_QUEUED_HOST_SQL, [(host,) for host in {e.host for e in entries}])
+            return added
 
     def add_politeness(self, records: Sequence[HostPoliteness]) -> None:
         """Remember a neighbour's politeness for its hosts (the later next-eligible time wins)."""
@@ -127,8 +133,8 @@ class Replica:
         tokens = {mark.host: mark.token for mark in refreshes}
         conn = self._core.conn
         with self._core.transaction():
-            conn.executemany("UPDATE replica SET refresh = ? WHERE url = ? AND state = 0",
-                             [(tokens[e.host], e.url) for e in queued if e.host in tokens])
+            conn.executemany("UPDATE replica SET refresh = ? WHERE host = ? AND url = ? AND state = 0",
+                             [(tokens[e.host], e.host, e.url) for e in queued if e.host in tokens])
             conn.executemany("DELETE FROM replica WHERE host = ? AND state = 0 AND refresh IS NOT ?",
                              [(mark.host, mark.token) for mark in refreshes if mark.complete])
 
@@ -157,7 +163,8 @@ class Replica:
         """Queue here the replicated queued URLs of the hosts this node serves now, a page of
         `limit` hosts after `after` (start with ""), and replicate them to `successor_of(host)`.
         Returns what was queued and where the next page starts (None: that was the last).
-        The callables run on the frontier's thread."""
+        The hosts are those of `replica_queued_hosts`: a page reads hosts, never the fetched
+        rows of a neighbour's hosts. The callables run on the frontier's thread."""
         core = self._core
         conn = core.conn
         hosts = [host for (host,) in conn.execute(_QUEUED_HOSTS_SQL, (after, limit))]
@@ -176,6 +183,7 @@ class Replica:
                 result.capped += added.capped
                 result.politeness.update(added.politeness)
                 conn.execute("DELETE FROM replica WHERE host = ? AND state = 0", (host,))
+                conn.execute("DELETE FROM replica_queued_hosts WHERE host = ?", (host,))
         return result, (hosts[-1] if len(hosts) == limit else None)
 
     # -- a neighbour back with an empty data directory -----------------------------------------
@@ -194,17 +202,16 @@ class Replica:
             self._core.conn.execute("INSERT INTO peers (peer, incarnation) VALUES (?, ?) ON CONFLICT(peer)"
                                     " DO UPDATE SET incarnation = excluded.incarnation", (peer, peer_incarnation))
 
-    def give_back(self, peer: str, route: Callable[[str], str | None], after: str,
-                  limit: int) -> tuple[int, str | None]:
-        """Owe `peer` the replica rows, a page of `limit` after the URL `after` (start with ""),
+    def give_back(self, peer: str, route: Callable[[str], str | None], after: Cursor,
+                  limit: int) -> tuple[int, Cursor | None]:
+        """Owe `peer` the replica rows, a page of `limit` after the row `after` (start with FIRST),
         of the hosts it crawls now (`route(host) == peer`): queued ones to crawl, fetched ones
         as seen. The rows stay: this node is still its successor. Returns the rows owed and
         where the next page starts (None: that was the last)."""
-        rows = self._core.conn.execute(_PAGE_SQL, (after, limit)).fetchall()
+        rows = self._core.conn.execute(_PAGE_SQL, (*after, limit)).fetchall()
         to_crawl: list[tuple[str, UrlEntry]] = []
         fetched: list[tuple[str, UrlEntry]] = []
         for url, host, state, depth, priority, hops, redirects, via in rows:
-            host = host or host_of(url)  # a row of a layout before 5
             if route(host) != peer:
                 continue
             (to_crawl if state == 0 else fetched).append(
@@ -212,7 +219,7 @@ class Replica:
         with self._core.transaction():
             self._outbox.put(fetched, seen=True)
             self._outbox.put(to_crawl)
-        return len(to_crawl) + len(fetched), (rows[-1][0] if len(rows) == limit else None)
+        return len(to_crawl) + len(fetched), ((rows[-1][1], rows[-1][0]) if len(rows) == limit else None)
 
     def resend(self, peer: str, successor_of: Callable[[str], str | None], after: str,
                limit: int, refresh: str | None = None) -> tuple[int, str | None]:
@@ -281,7 +288,7 @@ class Replica:
             self._core.conn.execute("DELETE FROM refresh_owed WHERE peer = ?", (peer,))
 
     def counts(self) -> dict[str, int]:
-        """Replica rows by state (an index count for the queued ones, a scan for the rest)."""
+        """Replica rows by state (two scans of the table: for a test or an operator, not a timer)."""
         conn = self._core.conn
         queued = conn.execute("SELECT COUNT(*) FROM replica WHERE state = 0").fetchone()[0]
         total = conn.execute("SELECT COUNT(*) FROM replica").fetchone()[0]

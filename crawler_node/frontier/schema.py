@@ -12,6 +12,8 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
+from crawler_node.core.urls import host_of
+
 FRONTIER_FILENAME = "frontier.sqlite3"
 
 # Negative = KiB: bounds the page cache (~8 MB) whatever the size of the database.
@@ -38,7 +40,22 @@ JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # 6: a successor that was away is sent a *refresh* of its replica (frontier.replica):
 # `outbox.refresh` and `replica.refresh` name the refresh a queued row was sent in, and
 # `refresh_owed` the successors owed one.
-SCHEMA_VERSION = 6
+# 7: `replica` is keyed by (host, url), without the index of its queued rows by host, and
+# `replica_queued_hosts` lists the hosts a takeover looks at (`_rekey_replica`).
+SCHEMA_VERSION = 7
+
+REPLICA_TABLE = """CREATE TABLE IF NOT EXISTS replica (
+    host TEXT NOT NULL,
+    url TEXT NOT NULL,
+    state INTEGER NOT NULL DEFAULT 2,
+    depth INTEGER NOT NULL DEFAULT 0,
+    priority INTEGER NOT NULL DEFAULT 0,
+    hops INTEGER NOT NULL DEFAULT 0,
+    redirects INTEGER NOT NULL DEFAULT 0,
+    via TEXT,
+    refresh TEXT,                    -- a queued row: the last refresh of its host that named it
+    PRIMARY KEY (host, url)
+) WITHOUT ROWID"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS urls (
@@ -107,17 +124,17 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_peer ON outbox(peer, id);
 -- URLs of a neighbour on the ring, kept by its successor (frontier.replica): those it fetched
 -- (state 2), which a takeover does not fetch again, and those it has queued (state 0), which a
--- takeover queues here and a neighbour that comes back empty gets back.
-CREATE TABLE IF NOT EXISTS replica (
-    url TEXT PRIMARY KEY,
-    host TEXT,                       -- NULL in rows of layouts before 5 (all fetched ones)
-    state INTEGER NOT NULL DEFAULT 2,
-    depth INTEGER NOT NULL DEFAULT 0,
-    priority INTEGER NOT NULL DEFAULT 0,
-    hops INTEGER NOT NULL DEFAULT 0,
-    redirects INTEGER NOT NULL DEFAULT 0,
-    via TEXT,
-    refresh TEXT                     -- a queued row: the last refresh of its host that named it
+-- takeover queues here and a neighbour that comes back empty gets back. Keyed by (host, url):
+-- a takeover reads a host's rows from one place, and a row written costs one B-tree, not a
+-- table keyed by URL and an index of the queued rows by host (layout 7: 27 against 58 µs to
+-- add a queued row and then make it fetched, the successor's share of every page a neighbour
+-- crawls).
+""" + REPLICA_TABLE + """;
+-- The hosts a takeover looks at for queued replica rows (frontier.replica.promote): every host
+-- given one since a promote last found it had none. A row per host, not per URL: the next
+-- takeover pages through the hosts with queued rows, not through every fetched row.
+CREATE TABLE IF NOT EXISTS replica_queued_hosts (
+    host TEXT PRIMARY KEY
 ) WITHOUT ROWID;
 -- The politeness a neighbour had for its hosts, as its replicas said: a takeover honours it.
 CREATE TABLE IF NOT EXISTS replica_hosts (
@@ -149,8 +166,6 @@ INDEXES_ON_ADDED_COLUMNS = """
 -- Done rows due for a recrawl, oldest due first (Frontier.requeue_due). Only rows given a
 -- due_at pay for it; a query must repeat both conditions for SQLite to use it.
 CREATE INDEX IF NOT EXISTS urls_due ON urls(due_at) WHERE state = 2 AND due_at IS NOT NULL;
--- A neighbour's queued URLs per host: a takeover pages through them (frontier.replica).
-CREATE INDEX IF NOT EXISTS replica_queued ON replica(host) WHERE state = 0;
 """
 
 # Columns tables gained after their first layout, as ALTER TABLE adds them (at the end, which
@@ -246,6 +261,8 @@ def migrate(conn: sqlite3.Connection) -> None:
             )
         if version < 4:
             _count_accepted(conn)
+        if "host" not in _key(conn, "replica"):
+            _rekey_replica(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -260,6 +277,28 @@ def _count_accepted(conn: sqlite3.Connection) -> None:
     per host (no index on urls.host covers every row, and a GROUP BY would sort them all)."""
     counts = Counter(host for (host,) in conn.execute("SELECT host FROM urls"))
     conn.executemany("UPDATE hosts SET accepted = ? WHERE host = ?", [(n, host) for host, n in counts.items()])
+
+
+def _rekey_replica(conn: sqlite3.Connection) -> None:
+    """Copy a replica of a layout before 7 (keyed by url, host NULL in rows from before layout
+    5) into one keyed by (host, url), and list the hosts of its queued rows for a takeover. One
+    pass over the rows, once; the index of queued rows by host goes with the old table."""
+    conn.create_function("crawler_host_of", 1, host_of, deterministic=True)
+    conn.execute("ALTER TABLE replica RENAME TO replica_before_7")
+    conn.execute("DROP INDEX IF EXISTS replica_queued")
+    conn.execute(REPLICA_TABLE)
+    conn.execute("INSERT INTO replica (host, url, state, depth, priority, hops, redirects, via, refresh)"
+                 " SELECT COALESCE(host, crawler_host_of(url)), url, state, depth, priority, hops, redirects, via,"
+                 " refresh FROM replica_before_7 WHERE true ON CONFLICT DO NOTHING")
+    conn.execute("DROP TABLE replica_before_7")
+    conn.execute("INSERT INTO replica_queued_hosts (host) SELECT DISTINCT host FROM replica WHERE state = 0"
+                 " ON CONFLICT DO NOTHING")
+
+
+def _key(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The columns of `table`'s primary key, in order."""
+    return [row[1] for row in sorted(conn.execute(f"PRAGMA table_info({table})"), key=lambda row: row[5])
+            if row[5]]
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

@@ -20,7 +20,7 @@ from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
-from crawler_node.frontier.replica import HostRefresh
+from crawler_node.frontier.replica import Cursor, HostRefresh
 from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
 
@@ -226,8 +226,8 @@ class FrontierService:
         thread, frontier = self._opened()
         await thread.call(frontier.replica.record, peer, incarnation)
 
-    async def replica_give_back(self, peer: str, route: Callable[[str], str | None], after: str,
-                                limit: int) -> tuple[int, str | None]:
+    async def replica_give_back(self, peer: str, route: Callable[[str], str | None], after: Cursor,
+                                limit: int) -> tuple[int, Cursor | None]:
         """`route` runs on the frontier's thread: it must only read what it was given."""
         thread, frontier = self._opened()
         return await thread.call(frontier.replica.give_back, peer, route, after, limit)
