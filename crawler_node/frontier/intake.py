@@ -37,6 +37,12 @@ def _insert_sql(rows: int) -> str:
 
 
 _INSERT_SQL = {rows: _insert_sql(rows) for rows in INSERT_CHUNKS}
+# The (host, url) pairs one statement looks up in the replica (a power of two).
+_PAIRS_MAX = 128
+_IN_REPLICA_SQL = {
+    size: f"SELECT r.url FROM (VALUES {', '.join(['(?, ?)'] * size)}) AS v JOIN replica AS r"
+          " ON r.host = v.column1 AND r.url = v.column2 WHERE r.state = 2"
+    for size in (1 << bits for bits in range(_PAIRS_MAX.bit_length()))}
 
 
 class Intake:
@@ -189,16 +195,16 @@ class Intake:
         return cursor.rowcount
 
     def _in_replica(self, entries: Sequence[UrlEntry]) -> set[str]:
-        """The URLs of `entries` a neighbour fetched: a probe of the replica's key per URL, a
-        statement per host (SQLite scans the table for an IN list of (host, url) pairs)."""
-        per_host: dict[str, list[str]] = {}
-        for entry in entries:
-            per_host.setdefault(entry.host, []).append(entry.url)
+        """The URLs of `entries` a neighbour fetched: a probe of the replica's key per URL, in
+        one statement per _PAIRS_MAX (an IN list of (host, url) pairs would scan the table)."""
         found: set[str] = set()
         execute = self._core.conn.execute
-        for host, urls in per_host.items():
-            for placeholders, chunk in in_lists(urls):
-                found.update(url for (url,) in execute(
-                    f"SELECT url FROM replica WHERE host = ? AND url IN ({placeholders}) AND state = 2",
-                    [host, *chunk]))
+        for start in range(0, len(entries), _PAIRS_MAX):
+            chunk = entries[start:start + _PAIRS_MAX]
+            size = 1 << (len(chunk) - 1).bit_length()  # a few statement texts serve every length
+            params: list[str] = []
+            for entry in chunk:
+                params += (entry.host, entry.url)
+            params += params[-2:] * (size - len(chunk))  # copies of the last pair: found once, in a set
+            found.update(url for (url,) in execute(_IN_REPLICA_SQL[size], params))
         return found

@@ -20,9 +20,17 @@ from functools import partial
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
+from crawler_node.frontier.statements import INSERT_CHUNKS, chunk_sizes
 
-_INSERT_SQL = ("INSERT INTO outbox (peer, url, host, depth, priority, hops, redirects, via, seen, replica,"
-               " next_eligible, crawl_delay, refresh) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_COLUMNS = ("peer, url, host, depth, priority, hops, redirects, via, seen, replica, next_eligible,"
+                   " crawl_delay, refresh")
+_INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_ROW_PARAMS = _INSERT_ROW.count("?")
+# Many rows per statement, as the frontier's own inserts (statements.chunk_sizes): 4.5 against
+# 6.2 us per row of a batch of 200 with one statement per row. The rows keep their order, and
+# so their ids: a peer gets them in the order they were put.
+_INSERT_SQL = {rows: f"INSERT INTO outbox ({_INSERT_COLUMNS}) VALUES {', '.join([_INSERT_ROW] * rows)}"
+               for rows in INSERT_CHUNKS}
 _PEEK_SQL = ("SELECT id, url, host, depth, priority, hops, redirects, via, seen, replica, next_eligible, crawl_delay,"
              " refresh FROM outbox WHERE peer = ? ORDER BY id LIMIT ?")
 # The URL of the row that ends a host's refresh: none (no URL is empty).
@@ -76,13 +84,19 @@ class Outbox:
         if politeness:
             last = {entry.host: index for index, (_, entry) in enumerate(items)}
             carried = {index: politeness[host] for host, index in last.items() if host in politeness}
-        rows = []
+        params: list[object] = []
+        flags = (int(seen), int(replica))
         for index, (peer, e) in enumerate(items):
             polite = carried.get(index)
-            rows.append((peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, int(seen), int(replica),
-                         polite.next_eligible if polite else None, polite.crawl_delay if polite else None, refresh))
+            params += (peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, *flags,
+                       polite.next_eligible if polite else None, polite.crawl_delay if polite else None, refresh)
         with self._core.transaction():
-            self._core.conn.executemany(_INSERT_SQL, rows)
+            execute = self._core.conn.execute
+            start = 0
+            for rows in chunk_sizes(len(items)):
+                end = start + rows * _INSERT_ROW_PARAMS
+                execute(_INSERT_SQL[rows], params[start:end])
+                start = end
             self._core.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
 
     def put_replicas(self, entries: Sequence[UrlEntry], successors: Mapping[str, str]) -> None:
