@@ -16,9 +16,10 @@ again every ``STARTUP_POLL_S`` instead of every ``interval_s``: a peer that star
 later is heard from at once, so the hold ends as soon as the cluster is up.
 
 The answers also carry each member's :class:`~crawler_node.cluster.activity.Activity` (idle,
-pages fetched, URLs known, finished, paused), kept per peer until a heartbeat to it fails: an idle member reads the
-statuses only when they could change what it says (cluster.activity). One of the wrong shape is
-a bad answer; an answer without one (a member from before it) leaves the peer's unknown.
+pages fetched, URLs known, finished, paused), kept per peer until a heartbeat to it fails: an
+idle member reads the statuses only when they could change what it says (cluster.activity).
+One of the wrong shape is a bad answer; an answer without one (a member from before it)
+leaves the peer's unknown.
 
 The answers also carry each member's per-IP announcement (``"ips"``, cluster.ipshare): the
 addresses it fetches from and its acknowledgement of the others'. A heartbeat hands the

@@ -16,7 +16,7 @@ from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.records import DEFERRED, DONE, QUEUED, AddResult, UrlEntry
 from crawler_node.frontier.shedding import Shedding
-from crawler_node.frontier.statements import INSERT_CHUNKS, chunk_sizes, in_lists
+from crawler_node.frontier.statements import IN_LIST_MAX, INSERT_CHUNKS, chunk_sizes, in_lists
 
 # ON CONFLICT(url) rather than INSERT OR IGNORE: only a seen URL is skipped; a malformed
 # entry (NULL url) still fails the batch instead of silently counting as a duplicate.
@@ -37,12 +37,11 @@ def _insert_sql(rows: int) -> str:
 
 
 _INSERT_SQL = {rows: _insert_sql(rows) for rows in INSERT_CHUNKS}
-# The (host, url) pairs one statement looks up in the replica (a power of two).
-_PAIRS_MAX = 128
+# (host, url) pairs looked up in the replica, by the size of the list (statements.in_lists).
 _IN_REPLICA_SQL = {
     size: f"SELECT r.url FROM (VALUES {', '.join(['(?, ?)'] * size)}) AS v JOIN replica AS r"
           " ON r.host = v.column1 AND r.url = v.column2 WHERE r.state = 2"
-    for size in (1 << bits for bits in range(_PAIRS_MAX.bit_length()))}
+    for size in (1 << bits for bits in range(IN_LIST_MAX.bit_length()))}
 
 
 class Intake:
@@ -196,15 +195,11 @@ class Intake:
 
     def _in_replica(self, entries: Sequence[UrlEntry]) -> set[str]:
         """The URLs of `entries` a neighbour fetched: a probe of the replica's key per URL, in
-        one statement per _PAIRS_MAX (an IN list of (host, url) pairs would scan the table)."""
+        one statement per list of pairs (an IN list of (host, url) pairs would scan the table)."""
         found: set[str] = set()
         execute = self._core.conn.execute
-        for start in range(0, len(entries), _PAIRS_MAX):
-            chunk = entries[start:start + _PAIRS_MAX]
-            size = 1 << (len(chunk) - 1).bit_length()  # a few statement texts serve every length
-            params: list[str] = []
-            for entry in chunk:
-                params += (entry.host, entry.url)
-            params += params[-2:] * (size - len(chunk))  # copies of the last pair: found once, in a set
-            found.update(url for (url,) in execute(_IN_REPLICA_SQL[size], params))
+        # in_lists pads with copies of the last pair: a URL found twice, kept once in the set
+        for _placeholders, pairs in in_lists([(entry.host, entry.url) for entry in entries]):
+            found.update(url for (url,) in execute(_IN_REPLICA_SQL[len(pairs)],
+                                                   [value for pair in pairs for value in pair]))
         return found
