@@ -432,3 +432,19 @@ async def test_forwarded_urls_carry_their_via_on_the_wire(tmp_path: Path) -> Non
     received = await forwarded_on_the_wire(tmp_path, [found("b.test", 1, "http://a.test/"), found("b.test", 2, None)])
     assert {item["url"]: item["via"] for item in received} == {"http://b.test/page/1": "http://a.test/",
                                                               "http://b.test/page/2": None}
+
+
+def test_the_api_refuses_counts_and_flags_of_the_wrong_type_row_by_row() -> None:
+    good = [{"url": "http://a.test/1", "depth": 3, "hops": 0, "redirects": 2, "priority": -5},
+            {"url": "http://a.test/2", "seen": True, "replica": False},
+            {"url": "http://a.test/3", "depth": 999_999, "priority": -999_999}]
+    bad = [{"url": "http://a.test/4", "depth": None}, {"url": "http://a.test/5", "depth": True},
+           {"url": "http://a.test/6", "hops": -1}, {"url": "http://a.test/7", "redirects": 10**6},
+           {"url": "http://a.test/8", "priority": -(10**6)}, {"url": "http://a.test/9", "priority": 1.5},
+           {"url": "http://a.test/10", "seen": 1}, {"url": "http://a.test/11", "replica": None},
+           {"url": "http://a.test/12", "depth": "3"}]
+
+    items, invalid = validate_urls({"urls": good + bad})
+
+    assert [index for index, _ in items] == [0, 1, 2]
+    assert invalid == [{"index": index, "reason": "bad_field"} for index in range(3, 12)]

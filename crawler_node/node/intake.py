@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crawler_node.core.scope import Scope, source_of
-from crawler_node.core.urls import InvalidURL, host_of, normalize_url
+from crawler_node.core.urls import InvalidURL, host_of, normalize_url, resolve_plain
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, UrlEntry
 from crawler_node.frontier.replica import HostRefresh, clamped
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
 
 log = logging.getLogger("crawler_node.intake")
+
+_PLAIN_SCHEMES = ("http://", "https://")
 
 
 class Ring(Protocol):
@@ -95,23 +97,28 @@ class Intake:
         """Normalise and scope-check URLs (strings, or {"url", "depth"?, "priority"?, "hops"?,
         "redirects"?})."""
         prepared = Prepared()
+        check = self._scope.check
+        entries = prepared.entries
         for index, item in enumerate(items):
             fields: Mapping = {"url": item} if isinstance(item, str) else item
             raw = fields["url"]
-            try:
-                url = normalize_url(raw)
-            except InvalidURL as exc:
-                prepared.invalid.append((index, raw, exc.reason))
-                continue
+            # A peer's rows are canonical, and most canonical URLs are plain: for those the
+            # shortcut gives what normalize_url gives, at ~60% of its cost (urls.resolve_plain).
+            url = resolve_plain(raw, "", "") if raw.startswith(_PLAIN_SCHEMES) else None
+            if url is None:
+                try:
+                    url = normalize_url(raw)
+                except InvalidURL as exc:
+                    prepared.invalid.append((index, raw, exc.reason))
+                    continue
             depth = int(fields.get("depth") or 0)
             redirects, via = int(fields.get("redirects") or 0), fields.get("via")
-            reason = self._scope.check(url, depth, source_of(via, redirects))
+            reason = check(url, depth, source_of(via, redirects))
             if reason is not None:
                 prepared.out_of_scope.append((url, reason))
                 continue
-            prepared.entries.append(UrlEntry(url=url, host=host_of(url), depth=depth,
-                                             priority=int(fields.get("priority", priority)),
-                                             hops=int(fields.get("hops") or 0), redirects=redirects, via=via))
+            entries.append(UrlEntry(url, host_of(url), depth, int(fields.get("priority", priority)),
+                                    int(fields.get("hops") or 0), redirects, via))
         return prepared
 
     async def submit(self, urls: Iterable[str | Mapping], *,
