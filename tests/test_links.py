@@ -6,9 +6,19 @@ import time
 import pytest
 
 from crawler_node.core.urls import InvalidURL, normalize_url
+from crawler_node.parse import links
 from crawler_node.parse.links import MAX_TAG_CHARS, ParsedPage, decode_html, extract_links, refresh_url
 
 PAGE = "http://ex.test/dir/page.html"
+
+
+@pytest.fixture(autouse=True, params=["as it is when safe", "always flattened"])
+def parse_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs both ways a page can be parsed: as it is (small, ordinary pages)
+    and flattened first (parse.links._parses_linearly); the answers must not differ."""
+    if request.param == "always flattened":
+        monkeypatch.setattr(links, "_parses_linearly", lambda text: False)
+    return request.param
 
 
 def links_of(html: str | bytes, url: str = PAGE, **kwargs) -> list[str]:
@@ -274,3 +284,4 @@ def test_link_tags_longer_than_the_cap_are_dropped_and_shorter_ones_kept() -> No
         assert links_of(html) == ["http://ex.test/small"]
     just_fits = '<a href="/fits" title="' + "y" * (MAX_TAG_CHARS - 30) + '">f</a>'
     assert links_of(padding + just_fits) == ["http://ex.test/fits"]
+
