@@ -35,9 +35,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 
-# No types of its own, and pyproject's mypy overrides do not list it (yet).
-import surt  # type: ignore[import-untyped]
-from cdxj_indexer.main import CDXJIndexer  # type: ignore[import-untyped]
+# surt and cdxj-indexer are imported where they are used, not here: they bring tldextract,
+# pyamf and pkg_resources, ~0.2 s of a node's start-up (python -X importtime), and only the
+# store worker process uses them; the node's own process imports this module for its names.
 
 log = logging.getLogger("crawler_node.store")
 
@@ -105,6 +105,9 @@ def _write_sorted(target: Path, lines: list[str]) -> None:
 
 
 def _url_key(url: str) -> str:
+    # (no types of its own; a repeated import is a dictionary lookup, ~0.1 us a record)
+    import surt  # type: ignore[import-untyped]
+
     try:
         return surt.surt(url)
     except Exception:  # noqa: BLE001 - as cdxj-indexer does: the URL itself is the key
@@ -222,6 +225,8 @@ def _index_lines(warc_path: Path) -> list[str]:
 
 def _run_indexer(stream: BinaryIO | _Prefix, filename: str) -> tuple[list[str], Exception | None]:
     """The lines cdxj-indexer writes for `stream`, and what it raised, if it did, after them."""
+    from cdxj_indexer.main import CDXJIndexer  # type: ignore[import-untyped]
+
     out = io.StringIO()
     # post_append: pywb's wb-manager option, so a POST's request body is part of its key.
     indexer = CDXJIndexer(out, [stream], filename=filename, post_append=True)
