@@ -104,9 +104,16 @@ def _write_sorted(target: Path, lines: list[str]) -> None:
     os.replace(temp, target)
 
 
+def load_libraries() -> None:
+    """Import surt and cdxj-indexer now: the store calls this as it opens, so that its first
+    records do not wait for them."""
+    import cdxj_indexer.main  # type: ignore[import-untyped]  # noqa: F401
+    import surt  # type: ignore[import-untyped]  # noqa: F401
+
+
 def _url_key(url: str) -> str:
-    # (no types of its own; a repeated import is a dictionary lookup, ~0.1 us a record)
-    import surt  # type: ignore[import-untyped]
+    # (loaded by load_libraries; a repeated import is a dictionary lookup, ~0.1 us a record)
+    import surt
 
     try:
         return surt.surt(url)
@@ -225,7 +232,7 @@ def _index_lines(warc_path: Path) -> list[str]:
 
 def _run_indexer(stream: BinaryIO | _Prefix, filename: str) -> tuple[list[str], Exception | None]:
     """The lines cdxj-indexer writes for `stream`, and what it raised, if it did, after them."""
-    from cdxj_indexer.main import CDXJIndexer  # type: ignore[import-untyped]
+    from cdxj_indexer.main import CDXJIndexer
 
     out = io.StringIO()
     # post_append: pywb's wb-manager option, so a POST's request body is part of its key.

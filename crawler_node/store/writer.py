@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from crawler_node.runtime.datadir import writing
-from crawler_node.store.cdxj import index_missing, unindexed
+from crawler_node.store.cdxj import index_missing, load_libraries, unindexed
 from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME, CrawlLog, Location, _drop_torn_tail, iso_utc
 from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex
 from crawler_node.store.items import ITEMS_DIRNAME, ItemWriter
@@ -47,6 +47,7 @@ class Store:
         every payload is stored in full)."""
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
+        load_libraries()
         self.digests = (DigestIndex(data_dir / DIGESTS_FILENAME, max_entries=dedup_max_entries)
                         if dedup_max_entries > 0 else None)
         # The writer indexes each file it closes (CDXJ, beside it) from the lines it made while
