@@ -35,6 +35,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 
+from crawler_node.store.surt_key import url_key
+
 # surt and cdxj-indexer are imported where they are used, not here: they bring tldextract,
 # pyamf and pkg_resources, ~0.2 s of a node's start-up (python -X importtime), and only the
 # store worker process uses them; the node's own process imports this module for its names.
@@ -82,7 +84,7 @@ def index_line(url: str, date: str, *, warc_type: str, status: int, content_type
     if digest:
         fields["digest"] = digest
     fields["length"], fields["offset"], fields["filename"] = str(length), str(offset), filename
-    return f"{_url_key(url)} {_timestamp(date)} {json.dumps(fields)}\n"
+    return f"{url_key(url)} {_timestamp(date)} {json.dumps(fields)}\n"
 
 
 def write_lines(warc_path: Path, lines: list[str]) -> Path:
@@ -109,16 +111,6 @@ def load_libraries() -> None:
     records do not wait for them."""
     import cdxj_indexer.main  # type: ignore[import-untyped]  # noqa: F401
     import surt  # type: ignore[import-untyped]  # noqa: F401
-
-
-def _url_key(url: str) -> str:
-    # (loaded by load_libraries; a repeated import is a dictionary lookup, ~0.1 us a record)
-    import surt
-
-    try:
-        return surt.surt(url)
-    except Exception:  # noqa: BLE001 - as cdxj-indexer does: the URL itself is the key
-        return url
 
 
 def _timestamp(date: str) -> str:
