@@ -20,6 +20,10 @@ def test_ordinary_pages_are_parsed_as_they_are_and_what_could_be_slow_is_flatten
         "more tags than the bound": "<div>" * (links._DIRECT_MAX_TAGS + 1),
         "a tag longer than the segment bound": "<div " + "a" * links._DIRECT_MAX_SEGMENT + ">",
         "a tag split by quoted '>'s": "<div " + " ".join(f'a{i}=">"' for i in range(100)) + ">",
+        # the attributes between two quoted values, each hiding the angle that would end a segment
+        "attributes behind a quoted '>'": '<div a=">" ' + " ".join(f"b{i}" for i in range(3000)) + ' c="<">',
+        "attributes behind a quoted '<>'": '<div a = \'><\' ' + " ".join(f"b{i}" for i in range(3000)) + ">",
+        "a quoted value never closed": '<div a="' + "x" * 100 + "<b>",
         "longer than the size bound": "<p>" + "x" * links._DIRECT_MAX_CHARS,
     }.items():
         assert not links._parses_linearly(text), name

@@ -74,9 +74,11 @@ _KEPT_TAG = re.compile(rf"</?(?:{_KEPT_NAMES})(?=[\s/>]){_TAG_BODY}", re.DOTALL)
 # Bounds within which a page is parsed as it is (see _parses_linearly).
 _DIRECT_MAX_CHARS = 65_536
 _DIRECT_MAX_TAGS = 1_500
-_DIRECT_MAX_EXTRA_GT = 8
 _DIRECT_MAX_SEGMENT = 256
 _LONG_SEGMENT = re.compile(f"<[^>]{{{_DIRECT_MAX_SEGMENT}}}")
+# A quoted attribute value (after "=" and whitespace: the only place a quote starts one) with a
+# "<" or ">" in it, or that is not closed before one.
+_ANGLE_IN_QUOTES = re.compile(r"""=\s*+(?:"[^"<>]*+[<>]|'[^'<>]*+[<>])""")
 
 _REFRESH = re.compile(r"\s*[\d.]+\s*[;,]?\s*(?:url\s*=\s*)?(.*)", re.IGNORECASE | re.DOTALL)
 
@@ -182,19 +184,18 @@ def decode_html(body: bytes, encoding: str | None = None) -> str:
 def _parses_linearly(text: str) -> bool:
     """Whether Lexbor's cost on ``text`` as it is stays within a small multiple of a normal
     page's, so that the flattening pass (about 30% of the parser's time on real
-    documentation pages, more than Lexbor's own parse) can be skipped. What makes Lexbor
-    superlinear is nesting, bounded by the number of tags (each needs a "<"), and distinct
-    attributes in one tag (n^2), bounded by the tag's length: a tag ends at a ">", so with
-    no more ">" than "<" beyond a few (a ">" inside a quoted value does not end the tag),
-    and no "<" followed by ``_DIRECT_MAX_SEGMENT`` characters without a ">", no tag has
-    more than ~(8 + 1) x 512 / 3 attributes. Measured on these bounds' worst cases: a few
-    milliseconds, against ~0.3 ms for a typical page; 95% of PostgreSQL's HTML pages pass.
-    The rest, and anything hostile, is flattened first. Three C scans of the text."""
-    if len(text) > _DIRECT_MAX_CHARS:
-        return False
-    tags = text.count("<")
-    return tags <= _DIRECT_MAX_TAGS and text.count(">") <= tags + _DIRECT_MAX_EXTRA_GT \
-        and _LONG_SEGMENT.search(text) is None
+    documentation pages, more than Lexbor's own parse) can be skipped.
+
+    What makes Lexbor superlinear is nesting, bounded by the number of tags (each needs a
+    "<"), and distinct attributes in one tag (n^2), bounded by the tag's length. A tag ends
+    at the first ">" outside a quoted attribute value. With no quoted value holding a "<" or
+    ">", it therefore ends at the first ">" after its "<"; and with no "<" followed by
+    ``_DIRECT_MAX_SEGMENT`` characters without a ">", no tag is longer than that, nor has
+    more than ~128 attributes. Measured on these bounds' worst cases (bench/parse_direct.py):
+    4-14 ms, against ~2 ms for an ordinary page of the largest size. 95% of PostgreSQL's
+    HTML pages pass; the rest, and anything hostile, is flattened first. Four C scans."""
+    return len(text) <= _DIRECT_MAX_CHARS and text.count("<") <= _DIRECT_MAX_TAGS \
+        and _LONG_SEGMENT.search(text) is None and _ANGLE_IN_QUOTES.search(text) is None
 
 
 def _flatten(text: str) -> str:
