@@ -14,8 +14,9 @@ import shutil
 import time
 
 import pytest
-from cluster_helpers import FAST_CLUSTER, SECURED, cluster_idle, get_json, peers_of, plan, wait_until
+from cluster_helpers import FAST_CLUSTER, SECURED, cluster_idle, get_json, kill_and_reap, peers_of, plan, wait_until
 
+from crawler_node.cluster.ring import Ring, ring_key
 from crawler_node.tools.node_process import NodeProcess
 
 HOSTS, PAGES = 24, 60
@@ -24,13 +25,14 @@ PROFILE = {"site-*.test": {"latency_ms": 30}}  # the crawl lasts past the kill
 # queues, in its outbox): fetched again, by itself on its data directory ("kept", the control)
 # or, from its successors' replica, by whoever crawls its hosts next. About what it had leased.
 DUPLICATE_SHARE_MAX = 0.12  # measured 3-8.5% on a loaded 2-core machine
+SLOW_HEARING = ["--heartbeat-interval-s", "2", "--suspect-after-s", "6", "--down-after-s", "12"]
 
 
 def fetched_counts(web) -> dict[str, int]:
     return {url: n for url, n in web.stats()["urls"].items() if not url.endswith("/robots.txt")}
 
 
-def start_cluster(start_node, web, ids):
+def start_cluster(start_node, web, ids, extra_args=()):
     addresses = plan(ids)
     peers = peers_of(addresses)
     nodes = {}
@@ -38,7 +40,7 @@ def start_cluster(start_node, web, ids):
         host, port = addresses[node_id]
         nodes[node_id] = start_node(node_id, host=host, port=port, proxy=web.url, peers=peers, wait=False,
                                     seeds=[f"http://site-{k}.test/" for k in range(HOSTS)] if node_id == "a" else (),
-                                    extra_args=[*FAST_CLUSTER, *SECURED])
+                                    extra_args=[*FAST_CLUSTER, *SECURED, *extra_args])
     for node in nodes.values():
         node.wait_healthy(30)
     return nodes, peers
@@ -89,3 +91,34 @@ def test_a_node_that_comes_back_empty_loses_nothing(start_testweb, start_node, c
         assert sum(c.get("replica_promoted", 0) for c in counters.values()) > 0
     if comes_back != "kept":
         assert sum(c.get("replica_given_back", 0) for c in counters.values()) > 0
+
+
+def test_the_cluster_is_not_idle_until_the_survivors_gave_an_empty_member_its_work(start_testweb, start_node):
+    """b's hosts are slow, so a and c are idle, done with their own, while b still has work.
+    b is killed and comes back at once on an empty directory: an empty b and idle survivors
+    that have not yet heard its new incarnation (or have, and not yet given its replica back)
+    must not make the cluster idle, or whoever stops the crawl then loses b's queue."""
+    ids = ["a", "b", "c"]
+    ring = Ring(ids)
+    slow = [f"site-{k}.test" for k in range(HOSTS) if ring.owner(ring_key(f"site-{k}.test")) == "b"]
+    web = start_testweb(hosts=HOSTS, pages=PAGES, seed=31, extra_args=["--tree-only"],
+                        profile={host: {"latency_ms": 150} for host in slow})
+    expected = set(web.expected())
+    # A heartbeat every 2 s (and a peer down only after 12 s of silence): the survivors hear
+    # b's new incarnation up to 2 s after it is back, and meanwhile see it alive and idle.
+    nodes, peers = start_cluster(start_node, web, ids, extra_args=SLOW_HEARING)
+    victim = nodes["b"]
+    wait_until(lambda: all(local_status(n)["idle"] for n in (nodes["a"], nodes["c"])), 120,
+               "a and c done with their own hosts")
+    totals = local_status(victim)["frontier"]
+    victim_queued = totals["queued"] + totals["leased"]
+    assert victim_queued > 0, "b was done as soon as a and c: its hosts are not slow enough for this test"
+    kill_and_reap(victim)
+    shutil.rmtree(victim.data_dir)
+    back = start_node("b", host=victim.host, port=victim.port, proxy=web.url, peers=peers, data_dir=victim.data_dir,
+                      extra_args=[*FAST_CLUSTER, *SECURED])
+    wait_until(lambda: cluster_idle(nodes["a"]) and cluster_idle(back), 240, "the cluster idle after b came back")
+
+    lost = sorted(expected - set(fetched_counts(web)))
+    assert not lost, (f"the cluster said it was idle with {len(lost)} of {len(expected)} never fetched "
+                      f"(b had {victim_queued} to do), e.g. {lost[:5]}")

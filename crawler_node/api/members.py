@@ -19,6 +19,7 @@ async def get_members(request: web.Request) -> web.Response:
     holds, and if that is still the list, the answer leaves it out (cluster.heartbeats). So an
     answer to a member costs the same in a cluster of any size, not one entry per member."""
     node = request.app[NODE_KEY]
+    node.cluster.note_asked(request.query.get("from"))
     membership = node.cluster.membership
     digest = membership.digest()
     body = {"node_id": node.node_id, "members_digest": digest,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -114,6 +115,7 @@ class Cluster:
         self.heartbeats.watch_incarnations(self.replicas.heard)
         self._supervisor = supervisor
         self._session: aiohttp.ClientSession | None = None
+        self._asked: Counter[str] = Counter()  # member -> heartbeats it sent here since this start (up to 2)
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
         self.drained = False  # ... and all of it handed on and acknowledged (heartbeats say so)
@@ -142,6 +144,23 @@ class Cluster:
             seen = announcement.get("seen", {})
             announcement["seen"] = {for_peer: seen[for_peer]} if for_peer in seen else {}
         return announcement
+
+    def note_asked(self, peer: str | None) -> None:
+        """A member's heartbeat asked this node for its members (``GET /v1/members?from=``)."""
+        if peer is not None and self._asked[peer] < 2 and peer != self.node_id and peer in self.membership.ids():
+            self._asked[peer] += 1
+
+    def heard_by_peers(self) -> bool:
+        """Every live peer has read this node's incarnation since it started, and acted on it:
+        a second heartbeat from a peer begins after it handled the answer to its first (one
+        peer's heartbeats follow each other), and handling it is where a peer that holds a
+        replica of this node's queue hears that this start is empty (cluster.replica) and
+        stops being idle until it has given it back."""
+        return all(self._asked[peer] >= 2 for peer in self.membership.live_ids() if peer != self.node_id)
+
+    def idle(self) -> bool:
+        """Nothing this node's cluster side still has to hand to a peer, or hear from one."""
+        return self.outboxes.total() == 0 and self.replicas.idle() and self.heard_by_peers()
 
     # ----------------------------------------------------------------- routing
     @property

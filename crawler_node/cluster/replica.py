@@ -51,6 +51,7 @@ class ReplicaKeeper:
         self._owed: set[str] | None = None  # peers owed a refresh (as stored; read at the first round)
         self._seen_down: set[str] = set()  # peers seen down since the last round (to be owed a refresh)
         self._went_down: Counter[str] = Counter()  # times each peer was seen down (a refresh under way is void)
+        self._in_round = False
         self.counters: Counter[str] = Counter()
 
     def membership_changed(self) -> None:
@@ -71,9 +72,23 @@ class ReplicaKeeper:
             self._heard[peer] = incarnation
             self._wanted.notify()
 
+    def idle(self) -> bool:
+        """Nothing to compare, promote or give back, and no round under way: what a round
+        queues or outboxes is counted there, but between a heartbeat that heard a new
+        incarnation and the give-back in the outbox, only here (a node idle then would let
+        the cluster say it is idle while a returned peer's queue is still to be given back)."""
+        return not (self._in_round or self._promote_wanted or self._heard)
+
     async def round(self) -> None:
         if not self._promote_wanted and not self._heard:
             await self._wanted.wait()
+        self._in_round = True
+        try:
+            await self._round()
+        finally:
+            self._in_round = False
+
+    async def _round(self) -> None:
         if self._promote_wanted:
             self._promote_wanted = False
             await self._promote()
