@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from crawler_node.runtime.eventloop import loop_factory
 from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied
 
 
@@ -152,3 +153,27 @@ def test_ctrl_c_does_not_kill_a_worker_and_closing_ends_it() -> None:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_call_after_the_pipe_to_the_worker_closed_fails_as_worker_died(loop: str) -> None:
+    """A worker that dies breaks its pipe, and the event loop closes the pipe's transport, at
+    times before the reader has seen the exit: a call written then (the node's parse loops
+    share a worker) is a WorkerDied like the others, never the closed pipe's own error (under
+    uvloop a RuntimeError, which stopped a node in CI). The pipe is closed here as the loop
+    closes it on a broken pipe; the worker, its input ended, exits."""
+    async def scenario() -> None:
+        worker = ProcessWorker("t")
+        await worker.start()
+        try:
+            assert worker._process is not None and worker._process.stdin is not None
+            worker._process.stdin.close()
+            results = await asyncio.wait_for(
+                asyncio.gather(*(worker.call(_echo, b"x" * 1000) for _ in range(3)), return_exceptions=True), 10)
+            assert all(isinstance(result, WorkerDied) for result in results), results
+        finally:
+            await worker.close()
+
+    _, factory = loop_factory(loop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(scenario())

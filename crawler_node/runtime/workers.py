@@ -95,11 +95,15 @@ class ProcessWorker:
         future: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         # Queued before the first await: answers come back in the order requests were written.
         self._waiting.append(future)
-        stdin.write(frame)
-        try:
-            await stdin.drain()  # the pipe's flow control: a slow worker slows us
-        except (ConnectionError, BrokenPipeError):
-            pass  # the reader sees the exit and fails the future
+        # A worker that died broke its pipe, and the loop may have closed it before the reader
+        # saw the exit: then the request is not written (uvloop raises RuntimeError on a write
+        # to a closed pipe) and the reader fails the future, as it fails every waiting one.
+        if not stdin.is_closing():
+            try:
+                stdin.write(frame)
+                await stdin.drain()  # the pipe's flow control: a slow worker slows us
+            except (ConnectionError, RuntimeError):
+                pass  # the pipe broke or was closed meanwhile: the same as above
         ok, value = await future
         if not ok:
             raise value
