@@ -146,6 +146,16 @@ class StandIn:
     def heartbeats(self) -> int:
         return len(self.peer.asked)
 
+    @staticmethod
+    async def ask(url: str) -> None:
+        """b's side of the heartbeats, as a member's: two asks for a's members, so a knows b
+        has heard this start of it (a member is idle only then: cluster.Cluster.heard_by_peers)."""
+        headers = {"Authorization": f"Bearer {SECURED[1]}"}
+        async with aiohttp.ClientSession(headers=headers) as session:
+            for _ in range(2):
+                async with session.get(f"{url}/v1/members", params={"from": "b"}) as response:
+                    assert response.status == 200, await response.text()
+
 
 async def test_a_member_reads_statuses_only_when_a_heartbeat_says_something_changed(start_node) -> None:
     loop = asyncio.get_running_loop()
@@ -159,6 +169,7 @@ async def test_a_member_reads_statuses_only_when_a_heartbeat_says_something_chan
                    extra_args=[*SECURED, "--progress-interval-s", "2"])
     try:
         await asyncio.to_thread(a.wait_healthy, 30)
+        await b.ask(urls["a"])
 
         async def rounds_pass() -> None:
             """More than two rounds of a's progress log (every 2 s), counted in a's heartbeats to b
