@@ -99,11 +99,11 @@ class ProcessWorker:
         # saw the exit: then the request is not written (uvloop raises RuntimeError on a write
         # to a closed pipe) and the reader fails the future, as it fails every waiting one.
         if not stdin.is_closing():
+            stdin.write(frame)  # no await since the check: the pipe is still open
             try:
-                stdin.write(frame)
                 await stdin.drain()  # the pipe's flow control: a slow worker slows us
-            except (ConnectionError, RuntimeError):
-                pass  # the pipe broke or was closed meanwhile: the same as above
+            except ConnectionError:
+                pass  # the pipe broke meanwhile: the reader sees the exit and fails the future
         ok, value = await future
         if not ok:
             raise value
