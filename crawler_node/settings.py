@@ -65,6 +65,8 @@ class Settings:
     robots_agent: str = "crawler-node"
     # flow control
     global_inflight: int = 64
+    # hosts whose idle keep-alive connections are kept open for their next request (fetch.fetcher)
+    keepalive_hosts: int = 512
     # The per-host pace as a preset (PACES): "polite" for sites that gave no permission,
     # "adaptive" for your own and testweb. It fills the three settings below that were not
     # given; the defaults here are polite's. Applied where settings are loaded (settings_sources).
@@ -253,8 +255,8 @@ class Settings:
         for name in ("outbox_capacity", "forward_batch", "ring_vnodes"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
-        if self.max_hops < 0 or self.max_redirects < 0:
-            problems.append("max_hops and max_redirects must be >= 0")
+        if self.max_hops < 0 or self.max_redirects < 0 or self.keepalive_hosts < 0:
+            problems.append("max_hops, max_redirects and keepalive_hosts must be >= 0")
         try:
             self.recrawl_policy()
         except ValueError as exc:

@@ -22,8 +22,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "robots_max_bytes", "robots_error_retry_s", "robots_retry_cap_s", "robots_max_attempts",
         "robots_cache_bytes", "ip_inflight_limit", "ip_limit_per_node"),
     "fetching": (
-        "global_inflight", "connect_timeout_s", "fetch_timeout_s", "max_body_bytes", "max_parse_bytes",
-        "ca_bundle", "dns_server", "dns_cache_hosts", "dns_cache_s"),
+        "global_inflight", "keepalive_hosts", "connect_timeout_s", "fetch_timeout_s", "max_body_bytes",
+        "max_parse_bytes", "ca_bundle", "dns_server", "dns_cache_hosts", "dns_cache_s"),
     "retries and backoff": (
         "retry_budget", "retry_base_s", "retry_cap_s", "retry_after_cap_s", "host_backoff_after",
         "host_backoff_initial_s", "host_backoff_cap_s", "host_backoff_forgive_s", "latency_rise_factor",
@@ -103,6 +103,8 @@ HELP: dict[str, str] = {
     "ip_limit_per_node": "apply --ip-inflight-limit per node, not shared out over the cluster's members",
     # fetching
     "global_inflight": "requests in flight on this node, at most",
+    "keepalive_hosts": "hosts whose idle keep-alive connections stay open for reuse (the least recently "
+                       "used are closed first; bounds the node's idle sockets)",
     "connect_timeout_s": "seconds to connect (TCP and TLS)",
     "fetch_timeout_s": "seconds for a whole request, body included",
     "max_body_bytes": "bytes of a body received (as sent, still content-encoded); the rest is cut, marked truncated",

@@ -122,7 +122,7 @@ def test_through_a_proxy_each_request_reaches_its_own_host(monkeypatch) -> None:
     answers = asyncio.run(_through_proxy("", URLS))
     hosts = [url.split("/")[2] for url in URLS]
     assert answers == [f"{url}|{host}|None" for url, host in zip(URLS, hosts)] * 2
-    # The request that names the proxy was built once, not once per request (ProxyConnector).
+    # The request that names the proxy was built once, not once per request (FetchConnector).
     assert len(built) == 1
 
 

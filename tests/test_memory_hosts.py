@@ -7,10 +7,8 @@ hosts that still have work, and 20,000 or 200,000 hosts behind it. The node's RS
 first 20,000 hosts and at the end must differ by at most GROWTH_LIMIT: what a finished host
 leaves in memory has to be (nearly) nothing; its durable part stays on disk.
 
-testweb answers with `Connection: close` here. Kept alive, every proxied connection stays in
-aiohttp's pool keyed by its *target* host, so at this host rate the node holds ~20,000 idle
-connections: that measures the pool (bounded by rate x keep-alive time, not by hosts crawled)
-and runs into RLIMIT_NOFILE, not what this test is about.
+testweb answers with `Connection: close` here, so the node's sockets stay out of the measure
+(the node bounds its idle ones by --keepalive-hosts: tests/test_idle_connections.py).
 
 Run with `pytest -s -m slow tests/test_memory_hosts.py` to see the numbers.
 """

@@ -60,21 +60,50 @@ class PeerResponse(aiohttp.ClientResponse):
 _PROXY_CREDENTIALS = ("Authorization", "Proxy-Authorization")  # looked up case-insensitively
 
 
-class ProxyConnector(aiohttp.TCPConnector):
-    """aiohttp's connector without a throwaway request per proxied request.
+class FetchConnector(aiohttp.TCPConnector):
+    """aiohttp's connector with a bound on idle connections, and without a throwaway request
+    per proxied request.
 
-    Since 3.14 (which fixed proxy credentials missing from requests on pooled connections),
-    aiohttp builds a second ClientRequest, addressed to the proxy, for every request through
-    a proxy; on a pooled keep-alive connection it only serves to move the credentials into a
-    Proxy-Authorization header. Without credentials and for an http:// target, that request
-    only names the proxy a new connection goes to, the same every time: it is built once per
-    proxy and reused. That took ~2 µs per request off the event loop: +1-4% pages/s,
-    paired, in bench/throughput.py. With credentials, and for https:// targets (tunnelled by
-    CONNECT through a request aiohttp then changes), aiohttp's own code runs."""
+    **Idle connections.** aiohttp keeps a keep-alive connection per *target* host (through a
+    proxy too: a proxied connection is keyed by the host it last asked for) for
+    ``keepalive_timeout``, and counts only connections in use against its limit. Crawling many
+    hosts, that is one open socket per host fetched from in the last 15 s: 1,500 held open to
+    the proxy by a node that had just crawled 1,500 one-page hosts (tests/test_idle_connections.py),
+    ~20,000 at 2,000 hosts/s, past a default RLIMIT_NOFILE of 1,024. Here at most
+    ``keepalive_hosts`` hosts keep idle connections (each as many as it had requests in
+    flight); past that, the host whose idle connections went into the pool first loses them
+    (closed), which is the least recently used but for a host that never went fully idle.
 
-    def __init__(self, **kwargs) -> None:
+    **Proxied requests.** Since 3.14 (which fixed proxy credentials missing from requests on
+    pooled connections), aiohttp builds a second ClientRequest, addressed to the proxy, for
+    every request through a proxy; on a pooled keep-alive connection it only serves to move the
+    credentials into a Proxy-Authorization header. Without credentials and for an http://
+    target, that request only names the proxy a new connection goes to, the same every time:
+    it is built once per proxy and reused. That took ~2 µs per request off the event loop:
+    +1-4% pages/s, paired, in bench/throughput.py. With credentials, and for https:// targets
+    (tunnelled by CONNECT through a request aiohttp then changes), aiohttp's own code runs.
+
+    Both override private parts of aiohttp 3.14 (``_release`` and its ``_conns``; the proxy
+    hook); tests/test_idle_connections.py and tests/test_fetch.py fail should they change."""
+
+    def __init__(self, *, keepalive_hosts: int, **kwargs) -> None:
+        if keepalive_hosts < 0:
+            raise ValueError(f"keepalive_hosts must be >= 0, got {keepalive_hosts}")
         super().__init__(**kwargs)
+        self._keepalive_hosts = keepalive_hosts
+        self.idle_closed = 0  # idle connections closed to keep the bound
         self._proxy_requests: dict[URL, aiohttp.ClientRequest] = {}  # one per proxy
+
+    def _release(self, key, protocol, *, should_close: bool = False) -> None:
+        super()._release(key, protocol, should_close=should_close)
+        # A dict keeps insertion order, and a host's entry is made when its first idle
+        # connection goes in and dropped when its last one is taken out again (aiohttp's _get).
+        pool = self._conns
+        while len(pool) > self._keepalive_hosts:
+            oldest = next(iter(pool))
+            for idle, _ in pool.pop(oldest):
+                idle.close()
+                self.idle_closed += 1
 
     def _update_proxy_auth_header_and_build_proxy_req(self, req: aiohttp.ClientRequest, *args, **kwargs):
         # A private hook of aiohttp (3.14): should a later version call it differently, its own
@@ -100,12 +129,14 @@ class Fetcher:
         fetch_timeout_s: float,
         max_body_bytes: int,
         max_connections: int,
+        keepalive_hosts: int = 512,
         ca_bundle: str | None = None,
         resolver: Resolver | None = None,
     ) -> None:
         """``resolver``: resolves the sites' names for direct fetches (fetch.dns), shared with
         the per-IP gates; made here when not given; the fetcher closes it. Through a proxy,
-        the proxy resolves, and no resolver of ours is used."""
+        the proxy resolves, and no resolver of ours is used. ``keepalive_hosts``: hosts whose idle
+        keep-alive connections are kept (FetchConnector)."""
         if proxy is not None and resolver is not None:
             raise ValueError("through a proxy the proxy resolves names: pass no resolver")
         self._user_agent = user_agent
@@ -115,6 +146,7 @@ class Fetcher:
         self._timeout = aiohttp.ClientTimeout(total=fetch_timeout_s, sock_connect=connect_timeout_s)
         self._max_body_bytes = max_body_bytes
         self._max_connections = max_connections
+        self._keepalive_hosts = keepalive_hosts
         self._tls = tls_context(ca_bundle)  # made now: a bad bundle fails the node at its start
         if proxy is None and resolver is None:
             resolver = Resolver(server=None, allow_private=allow_private, cache_hosts=10_000, cache_s=300.0)
@@ -122,7 +154,8 @@ class Fetcher:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = ProxyConnector(
+        connector = FetchConnector(
+            keepalive_hosts=self._keepalive_hosts,
             # aiohttp pools proxied connections per *target* host, so a cap below the number of
             # hosts would close and reopen connections all the time; concurrency is bounded by
             # the node's global in-flight limit instead.
