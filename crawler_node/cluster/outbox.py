@@ -164,6 +164,23 @@ class Outboxes:
     async def wait_for_space(self, peers: Collection[str]) -> None:
         await self._space.wait_until(lambda: not self.full(peers))
 
+    def owed_to_live(self) -> int:
+        """Rows waiting for peers that are not down (those can still be delivered)."""
+        membership = self._membership
+        return sum(n for peer, n in self.counts.items()
+                   if n and (member := membership.get(peer)) is not None and member.state is not PeerState.DOWN)
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, until nothing is owed to a live peer; True if so.
+
+        For a stop: the rows of the last pages stored (their fetched and queued replicas, the
+        links found for other members) are still in the outbox when the stages have drained.
+        Left there, they wait for this member's next start, and if it comes back later than its
+        peers, its successor, covering for it, fetches again what it had fetched
+        (tests/test_cluster_stop.py). The senders keep going meanwhile; an acknowledgement or a
+        reroute notifies ``space``, and a peer found down stops counting."""
+        return await self._space.wait_until(lambda: self.owed_to_live() == 0, timeout_s)
+
     def snapshot(self) -> dict:
         return {"counts": {peer: n for peer, n in self.counts.items() if n}, "total": self.total(),
                 "capacity": self._capacity, "senders": sorted(self._senders), "counters": dict(self.counters)}

@@ -65,6 +65,10 @@ from crawler_node.store.writer import CrawlInfo
 log = logging.getLogger("crawler_node.node")
 
 HANDOFF_RECHECK_S = 0.1
+# A stop waits this long at most for the outboxes to reach the live peers (Outboxes.flush):
+# batches of 256 rows take milliseconds; a peer that stops at the same moment answers until its
+# own stop closes its frontier, and one that does not answer is found down or waited out.
+OUTBOX_FLUSH_S = 5.0
 
 
 def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRules:
@@ -277,6 +281,8 @@ class Node:
             await self.dispatcher.drain(0)  # cancelled: their pages could not be stored
         elif not drained:
             log.error("the parse and store stages did not drain in time; their pages are fetched again next run")
+        if not self._disk_full.is_set() and not self.cluster.is_single:
+            await self._unless_disk_full(self._flush_outboxes())
         self.leases.stop()
         await self.supervisor.stop()
         if not self._disk_full.is_set():
@@ -291,6 +297,13 @@ class Node:
             await self.frontier.close()
         except DiskFull as exc:  # its last checkpoint: the WAL it leaves is read at the next start
             self._fatal(exc)
+
+    async def _flush_outboxes(self) -> None:
+        """Deliver what the last pages owe the live peers before the senders stop (bounded)."""
+        outboxes = self.cluster.outboxes
+        if not await outboxes.flush(OUTBOX_FLUSH_S):
+            log.warning("%d rows owed to live peers were not delivered in %g s: they wait here for the next start",
+                        outboxes.owed_to_live(), OUTBOX_FLUSH_S)
 
     async def _unless_disk_full(self, step: Coroutine[Any, Any, None]) -> None:
         """A step of the stop, cut short by a full disk; a full disk it meets stops the node too."""
