@@ -46,7 +46,10 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def frontier(tmp_path: Path, clock: FakeClock) -> Iterator[Frontier]:
-    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock) as opened:
+# Every test of the `frontier` fixture runs twice: every host with work in memory, and at most
+# 64 of them (the node's way: frontier.hosts), the test's few hosts all active.
+@pytest.fixture(params=[0, 64], ids=["all-active", "bounded"])
+def frontier(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Frontier]:
+    with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock,
+                  resident_hosts=request.param) as opened:
         yield opened

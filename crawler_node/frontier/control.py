@@ -65,7 +65,8 @@ class FrontierControl:
         return cls(frontier._core)  # noqa: SLF001 - the frontier's own part, see above
 
     def host_counts(self) -> list[HostCounts]:
-        """Every host with unfinished rows here (queued, leased or deferred)."""
+        """Every active host with unfinished rows here (queued, leased or deferred); parked
+        hosts are not listed (`host_queue` answers for each)."""
         return [HostCounts(record.host, record.queued, record.leased, record.deferred,
                            record.politeness.next_eligible if record.politeness is not None else 0.0)
                 for record in self._core.hosts.records.values()]
@@ -73,11 +74,11 @@ class FrontierControl:
     def host_queue(self, host: str, limit: int) -> tuple[HostCounts | None, list[QueuedUrl]]:
         """The host's counts (None: nothing unfinished here) and up to ``limit`` of its queued,
         then deferred, URLs, each in lease order."""
-        record = self._core.hosts.records.get(host)
-        if record is None or limit < 0:
+        if limit < 0:
             return None, []
-        counts = HostCounts(host, record.queued, record.leased, record.deferred,
-                            record.politeness.next_eligible if record.politeness is not None else 0.0)
+        counts = self._counts(host)
+        if counts is None:
+            return None, []
         rows: list[QueuedUrl] = []
         for state in (QUEUED, DEFERRED):
             if len(rows) >= limit:
@@ -86,6 +87,21 @@ class FrontierControl:
                     _QUEUE_SQL, (host, state, limit - len(rows))):
                 rows.append(QueuedUrl(url, depth, priority, attempts, not_before or 0.0, _STATE_NAMES[state], via))
         return counts, rows
+
+    def _counts(self, host: str) -> HostCounts | None:
+        """The host's counts, from its record or, parked, from disk (None: nothing unfinished)."""
+        hosts = self._core.hosts
+        record = hosts.records.get(host)
+        if record is not None:
+            return HostCounts(host, record.queued, record.leased, record.deferred,
+                              record.politeness.next_eligible if record.politeness is not None else 0.0)
+        if not hosts.bounded:
+            return None
+        queued, deferred = hosts.on_disk(host)
+        if not queued and not deferred:
+            return None
+        row = self._core.conn.execute("SELECT next_eligible FROM hosts WHERE host = ?", (host,)).fetchone()
+        return HostCounts(host, queued, 0, deferred, row[0] if row else 0.0)
 
     def drop_host(self, host: str, lease_ids: Sequence[int] = ()) -> Counter[str]:
         """Delete the host's queued and deferred rows, and the leases in ``lease_ids`` (the
@@ -96,7 +112,7 @@ class FrontierControl:
         core = self._core
         dropped: Counter[str] = Counter()
         record = core.hosts.records.get(host)
-        if record is None:
+        if record is None and not core.hosts.bounded:
             return dropped
         with core.transaction():
             ours = [row_id for row_id in lease_ids if (lease := core.leases.get(row_id)) and lease[0] is record]
@@ -104,13 +120,13 @@ class FrontierControl:
                 core.conn.execute(_DROP_LEASED_SQL.format(placeholders), chunk)
             for row_id in ours:
                 del core.leases[row_id]
-            if ours:
+            if ours and record is not None:
                 core.count_record(record, LEASED, -len(ours))
                 dropped["leased"] = len(ours)
             for state in (QUEUED, DEFERRED):
                 count = core.conn.execute(_DROP_SQL, (host, state)).rowcount
                 if count:
-                    core.count_record(record, state, -count)
+                    core.count(host, state, -count)  # from its record, or from the parked rows
                     dropped[_STATE_NAMES[state]] = count
             core.forget_recent()  # rows are gone: their URLs are new again
         return dropped

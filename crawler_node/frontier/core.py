@@ -28,13 +28,20 @@ from crawler_node.frontier.records import DONE, FAILED, HostQueue
 # in Python rather than with GROUP BY, whose sorter held ~60 MB at 1M rows; this holds
 # O(hosts with work).
 _COUNT_SQL = "SELECT CASE WHEN state IN (2, 3) THEN NULL ELSE host END, state FROM urls"
+# With a bound on the active hosts: the rows per state in one scan, in constant memory (a
+# GROUP BY sorts every row first), and the hosts with leased rows (few: what is in flight).
+_TOTALS_SQL = ("SELECT COALESCE(SUM(state = 0), 0), COALESCE(SUM(state = 1), 0), COALESCE(SUM(state = 2), 0),"
+               " COALESCE(SUM(state = 3), 0), COALESCE(SUM(state = 4), 0) FROM urls")
+_LEASED_SQL = "SELECT host, COUNT(*) FROM urls WHERE state = 1 GROUP BY host"
 
 
 class FrontierCore:
-    def __init__(self, conn: sqlite3.Connection, *, clock: Callable[[], float], recent_urls: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, clock: Callable[[], float], recent_urls: int,
+                 resident_hosts: int = 0) -> None:
+        """`resident_hosts`: active hosts at most (0: no bound; see hosts.HostRecords)."""
         self.conn = conn
         self.clock = clock
-        self.hosts = HostRecords(conn)
+        self.hosts = HostRecords(conn, resident_max=resident_hosts)
         self.totals = [0, 0, 0, 0, 0]  # rows per state, indexed by state
         # Every row in state LEASED: id -> (its host's record, lease_expires as stored).
         self.leases: dict[int, tuple[HostQueue, float]] = {}
@@ -113,10 +120,17 @@ class FrontierCore:
 
     def count(self, host: str, state: int, delta: int) -> None:
         """Add `delta` rows of `host` in `state` to the totals and, unless the state is a
-        finished one, to the host's record (which exists: see HostRecords)."""
+        finished one, to the host's record, or to the parked rows when it has none (see
+        HostRecords: only a bounded table has parked hosts)."""
         self.totals[state] += delta
         if state != DONE and state != FAILED:
-            self.hosts.count(self.hosts.records[host], state, delta)
+            record = self.hosts.records.get(host)
+            if record is not None:
+                self.hosts.count(record, state, delta)
+            elif self.hosts.bounded:
+                self.hosts.count_parked(state, delta)
+            else:
+                raise KeyError(f"{host} has {state} rows and no record")
 
     def count_record(self, record: HostQueue, state: int, delta: int) -> None:
         """`count` for a caller that holds the record (queued, leased or deferred rows)."""
@@ -125,6 +139,10 @@ class FrontierCore:
 
     def load_counts(self) -> None:
         """Rebuild the totals and the host records from the database."""
+        if self.hosts.bounded:
+            self.totals = list(self.conn.execute(_TOTALS_SQL).fetchone())
+            self.hosts.reload_resident(self.totals, dict(self.conn.execute(_LEASED_SQL)))
+            return
         counted = Counter(self.conn.execute(_COUNT_SQL))
         totals = [0, 0, 0, 0, 0]
         for (_, state), rows in counted.items():

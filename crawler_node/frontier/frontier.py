@@ -73,12 +73,17 @@ class Frontier:
         clock: Callable[[], float] = time.time,
         recent_urls: int = RECENT_URLS,
         max_pages_per_host: int = 0,
+        resident_hosts: int = 0,
+        urgent_priority: int | None = None,
     ) -> None:
         """Open (or create) the frontier at `path`, a database file or a data directory.
 
         Leases left by a previous run return to the queue, their attempts kept.
         `max_pages_per_host`: URLs one host may have taken in (0: no cap); the new ones past
         it come back from `add`, `take_in` and `apply` as `AddResult.capped`.
+        `resident_hosts`: hosts with work kept in memory at most (0: all); the others are
+        parked on disk until `unpark` gives them their turn, the parked hosts given a URL of
+        at least `urgent_priority` first (see hosts.HostRecords).
         """
         if lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
@@ -87,9 +92,10 @@ class Frontier:
             path = path / FRONTIER_FILENAME
         self.path = path
         self._lease_timeout_s = lease_timeout_s
-        self._core = FrontierCore(connect(path), clock=clock, recent_urls=recent_urls)
+        self._core = FrontierCore(connect(path), clock=clock, recent_urls=recent_urls, resident_hosts=resident_hosts)
         self.shedding = Shedding(self._core)
-        self._intake = Intake(self._core, self.shedding, max_per_host=max_pages_per_host)
+        self._intake = Intake(self._core, self.shedding, max_per_host=max_pages_per_host,
+                              urgent_priority=urgent_priority)
         self.outbox = Outbox(self._core, self._intake)
         self.recrawl = Recrawl(self._core, self.shedding)
         self.handoff = Handoff(self._core, self.outbox, self._intake, self.recrawl)
@@ -97,6 +103,7 @@ class Frontier:
         self._core.hosts.inherited = self.replica.politeness_for
         self._core.recover_leases()
         self._core.load_counts()
+        self._core.hosts.unpark(resident_hosts)  # a bounded table starts with every host parked
 
     def close(self) -> None:
         self._core.close()
@@ -351,8 +358,21 @@ class Frontier:
         return None if record is None else snapshot(record)
 
     def hosts_with_work(self) -> list[HostQueue]:
-        """Snapshots of the hosts that have queued URLs (eligible now or later)."""
+        """Snapshots of the active hosts that have queued URLs (eligible now or later)."""
         return [snapshot(record) for record in self._core.hosts.with_work.values()]
+
+    def park(self, hosts: Sequence[str], returned: Sequence[int] = ()) -> list[str]:
+        """The leases `returned` back to their queues unattempted (the node's buffer), then
+        `hosts` parked: their turn is over, their rows wait on disk (hosts.HostRecords.park).
+        Returns the hosts parked; one with a lease left stays active."""
+        if returned:
+            self.apply(FrontierBatch(returned=list(returned)))
+        return self._core.hosts.park(hosts)
+
+    def unpark(self, limit: int) -> list[HostQueue]:
+        """Make up to `limit` parked hosts active, as room allows (hosts.HostRecords.unpark);
+        snapshots of their records, with their stored politeness."""
+        return self._core.hosts.unpark(limit)
 
     def totals(self) -> dict[str, int | float]:
         core = self._core
@@ -365,6 +385,7 @@ class Frontier:
             "deferred": deferred,
             "hosts": core.hosts.rows,
             "hosts_with_work": len(core.hosts.with_work),
+            "parked_queued": core.hosts.parked_queued,  # queued rows of hosts waiting on disk
             "oldest_queued_age_s": self._oldest_queued_age_s(),
             "recrawl_scheduled": self.recrawl.scheduled,  # done, with a due time
         }

@@ -1,21 +1,33 @@
 """The frontier's per-host records (not the node's host table, node.hosts): a record in
-memory for each host with work, a row on disk for each host with rows.
+memory for each *resident* host with work, a row on disk for each host with rows.
 
-A host is in one of three states, and only the frontier's own transactions move it:
+A host is in one of four states, and only the frontier's own transactions (and `unpark`)
+move it:
 
 - *unknown*: no row in `hosts` and none in `urls`;
 - *resting*: a row in `hosts` (its politeness), perhaps finished rows in `urls`, but nothing
   queued, leased or deferred; nothing of it in memory;
-- *active*: queued, leased or deferred rows, and a `HostQueue` in `records` (also in
-  `with_work` while it has queued rows) carrying the politeness loaded when it was created.
+- *active* (resident): queued, leased or deferred rows, and a `HostQueue` in `records` (also
+  in `with_work` while it has queued rows) carrying the politeness loaded when it was created;
+- *parked*: queued or deferred rows but no record: it waits on disk for its turn. Never leased
+  rows: leases are made and kept through records.
 
-`ensure` makes a host active (its first queued or deferred row of a call): it inserts the
-host's row, or loads the row's politeness if there is one. `committed` makes it resting again
-at the end of the transaction that left its record with no work, never mid-transaction: a
-record counted down to nothing may be counted up again in the same transaction, and the
-frontier's leases point at the records of leased rows. So memory holds the hosts with work,
-not every host the crawl has met. `ensure_rows` gives a row to hosts whose URLs arrive already
-finished; `remove_row` drops the row of a host handed away with all its rows.
+With `resident_max` 0 every host with work is active. Otherwise at most `resident_max` are:
+memory holds that many hosts however many have work (a broad crawl queues URLs of millions),
+as Heritrix keeps its inactive queues on disk. A host with new work becomes active at once
+while nothing is parked and there is room; once anything is parked, room goes to the parked
+hosts in turn (`unpark`: host-name order from a cursor that wraps, after the hosts given
+urgent work), so hosts found late do not overtake those found early. A parked host's rows
+are counted in the totals only (`FrontierCore.parked_queued`).
+
+`ensure` makes hosts active (their first queued or deferred row of a call) or leaves them
+parked: it inserts the host's row, or loads the row's politeness if there is one.
+`committed` makes an active host resting again at the end of the transaction that left its
+record with no work, never mid-transaction: a record counted down to nothing may be counted up
+again in the same transaction, and the frontier's leases point at the records of leased rows.
+So memory holds the active hosts, not every host the crawl has met. `ensure_rows` gives a row
+to hosts whose URLs arrive already finished; `remove_row` drops the row of a host handed away
+with all its rows.
 
 Each row also counts the URLs its host has had in `urls` (`accepted`, for the per-host page
 cap: frontier.intake). The count is read from and added to the row inside the caller's
@@ -27,7 +39,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, HostQueue
+from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, HostQueue, snapshot
 from crawler_node.frontier.statements import in_lists, value_rows
 
 _POLITENESS_COLUMNS = "host, next_eligible, crawl_delay, backoff_level, last_throttle"
@@ -40,12 +52,30 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 """
 
 
+# The next host after a name with queued rows: one seek in urls_ready (a skip scan, so a host
+# with a million queued rows costs what a host with one does).
+_NEXT_QUEUED_HOST_SQL = "SELECT host FROM urls WHERE state = 0 AND host > ? ORDER BY host LIMIT 1"
+_NEXT_DEFERRED_HOST_SQL = "SELECT host FROM urls WHERE state = 4 AND host > ? ORDER BY host LIMIT 1"
+# A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred).
+_COUNT_STATE_SQL = "SELECT COUNT(*) FROM urls WHERE host = ? AND state = ?"
+URGENT_MAX = 10_000  # parked hosts remembered as given urgent work (a seed), unparked first
+
+
 class HostRecords:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, resident_max: int = 0) -> None:
+        """`resident_max`: active hosts at most (0: every host with work is active)."""
+        if resident_max < 0:
+            raise ValueError(f"resident_max must be >= 0 (0: no bound), got {resident_max}")
         self._conn = conn
+        self._resident_max = resident_max
         # Both dicts keep their identity for the life of the table: callers may hold them.
         self.records: dict[str, HostQueue] = {}
         self.with_work: dict[str, HostQueue] = {}  # queued > 0: nobody scans idle hosts
+        # Rows of parked hosts (no record), by state: what `unpark` has yet to bring in.
+        self.parked_queued = 0
+        self.parked_deferred = 0
+        self._cursor = ""  # unpark's round robin: the next parked host sorts after this name
+        self._urgent: dict[str, None] = {}  # parked hosts given urgent work, oldest first
         self._rows: int = conn.execute("SELECT COUNT(*) FROM hosts").fetchone()[0]
         self._rows_pending = 0  # rows added (or removed) by the open transaction
         self._maybe_idle: list[HostQueue] = []  # counted down to nothing in the open transaction
@@ -60,9 +90,11 @@ class HostRecords:
 
     # -- becoming active -------------------------------------------------------------------
 
-    def ensure(self, hosts: Iterable[str]) -> dict[str, HostPoliteness]:
-        """Give every host in `hosts` a record. Returns the stored politeness of the hosts
-        whose record this made, when not all defaults."""
+    def ensure(self, hosts: Iterable[str], urgent: Iterable[str] = ()) -> dict[str, HostPoliteness]:
+        """Give every host in `hosts` a row, and a record while there is room (see the module
+        docstring); those left without one are parked, and of them the `urgent` ones are
+        unparked first. Returns the stored politeness of the hosts whose record this made,
+        when not all defaults. The caller counts the rows it adds (`count`, `count_parked`)."""
         records = self.records
         missing = [host for host in dict.fromkeys(hosts) if host not in records]
         if not missing:
@@ -70,14 +102,157 @@ class HostRecords:
         # New hosts are the common case while a crawl grows: when every row was new, there
         # is no politeness to look up.
         inserted = self._insert_rows(missing)
-        stored = {} if inserted == len(missing) else self._load_politeness(missing)
+        admitted = self._admit(missing)
+        if len(admitted) < len(missing):
+            self._note_urgent(set(urgent).difference(admitted))
+        return self._make_records(admitted, look_up=inserted < len(missing))
+
+    def _admit(self, missing: list[str]) -> list[str]:
+        """The hosts of `missing` that become active now: all while nothing is parked and
+        there is room, none once something is (room then goes to the parked, in turn)."""
+        if not self._resident_max:
+            return missing
+        if self.parked_queued or self.parked_deferred:
+            return []
+        return missing[:max(0, self._resident_max - len(self.records))]
+
+    def _note_urgent(self, hosts: set[str]) -> None:
+        for host in sorted(hosts):
+            if len(self._urgent) >= URGENT_MAX:
+                break  # the round robin reaches the others in its turn
+            self._urgent[host] = None
+
+    def _make_records(self, hosts: Sequence[str], *, look_up: bool) -> dict[str, HostPoliteness]:
+        """Records for `hosts`, counted from zero, with their stored politeness (`look_up`:
+        some may have a row already) and a neighbour's; returns that politeness."""
+        if not hosts:
+            return {}
+        stored = self._load_politeness(hosts) if look_up else {}
         if self.inherited is not None:
-            for host, theirs in self.inherited(missing).items():
+            for host, theirs in self.inherited(hosts).items():
                 stored[host] = _stricter(stored.get(host), theirs)
-        for host in missing:
+        records = self.records
+        for host in hosts:
             record = records[host] = HostQueue(host, politeness=stored.get(host))
             self._maybe_idle.append(record)  # until it is counted
         return stored
+
+    # -- parked hosts ------------------------------------------------------------------------
+
+    def unpark(self, limit: int) -> list[HostQueue]:
+        """Make up to `limit` parked hosts with queued rows active, as far as there is room:
+        first those given urgent work, then the next ones in host-name order after the last
+        one unparked (wrapping around once). Reads only (no transaction): the records are
+        made with the counts on disk, which only the frontier's thread changes. Returns
+        snapshots of the new records, with their stored politeness."""
+        if not self._resident_max or not self.parked_queued:
+            return []
+        room = min(limit, self._resident_max - len(self.records))
+        if room <= 0:
+            return []
+        picked: list[str] = []
+        while self._urgent and len(picked) < room:
+            host = next(iter(self._urgent))
+            del self._urgent[host]
+            if host not in self.records and host not in picked:
+                picked.append(host)
+        picked += self._next_parked(room - len(picked), set(picked), _NEXT_QUEUED_HOST_SQL)
+        made = self._bring_in(picked)
+        return [snapshot(record) for record in made if record.queued]
+
+    def unpark_deferred(self, limit: int) -> list[str]:
+        """Parked hosts that have deferred rows, up to `limit`, in host-name order: load
+        shedding restores theirs too (they then wait their turn as parked queued work)."""
+        found: list[str] = []
+        after = ""
+        while len(found) < limit:
+            row = self._conn.execute(_NEXT_DEFERRED_HOST_SQL, (after,)).fetchone()
+            if row is None:
+                break
+            after = row[0]
+            if after not in self.records:
+                found.append(after)
+        return found
+
+    def _next_parked(self, wanted: int, taken: set[str], next_sql: str) -> list[str]:
+        """The next `wanted` parked hosts after the cursor, in host-name order, wrapping once.
+        Active hosts are stepped over, a seek each, at most a few times `wanted`."""
+        found: list[str] = []
+        seeks = 0
+        wrapped = False
+        after = self._cursor
+        execute = self._conn.execute
+        while len(found) < wanted and seeks < 4 * wanted + 64:
+            seeks += 1
+            row = execute(next_sql, (after,)).fetchone()
+            if row is None:
+                if wrapped or after == "":
+                    break
+                wrapped, after = True, ""
+                continue
+            after = row[0]
+            if wrapped and after > self._cursor:
+                break  # round the whole ring: the rest are active or taken
+            if after not in self.records and after not in taken:
+                found.append(after)
+        if found:
+            self._cursor = found[-1]
+        return found
+
+    def _bring_in(self, hosts: Sequence[str], leased: Mapping[str, int] | None = None) -> list[HostQueue]:
+        """Records for parked `hosts`, counted from their rows on disk (`leased`: host ->
+        leased rows, which only a rollback's reload has to count)."""
+        self._make_records(hosts, look_up=True)
+        made = []
+        execute = self._conn.execute
+        for host in hosts:
+            record = self.records[host]
+            queued = execute(_COUNT_STATE_SQL, (host, QUEUED)).fetchone()[0]
+            deferred = execute(_COUNT_STATE_SQL, (host, DEFERRED)).fetchone()[0]
+            self.parked_queued -= queued
+            self.parked_deferred -= deferred
+            if queued:
+                self.count(record, QUEUED, queued)
+            if deferred:
+                self.count(record, DEFERRED, deferred)
+            if leased and (rows := leased.get(host, 0)):
+                self.count(record, LEASED, rows)
+            made.append(record)
+        self._drop_idle()  # a record that found no rows after all (no transaction to wait for)
+        return made
+
+    def park(self, hosts: Sequence[str]) -> list[str]:
+        """Make active `hosts` parked (the node ended their turn): their records leave memory,
+        their rows wait on disk. A host with leased rows left (a page on its way to the store)
+        stays active. Returns the hosts parked."""
+        parked: list[str] = []
+        if not self._resident_max:
+            return parked
+        for host in hosts:
+            record = self.records.get(host)
+            if record is None or record.leased:
+                continue
+            del self.records[host]
+            self.with_work.pop(host, None)
+            self.parked_queued += record.queued
+            self.parked_deferred += record.deferred
+            parked.append(host)
+        return parked
+
+    def count_parked(self, state: int, delta: int) -> None:
+        """Add `delta` rows in `state` (queued or deferred) of a host without a record."""
+        if state == QUEUED:
+            self.parked_queued += delta
+        elif state == DEFERRED:
+            self.parked_deferred += delta
+        else:
+            raise ValueError(f"a parked host has no rows in state {state}")
+
+    def on_disk(self, host: str) -> tuple[int, int]:
+        """A host's (queued, deferred) rows as the database has them (a parked host's)."""
+        execute = self._conn.execute
+        return (execute(_COUNT_STATE_SQL, (host, QUEUED)).fetchone()[0],
+                execute(_COUNT_STATE_SQL, (host, DEFERRED)).fetchone()[0])
 
     def ensure_rows(self, hosts: Iterable[str]) -> None:
         """Give a `hosts` row to hosts that get only finished rows (no record needed)."""
@@ -170,13 +345,16 @@ class HostRecords:
 
     def committed(self) -> None:
         """The open transaction committed: drop the records left with no work."""
+        self._drop_idle()
+        self._rows += self._rows_pending
+        self._rows_pending = 0
+
+    def _drop_idle(self) -> None:
         records = self.records
         for record in self._maybe_idle:
             if record.idle and records.get(record.host) is record:
                 del records[record.host]
         self._maybe_idle.clear()
-        self._rows += self._rows_pending
-        self._rows_pending = 0
 
     def reload(self, counted: Mapping[tuple[str | None, int], int]) -> None:
         """Rebuild the records from `counted`: rows per (host, state) of the queue states
@@ -195,6 +373,25 @@ class HostRecords:
             self.count(record, state, rows)
         for host, stored in self._load_politeness(list(records)).items():
             records[host].politeness = stored
+        self.parked_queued = self.parked_deferred = 0
+
+    @property
+    def bounded(self) -> bool:
+        """At most `resident_max` hosts are active (some with work may be parked)."""
+        return self._resident_max > 0
+
+    def reload_resident(self, totals: Sequence[int], leased: Mapping[str, int]) -> None:
+        """`reload` for a bounded table, without counting every host with work: the hosts
+        active until now (none at open) and those with `leased` rows (host -> rows) are
+        counted again from disk; every other queued or deferred row of `totals` (rows per
+        state) is parked. At open, `unpark` then fills the room."""
+        self._maybe_idle.clear()
+        self._rows_pending = 0
+        resident = list(dict.fromkeys([*self.records, *leased]))
+        self.records.clear()
+        self.with_work.clear()
+        self.parked_queued, self.parked_deferred = totals[QUEUED], totals[DEFERRED]
+        self._bring_in(resident, leased)
 
 
 def _stricter(ours: HostPoliteness | None, theirs: HostPoliteness) -> HostPoliteness:

@@ -45,13 +45,17 @@ _IN_REPLICA_SQL = {
 
 
 class Intake:
-    def __init__(self, core: FrontierCore, shedding: Shedding, *, max_per_host: int = 0) -> None:
-        """`max_per_host`: URLs one host may have taken in, at most (0: no cap)."""
+    def __init__(self, core: FrontierCore, shedding: Shedding, *, max_per_host: int = 0,
+                 urgent_priority: int | None = None) -> None:
+        """`max_per_host`: URLs one host may have taken in, at most (0: no cap);
+        `urgent_priority`: a parked host given a URL of at least this priority (a seed) is
+        unparked before the others (None: none is)."""
         if max_per_host < 0:
             raise ValueError(f"max_per_host must be >= 0 (0: no cap), got {max_per_host}")
         self._core = core
         self._shedding = shedding
         self._max_per_host = max_per_host
+        self._urgent_priority = urgent_priority
         self._has_replica = core.conn.execute("SELECT 1 FROM replica LIMIT 1").fetchone() is not None
 
     def insert(self, entries: Sequence[UrlEntry], not_before: float) -> AddResult:
@@ -73,7 +77,9 @@ class Intake:
         accepted = self._insert_rows(fresh, not_before, cut) if fresh else fresh
         core.remember([entry.url for entry in fresh])  # rows now, new or not
         per_host = Counter(entry.host for entry in accepted)
-        politeness = core.hosts.ensure(per_host)
+        urgent = self._urgent_priority
+        politeness = core.hosts.ensure(per_host, () if urgent is None else
+                                       {entry.host for entry in accepted if entry.priority >= urgent})
         core.hosts.count_accepted(per_host)
         for host, count in per_host.items():
             core.count(host, QUEUED, count)
@@ -85,8 +91,10 @@ class Intake:
             self._shedding.parked_on_arrival(len(deferred))
         if replicated:
             self.mark_seen(replicated)
+        records = core.hosts.records
         return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted) - len(capped),
-                         deferred=deferred, politeness=politeness, capped=capped)
+                         deferred=deferred, politeness=politeness, capped=capped,
+                         parked={host for host in per_host if host not in records})
 
     def _cap(self, fresh: list[UrlEntry]) -> tuple[list[UrlEntry], list[UrlEntry]]:
         """`fresh` split into the URLs to insert and the new ones past their host's cap. Exact:

@@ -113,14 +113,19 @@ class AddResult:
     # seen-set (found again, they are turned away again), for the caller to log
     capped: list[UrlEntry] = field(default_factory=list)
     forwarded: int = 0  # passed on to their owners' outboxes (the node's intake sets it)
+    # Hosts of accepted URLs that are parked (no record: frontier.hosts): their URLs wait on
+    # disk for the host's turn, and are not work for the host table until `unpark` says so
+    parked: set[str] = field(default_factory=set)
 
     @property
     def queued(self) -> list[UrlEntry]:
-        """The accepted URLs that went into the queue (work for the host table now)."""
-        if not self.deferred:
+        """The accepted URLs that went into the queue of an active host (work for the host
+        table now): not those deferred, nor those of parked hosts."""
+        if not self.deferred and not self.parked:
             return self.accepted
-        parked = {id(entry) for entry in self.deferred}
-        return [entry for entry in self.accepted if id(entry) not in parked]
+        deferred = {id(entry) for entry in self.deferred}
+        parked = self.parked
+        return [entry for entry in self.accepted if id(entry) not in deferred and entry.host not in parked]
 
 
 @dataclass(slots=True)

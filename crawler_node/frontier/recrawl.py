@@ -73,8 +73,9 @@ class Recrawl:
     def requeue_due(self, now: float, limit: int, priority: int) -> Counter[str]:
         """Queue again up to `limit` done rows due by `now`, the longest due first, at
         `priority`, as new work: no attempts spent, eligible at once, aged from `now`, no
-        longer due. Returns the rows queued per host (the node's host table learns of them
-        from this; the frontier's records of the hosts are counted here).
+        longer due. Returns the rows queued per active host (the node's host table learns of
+        them from this; the frontier's records of the hosts are counted here); a parked
+        host's wait for its turn.
 
         While shedding parks URLs at or below `priority` on arrival, none is queued: the rows
         stay due and come back once shedding stops."""
@@ -84,14 +85,16 @@ class Recrawl:
         core = self._core
         with core.transaction():
             per_host = Counter(host for (host,) in core.conn.execute(_REQUEUE_SQL, (priority, now, now, limit)))
-            # A host that finished long ago has no record any more: this makes it one.
+            # A host that finished long ago has no record any more: this makes it one, or
+            # parks it (its rows then wait their turn on disk).
             core.hosts.ensure(per_host)
             for host, count in per_host.items():
                 core.count(host, DONE, -count)
                 core.count(host, QUEUED, count)
             if per_host:
                 core.after_commit(partial(self._count, -sum(per_host.values())))
-        return per_host
+        records = core.hosts.records
+        return Counter({host: count for host, count in per_host.items() if host in records})
 
     def unscheduled(self, count: int) -> None:
         """The open transaction deleted `count` scheduled rows (a host handed away)."""

@@ -182,6 +182,7 @@ class Replica:
                 result.duplicates += added.duplicates
                 result.capped += added.capped
                 result.politeness.update(added.politeness)
+                result.parked |= added.parked
                 conn.execute("DELETE FROM replica WHERE host = ? AND state = 0", (host,))
                 conn.execute("DELETE FROM replica_queued_hosts WHERE host = ?", (host,))
         return result, (hosts[-1] if len(hosts) == limit else None)

@@ -42,12 +42,14 @@ class _FrontierThread(SyncWorker):
 
 class FrontierService:
     def __init__(self, *, path: Path, lease_timeout_s: float, clock: Callable[[], float] = time.time,
-                 max_pages_per_host: int = 0) -> None:
+                 max_pages_per_host: int = 0, resident_hosts: int = 0, urgent_priority: int | None = None) -> None:
         if lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
         self._path = Path(path)
         self._lease_timeout_s = lease_timeout_s
         self._max_pages_per_host = max_pages_per_host  # see Frontier
+        self._resident_hosts = resident_hosts
+        self._urgent_priority = urgent_priority
         self._clock = clock
         self._thread: _FrontierThread | None = None
         self._frontier: Frontier | None = None
@@ -65,7 +67,8 @@ class FrontierService:
         try:
             self._frontier = await self._thread.call(
                 Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock,
-                max_pages_per_host=self._max_pages_per_host)
+                max_pages_per_host=self._max_pages_per_host, resident_hosts=self._resident_hosts,
+                urgent_priority=self._urgent_priority)
         except BaseException:
             self._thread.shutdown()
             self._thread = None
@@ -131,6 +134,14 @@ class FrontierService:
         return await thread.call(frontier.due_count, now)
 
     # -- hosts and totals ------------------------------------------------------------------
+
+    async def park(self, hosts: Sequence[str], returned: Sequence[int] = ()) -> list[str]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.park, hosts, returned)
+
+    async def unpark(self, limit: int) -> list[HostQueue]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.unpark, limit)
 
     async def hosts_with_work(self) -> list[HostQueue]:
         thread, frontier = self._opened()

@@ -32,6 +32,9 @@ WHERE id IN (SELECT id FROM urls WHERE host = ? AND state = 4 ORDER BY priority 
 """
 
 
+PARKED_RESTORE_HOSTS = 256  # parked hosts with deferred rows a restore looks at, at most
+
+
 class Shedding:
     def __init__(self, core: FrontierCore) -> None:
         self._core = core
@@ -77,26 +80,32 @@ class Shedding:
         """Queue about ``n`` deferred URLs again, an equal share from every host that has some
         (each host's highest priority first): restored work spread over many hosts can be
         fetched in parallel, work from one host only at that host's pace. Returns the count
-        per host."""
+        per active host (a parked host's restored rows wait for its turn on disk)."""
         core = self._core
-        hosts = [record for record in core.hosts.records.values() if record.deferred]
-        if n <= 0 or not hosts:
+        if n <= 0:
+            return Counter()
+        records = core.hosts.records
+        hosts = [record.host for record in sorted(records.values(), key=lambda r: -r.deferred) if record.deferred]
+        if core.hosts.parked_deferred:
+            # Parked hosts' rows come back as parked queued work: it waits its turn on disk.
+            hosts += core.hosts.unpark_deferred(PARKED_RESTORE_HOSTS)
+        if not hosts:
             return Counter()
         share = -(-n // len(hosts))
         per_host: Counter[str] = Counter()
         with core.transaction():
             left = n
-            for record in sorted(hosts, key=lambda r: -r.deferred):
-                count = core.conn.execute(_RESTORE_SQL, (record.host, min(share, left))).rowcount
+            for host in hosts:
+                count = core.conn.execute(_RESTORE_SQL, (host, min(share, left))).rowcount
                 if count:
-                    per_host[record.host] = count
-                    core.count_record(record, DEFERRED, -count)
-                    core.count_record(record, QUEUED, count)
+                    per_host[host] = count
+                    core.count(host, DEFERRED, -count)
+                    core.count(host, QUEUED, count)
                     left -= count
                 if left <= 0:
                     break
             core.after_commit(partial(self._count, RESTORED, sum(per_host.values())))
-        return per_host
+        return Counter({host: count for host, count in per_host.items() if host in records})
 
     def parked_on_arrival(self, count: int) -> None:
         """The open transaction parked `count` new URLs on arrival (the intake reports it)."""
