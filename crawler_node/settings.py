@@ -87,6 +87,11 @@ class Settings:
     # with every host ever seen.
     host_idle_s: float = 60.0
     host_memory_target: int = 10_000
+    # Hosts with work kept in memory, at most (0 = no bound): a broad crawl queues URLs of
+    # millions of hosts, and the others wait on disk for their turn, taken in host-name order
+    # (Heritrix's inactive queues), hosts given a seed or a submitted URL first.
+    active_hosts: int = 10_000
+    host_turn_s: float = 300.0  # while others wait, a host with work keeps its place this long
     robots_cache_bytes: int = 4_000_000  # robots.txt bodies of hosts no longer in memory, at most
     # fetching
     connect_timeout_s: float = 10.0
@@ -337,8 +342,8 @@ class Settings:
     def _pressure_problems(self) -> list[str]:
         """The flow-control settings: backoff, latency, admission, API, shedding, host memory."""
         problems: list[str] = []
-        if self.robots_cache_bytes < 0 or self.host_memory_target < 0:
-            problems.append("robots_cache_bytes and host_memory_target must be >= 0")
+        if self.robots_cache_bytes < 0 or self.host_memory_target < 0 or self.active_hosts < 0 or self.host_turn_s < 0:
+            problems.append("robots_cache_bytes, host_memory_target, active_hosts and host_turn_s must be >= 0")
         for name in ("host_backoff_after", "pipeline_max_bytes"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -31,7 +31,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "queues, pressure and shedding": (
         "inbound_capacity", "parse_queue", "store_queue", "parse_workers", "worker_nice", "event_loop",
         "lease_timeout_s",
-        "host_idle_s", "host_memory_target", "store_lag_s", "pipeline_max_bytes", "shed_high_water",
+        "host_idle_s", "host_memory_target", "active_hosts", "host_turn_s",
+        "store_lag_s", "pipeline_max_bytes", "shed_high_water",
         "shed_low_water", "shed_after_s"),
     "fetch-through API (--proxy to a scraping API)": ("api_limit_header", "api_limit_start", "api_quota_reset_s"),
     "archive and output": (
@@ -137,6 +138,10 @@ HELP: dict[str, str] = {
     "lease_timeout_s": "seconds a leased URL is the node's before it goes back to its queue",
     "host_idle_s": "seconds a host with no work stays in memory",
     "host_memory_target": "hosts in memory above which idle ones leave sooner, oldest first",
+    "active_hosts": "hosts with work kept in memory at most; the others wait on disk for their turn, "
+                    "in host-name order (0 = no bound)",
+    "host_turn_s": "seconds a host with work keeps its place in memory while others wait on disk "
+                   "(0 = until its queue is done)",
     "store_lag_s": "the store is lagging (fetching stops) when its oldest result waits this many seconds",
     "pipeline_max_bytes": "bytes of response bodies held between fetch and store; past it, fetching stops",
     "shed_high_water": "queued URLs above which, for --shed-after-s, the lowest-priority ones are deferred "

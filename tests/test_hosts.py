@@ -336,3 +336,51 @@ def test_robots_txt_is_per_authority_and_asked_again_after_its_ttl() -> None:
     table.refilled(taken, [Lease(4, "http://h/4", "h", 0, 0, 1, 0)], None, 200.0)
     taken = table.next_host(200.0)
     assert table.next_step(taken, 200.0)[0] is Step.ROBOTS  # the rules are a day old (ttl_s): asked again
+
+
+def test_hosts_whose_turn_is_over_leave_with_their_buffered_leases_unless_busy() -> None:
+    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, turn_s=30.0)
+    hosts = ("quiet", "fetching", "spacing", "late")
+    for host in hosts:
+        table.add_work(host, 5, now=20.0 if host == "late" else 0.0)
+    states = {host: robots(table, host) for host in hosts}
+    for index, state in enumerate(states.values()):
+        fill(table, state, 2, first_id=10 * index)  # leases 0-1, 10-11, 20-21, 30-31
+    sent = [send(table) for _ in hosts]  # one request each, the second lease buffered
+    tickets = {state.host: ticket for state, ticket, _ in sent}
+    for host in ("quiet", "spacing", "late"):
+        answer(table, states[host], tickets.pop(host), 200)
+    states["spacing"].next_eligible = 40.0  # as if a Crawl-delay were still running
+
+    assert table.end_turns(now=29.0, limit=10) == ([], [])  # nobody's turn is over yet
+    # "late" got its work at 20; "fetching" has a request in flight; "spacing" waits its delay
+    assert table.end_turns(now=35.0, limit=10) == (["quiet"], [1])
+    assert table.get("quiet") is None and len(table) == 3
+    answer(table, states["fetching"], tickets.pop("fetching"), 200, now=41.0)
+    assert table.end_turns(now=60.0, limit=2) == (["fetching", "spacing"], [11, 21])  # the longest active first
+    assert table.end_turns(now=60.0, limit=2) == (["late"], [31])
+    assert len(table) == 0 and table.next_host(60.0) is None  # no stale place sends a host that left
+
+
+def test_without_a_turn_length_a_host_keeps_its_place_until_its_queue_is_done() -> None:
+    table = make_table()
+    table.add_work("h", 5, now=0.0)
+    assert table.end_turns(now=1e9, limit=10) == ([], [])
+
+
+def test_a_busy_host_whose_turn_is_over_sends_nothing_more_unless_nobody_waits_after_all() -> None:
+    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, turn_s=30.0)
+    table.add_work("h", 5, now=0.0)
+    fill(table, robots(table, "h"), 4)
+    state, ticket, _ = send(table)
+
+    assert table.end_turns(now=31.0, limit=10) == ([], [])  # a request in flight: not yet
+    assert table.next_host(31.0) is None and not table.wants_refill(state)  # but no more of them
+    table.keep_turns(now=32.0)  # nobody waits on disk any more
+    assert table.next_host(32.0) is state
+    table.settle(state, 32.0)
+    assert table.end_turns(now=33.0, limit=10) == ([], [])
+    answer(table, state, ticket, 200, now=34.0)
+    assert table.end_turns(now=35.0, limit=10) == (["h"], [2, 3, 4])

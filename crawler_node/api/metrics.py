@@ -106,6 +106,14 @@ class NodeCollector:
         for state in ("queued", "leased", "done", "failed", "deferred"):
             frontier.add_metric([state], status["frontier"].get(state, 0))
         yield frontier
+        yield _single(GaugeMetricFamily, "crawler_frontier_parked_urls",
+                      "Queued URLs of hosts waiting on disk for their turn (past --active-hosts)",
+                      status["frontier"].get("parked_queued", 0))
+        yield _single(GaugeMetricFamily, "crawler_frontier_active_hosts",
+                      "Hosts with work the frontier keeps in memory",
+                      status["frontier"].get("hosts_in_memory", 0))
+        yield _single(CounterMetricFamily, "crawler_hosts_unparked", "Parked hosts given their turn",
+                      counters["hosts_unparked"])
         yield _single(GaugeMetricFamily, "crawler_recrawl_due", "Fetched URLs due for their recrawl now",
                       status["frontier"].get("recrawl_due", 0))
         yield _single(GaugeMetricFamily, "crawler_recrawl_scheduled", "Fetched URLs with a recrawl scheduled",

@@ -101,6 +101,8 @@ async def node_status(node: Node) -> dict[str, Any]:
             "parser_restarts": parse["parser_restarts"],
             "items": parse["items"],  # made by the pipelines
             "recrawl_queued": upkeep["recrawl_queued"],  # URLs due again, queued again
+            "hosts_unparked": upkeep["hosts_unparked"],  # parked hosts given their turn (--active-hosts)
+            "turns_ended": upkeep["turns_ended"],  # active hosts parked for others (--host-turn-s)
             "pipeline_errors": parse["pipeline_errors"],
             "pipeline_timeouts": parse["pipeline_timeouts"],
             "outcomes": fetch["outcomes"],

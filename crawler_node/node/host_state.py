@@ -56,6 +56,8 @@ class HostState:
     refilling: bool = False  # a lease request for this host is on its way to the frontier
     place: Place = Place.IDLE
     idle_since: float = 0.0  # when it last became IDLE (the collector's clock)
+    active_since: float = 0.0  # when it last got work after having none (its turn: node.host_memory)
+    turn_over: bool = False  # its turn is over: it sends nothing more, and leaves memory once quiet
     ip_gate: IpGate[HostState] | None = None  # shared with the hosts on the same address (direct fetches)
     backoff: BackoffState = NO_BACKOFF  # for 429s without Retry-After
     throttle_streak: int = 0  # limit cuts from 429s without Retry-After, no success between
@@ -103,6 +105,8 @@ class HostState:
         return self.queued > 0 or bool(self.buffer)
 
     def can_send(self) -> bool:
+        if self.turn_over:
+            return False
         # A Crawl-delay means one request at a time, spaced by the delay.
         if self.crawl_delay > 0 and self.limiter.in_flight > 0:
             return False

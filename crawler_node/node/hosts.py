@@ -16,10 +16,8 @@ A host is in exactly one place (:class:`Place`):
 
 Other components never write a host's fields; they call the methods below (its robots.txt
 records are kept for the table by node.host_robots). Verdicts
-(core.verdict) are applied by :meth:`HostTable.finish_page`. Hosts that have stayed IDLE for
-``idle_s`` (or, while more than ``memory_target`` hosts are in memory, the ones idle longest)
-with nothing in flight, their politeness times passed, their backoff forgiven and their
-durable politeness saved leave memory (:meth:`HostTable.collect`). That politeness (pauses,
+(core.verdict) are applied by :meth:`HostTable.finish_page`. Idle hosts, and hosts whose turn
+is over while others wait on disk, leave memory (node.host_memory). Their politeness (pauses,
 Crawl-delay) is in the frontier's hosts table, handed back by the frontier when such a host
 gets work again; its robots.txt answer stays in a bounded cache for a day.
 """
@@ -35,6 +33,7 @@ from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy, RobotsStatus, scheme_of
 from crawler_node.core.verdict import RobotsAnswer, Verdict
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
+from crawler_node.node.host_memory import HostMemory
 from crawler_node.node.host_robots import HostRobots
 from crawler_node.node.host_state import HostState, Place, Step
 from crawler_node.node.rotation import Rotation
@@ -51,22 +50,18 @@ LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (l
 class HostTable:
     def __init__(self, *, new_limiter: Callable[[], AimdLimiter], backoff_policy: HostBackoffPolicy,
                  work: Wakeup, started_at: float, idle_s: float = 60.0, memory_target: int = 10_000,
-                 robots_cache: RobotsCache | None = None, robots_policy: RobotsPolicy | None = None,
-                 min_delay_s: float = 0.0) -> None:
+                 turn_s: float = 0.0, robots_cache: RobotsCache | None = None,
+                 robots_policy: RobotsPolicy | None = None, min_delay_s: float = 0.0) -> None:
         """``work`` is notified when a host may have become ready; ``started_at`` is when this
         process started (no request of an earlier run can have ended later); hosts idle for
-        ``idle_s`` leave memory, sooner while more than ``memory_target`` are in it;
+        ``idle_s`` leave memory, sooner while more than ``memory_target`` are in it; a host
+        with work ends its turn after ``turn_s`` when asked (``end_turns``; 0: never);
         ``robots_cache`` keeps their robots.txt answers; ``robots_policy`` says when to ask again;
         ``min_delay_s``: every host is paced at least this much, as a Crawl-delay (one request
         at a time, spaced from the end of the last), whatever its robots.txt says."""
-        if idle_s < 0 or memory_target < 0:
-            raise ValueError(f"need idle_s >= 0 and memory_target >= 0, got {idle_s}, {memory_target}")
         self._new_limiter = new_limiter
-        self._backoff_policy = backoff_policy
         self._work = work
         self._started_at = started_at
-        self._idle_s = idle_s
-        self._memory_target = memory_target
         if min_delay_s < 0:
             raise ValueError(f"min_delay_s must be >= 0, got {min_delay_s}")
         self._min_delay_s = min_delay_s
@@ -75,10 +70,13 @@ class HostTable:
             policy=robots_policy if robots_policy is not None else RobotsPolicy())
         self._hosts: dict[str, HostState] = {}
         self.dropped: set[str] = set()  # by an operator: leases of these hosts end unfetched
-        self._rotation = Rotation(work=work)
+        # Notified when a host runs out of work: the frontier may have room for a parked one.
+        self.went_idle = Wakeup()
+        self._rotation = Rotation(work=work, went_idle=self.went_idle)
+        self._memory = HostMemory(states=self._hosts, idle=self._rotation.idle, backoff_policy=backoff_policy,
+                                  idle_s=idle_s, memory_target=memory_target, turn_s=turn_s)
         self._dirty: dict[str, HostState] = {}
         self.persist_wanted = Wakeup()  # notified when durable politeness changed
-        self.collected = 0
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -136,6 +134,8 @@ class HostTable:
 
     def add_work(self, host: str, count: int, now: float, politeness: HostPoliteness | None = None) -> None:
         state = self._state(host, now, politeness)
+        if not state.has_work():
+            state.active_since = now  # its turn starts (node.host_memory)
         state.queued += count
         if state.place is Place.IDLE or state.place is Place.BLOCKED:
             self.settle(state, now)
@@ -153,7 +153,8 @@ class HostTable:
             self.add_work(host, count, now, politeness.get(host) if politeness else None)
 
     def load(self, records: Iterable[HostQueue], now: float) -> None:
-        """At start: the hosts with work in the frontier, and their durable politeness."""
+        """The hosts with work in the frontier (at start, and the parked ones it makes active
+        later), and their durable politeness."""
         for record in records:
             self.add_work(record.host, record.queued, now, record.politeness)
 
@@ -249,7 +250,7 @@ class HostTable:
 
     # ----------------------------------------------------------------- leases
     def wants_refill(self, state: HostState) -> bool:
-        return state.queued > 0 and len(state.buffer) < LEASE_AHEAD * state.limiter.limit
+        return state.queued > 0 and len(state.buffer) < LEASE_AHEAD * state.limiter.limit and not state.turn_over
 
     def request_refill(self, state: HostState) -> bool:
         """True when a lease request for the host should go to the frontier now."""
@@ -388,34 +389,18 @@ class HostTable:
 
     # ----------------------------------------------------------------- memory
     def collect(self, now: float) -> int:
-        """Drop hosts that hold nothing memory must keep, idle for ``idle_s`` (Scrapy's idle
-        slot collector), or, while more than ``memory_target`` hosts are in memory, the ones
-        idle longest whatever their age; returns how many left."""
-        cutoff = now - self._idle_s
-        idle = self._rotation.idle
-        dropped = 0
-        recheck: list[tuple[float, HostState]] = []
-        for _ in range(len(idle)):
-            if idle[0][0] > cutoff and len(self._hosts) <= self._memory_target:
-                break
-            since, state = idle.popleft()
-            if state.place is not Place.IDLE or state.idle_since != since or self._hosts.get(state.host) is not state:
-                continue  # it had work again since (a later entry stands for it), or is gone
-            if not self._collectable(state, now):
-                recheck.append((now, state))
-                continue
-            del self._hosts[state.host]
-            if state.ip_gate is not None:
-                state.ip_gate.unbind(state)
-            dropped += 1
-        for entry in recheck:
-            entry[1].idle_since = entry[0]
-            idle.append(entry)
-        self.collected += dropped
-        return dropped
+        """Idle hosts leave memory (node.host_memory); returns how many left."""
+        return self._memory.collect(now)
 
-    def _collectable(self, state: HostState, now: float) -> bool:
-        return (not state.has_work() and not state.refilling and state.limiter.in_flight == 0
-                and not state.dirty and not state.robots_fetching
-                and now >= state.next_eligible and now >= state.paused_until
-                and self._backoff_policy.forgiven(state.backoff, now))
+    def end_turns(self, now: float, limit: int) -> tuple[list[str], list[int]]:
+        """Hosts with work whose turn is over leave memory, for the frontier to park
+        (node.host_memory); returns them and the ids of their buffered leases."""
+        return self._memory.end_turns(now, limit)
+
+    def keep_turns(self, now: float) -> None:
+        """Nobody waits on disk any more: hosts whose turn was ending send again."""
+        self.wake(self._memory.keep_turns(), now)
+
+    @property
+    def collected(self) -> int:
+        return self._memory.collected

@@ -129,7 +129,8 @@ class Node:
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
         self.frontier = FrontierService(path=self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s,
-                                        clock=clock, max_pages_per_host=s.max_pages_per_host)
+                                        clock=clock, max_pages_per_host=s.max_pages_per_host,
+                                        resident_hosts=s.active_hosts, urgent_priority=SEED_PRIORITY)
         scope = Scope.from_settings(s)
         rules = build_rules(s)
         recrawl = s.recrawl_policy()
@@ -137,7 +138,7 @@ class Node:
             new_limiter=lambda: AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor,
                                             ceiling=s.host_limit_ceiling),
             backoff_policy=rules.host_backoff, work=work, started_at=clock(), idle_s=s.host_idle_s,
-            memory_target=s.host_memory_target,
+            memory_target=s.host_memory_target, turn_s=s.host_turn_s,
             robots_cache=RobotsCache(agent=s.robots_agent, max_bytes=s.robots_cache_bytes, ttl_s=s.robots_ttl_s),
             robots_policy=rules.robots, min_delay_s=s.min_host_delay_s)
         self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
@@ -206,7 +207,8 @@ class Node:
                              recrawl_priority=s.recrawl_priority,
                              watermark=Watermark(self.data_dir, self.data_dir / "frontier.sqlite3"),
                              successor_of=self.cluster.router.successor_if_served,
-                             outboxed=self.cluster.outboxes.note_outboxed)
+                             outboxed=self.cluster.outboxes.note_outboxed,
+                             turn_s=s.host_turn_s if s.active_hosts else 0.0)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:

@@ -16,9 +16,11 @@ from crawler_node.runtime.wakeup import Wakeup
 
 
 class Rotation:
-    def __init__(self, *, work: Wakeup) -> None:
-        """``work`` is notified when a host may have become ready (or ready sooner)."""
+    def __init__(self, *, work: Wakeup, went_idle: Wakeup | None = None) -> None:
+        """``work`` is notified when a host may have become ready (or ready sooner);
+        ``went_idle`` when a host ran out of work."""
         self._work = work
+        self._went_idle = went_idle
         self._ready: deque[HostState] = deque()
         self._waiting: list[tuple[float, int, HostState]] = []  # heap; stale entries skipped
         self._seq = 0
@@ -79,3 +81,5 @@ class Rotation:
             state.place = Place.IDLE
             state.idle_since = now
             self.idle.append((now, state))
+            if self._went_idle is not None:
+                self._went_idle.notify()

@@ -3,6 +3,9 @@ supervisor as a recurring job: a round that fails is logged and the job runs aga
 
 - lease expiry: a lease older than its timeout goes back to its queue (rule 2);
 - host resync: the host table's queued estimates are corrected from the frontier's counts;
+- unparking: as hosts run out of work, the frontier makes parked ones active (it keeps at most
+  --active-hosts in memory), and the host table takes them in; and while hosts wait on disk,
+  those active for --host-turn-s end their turn and are parked in their place;
 - politeness: per-host pauses and Crawl-delays are saved in the frontier, batched, so a
   restart keeps them;
 - host collection: hosts idle for a while leave memory;
@@ -36,6 +39,9 @@ RELEASE_EVERY_S = 30.0  # heap pages freed by the collector go back to the kerne
 RECRAWL_EVERY_S = 1.0
 WATERMARK_EVERY_S = 2.0
 RECRAWL_BATCH = 2000  # URLs due again moved back to their queues per round, at most
+UNPARK_EVERY_S = 0.5  # the frontier is asked for parked hosts this often, and when a host went idle
+UNPARK_BATCH = 1000  # parked hosts made active per round, at most (each costs two index counts)
+TURNS_EVERY_S = 5.0  # hosts whose turn is over are looked for this often, while others wait
 
 
 class Upkeep:
@@ -44,13 +50,15 @@ class Upkeep:
                  release_memory: Callable[[], object] = lambda: None, recrawl: bool = False,
                  recrawl_priority: int = -1000, watermark: Watermark | None = None,
                  successor_of: Callable[[str], str | None] = lambda host: None,
-                 outboxed: Callable[[Mapping[str, int]], None] = lambda counts: None) -> None:
+                 outboxed: Callable[[Mapping[str, int]], None] = lambda counts: None,
+                 turn_s: float = 0.0) -> None:
         """``successor_of(host)``: the member a host crawled here would go to, which is sent
         its politeness as it changes (``outboxed`` is told of those rows);
         ``release_memory``: hands memory freed by the host collector back to the system;
         ``recrawl``: URLs due again (frontier due_at) are queued again, at ``recrawl_priority``;
         ``watermark``: kept up to date, so a frontier that loses committed rows is refused at
-        the next start (runtime.frontier_guard)."""
+        the next start (runtime.frontier_guard); ``turn_s``: while hosts wait on disk, a host
+        with work ends its turn after this long (0: never; node.host_memory)."""
         self._frontier = frontier
         self._hosts = hosts
         self._shed = shed_policy
@@ -65,6 +73,8 @@ class Upkeep:
         self._recrawl = recrawl
         self._recrawl_priority = recrawl_priority
         self._watermark = watermark
+        self._turn_s = turn_s
+        self._ending = False  # end_turns may have left hosts with their turn over
         self._collected_since_release = 0
         self._released_at = time.monotonic()
         self.counters: Counter[str] = Counter()
@@ -76,6 +86,10 @@ class Upkeep:
         supervisor.recurring("lease-expiry", self._expire_leases, every_s=max(1.0, self._lease_timeout_s / 4))
         supervisor.recurring("host-resync", self._resync)
         supervisor.recurring("host-politeness", self._save_politeness)
+        supervisor.recurring("host-unpark", self._unpark)
+        if self._turn_s:
+            # Often enough that a turn is not much longer than it should be.
+            supervisor.recurring("host-turns", self._end_turns, every_s=min(TURNS_EVERY_S, max(0.05, self._turn_s / 4)))
         supervisor.recurring("host-collector", self._collect, every_s=COLLECT_EVERY_S)
         interval = min(1.0, max(0.05, self._shed.after_s / 4))
         supervisor.recurring("load-shedding", self._shed_round, every_s=interval)
@@ -95,7 +109,8 @@ class Upkeep:
 
     def snapshot(self) -> dict:
         return {"leases_expired": self.counters["leases_expired"], "shedding": self._shed.snapshot(),
-                "recrawl_queued": self.counters["recrawl_queued"]}
+                "recrawl_queued": self.counters["recrawl_queued"], "hosts_unparked": self.counters["hosts_unparked"],
+                "turns_ended": self.counters["turns_ended"]}
 
     # ----------------------------------------------------------------- rounds
     async def _expire_leases(self) -> None:
@@ -112,6 +127,34 @@ class Upkeep:
         await self._resync_wanted.wait(RESYNC_EVERY_S)
         records = await self._frontier.hosts_with_work()
         self._hosts.resync(records, self._clock(), serves=self._serves)
+
+    async def _unpark(self) -> None:
+        # A host that ran out of work here leaves the frontier's records at the commit of its
+        # last page, a moment later: the wait's timeout catches that room too.
+        await self._hosts.went_idle.wait(UNPARK_EVERY_S)
+        while records := await self._frontier.unpark(UNPARK_BATCH):
+            self._hosts.load([record for record in records if self._serves(record.host)], self._clock())
+            self.counters["hosts_unparked"] += len(records)
+            if len(records) < UNPARK_BATCH:
+                break
+
+    async def _end_turns(self) -> None:
+        # Only while hosts wait on disk: otherwise there is no one to give a place to.
+        totals = self._frontier.last_totals
+        if not totals or not totals.get("parked_queued"):
+            if self._ending:
+                self._hosts.keep_turns(self._clock())
+                self._ending = False
+            return
+        self._ending = True
+        hosts, returned = self._hosts.end_turns(self._clock(), UNPARK_BATCH)
+        if not hosts:
+            return
+        parked = await self._frontier.park(hosts, returned)
+        if len(parked) < len(hosts):
+            self._resync_wanted.notify()  # a page of theirs was on its way: they stay active there
+        self.counters["turns_ended"] += len(parked)
+        self._hosts.went_idle.notify()  # their places go to parked hosts
 
     async def _save_politeness(self) -> None:
         # At once, not after a linger: a pause must be on disk before a crash can forget it.
