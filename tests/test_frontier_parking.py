@@ -214,3 +214,18 @@ def test_an_unbounded_frontier_parks_nothing(tmp_path: Path, clock: FakeClock) -
         frontier.add([entry(host, 0) for host in HOSTS])
         assert frontier.park(HOSTS) == [] and len(active(frontier)) == len(HOSTS)
         assert frontier.unpark(10) == []
+
+
+def test_active_hosts_with_only_shed_rows_give_their_place_to_queued_work(tmp_path: Path, clock: FakeClock) -> None:
+    with open_bounded(tmp_path, clock, resident=2) as frontier:
+        frontier.add([entry(host, n, priority=1) for host in HOSTS[:2] for n in range(2)])
+        frontier.add([entry(host, 0, priority=50) for host in HOSTS[2:4]])  # parked
+        deferred = frontier.shedding.defer_lowest(4, below_priority=10)  # all of h00's and h01's
+        assert deferred == {"h00.test": 2, "h01.test": 2} and active(frontier) == {}
+
+        assert {r.host for r in frontier.unpark(10)} == {"h02.test", "h03.test"}
+        snapshot = frontier.snapshot()
+        assert (snapshot["deferred"], snapshot["hosts_in_memory"]) == (4, 2)  # h00, h01 left memory
+        crawl_active(frontier)
+        assert frontier.shedding.restore(4) == {}  # their rows come back parked, and wait their turn
+        assert {r.host: r.queued for r in frontier.unpark(10)} == {"h00.test": 2, "h01.test": 2}

@@ -148,6 +148,11 @@ class HostRecords:
         if not self._resident_max or not self.parked_queued:
             return []
         room = min(limit, self._resident_max - len(self.records))
+        if room < limit:
+            # An active host with only deferred rows (load shedding) is no work for the node:
+            # it would hold a place that queued work waits for, perhaps for good.
+            shed = [host for host, record in self.records.items() if not record.queued and not record.leased]
+            room += len(self.park(shed[:limit - max(0, room)]))
         if room <= 0:
             return []
         picked: list[str] = []
