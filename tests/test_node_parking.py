@@ -9,6 +9,8 @@ from datetime import datetime
 import pytest
 from conftest import read_crawl_log, roots
 
+from crawler_node.tools import client
+
 HOSTS, PAGES, ACTIVE = 24, 20, 4
 CRAWL_DELAY = 0.2
 PROFILE = {
@@ -23,12 +25,14 @@ def test_a_node_with_few_active_hosts_crawls_every_host_in_turn(start_testweb, s
     node = start_node(proxy=web.url, seeds=roots(HOSTS),
                       extra_args=["--active-hosts", str(ACTIVE), "--host-limit-start", "2",
                                   "--host-limit-ceiling", "3"])
-    active_seen, parked_seen = [], []
+    active_seen, parked_seen, listed = [], [], None
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         status = node.status()
         active_seen.append(status["frontier"]["hosts_in_memory"])
         parked_seen.append(status["frontier"]["parked_queued"])
+        if listed is None and parked_seen[-1] > 0:
+            listed = client.hosts(node.url, limit=100)  # what `crawler-node hosts` shows meanwhile
         if status["idle"]:
             break
         time.sleep(0.1)
@@ -36,6 +40,7 @@ def test_a_node_with_few_active_hosts_crawls_every_host_in_turn(start_testweb, s
 
     assert max(active_seen) <= ACTIVE, active_seen  # never more hosts with work in memory
     assert max(parked_seen) > 0  # and the others did wait on disk
+    assert listed is not None and listed["total"] <= ACTIVE and listed["parked_urls"] > 0
     assert status["counters"]["hosts_unparked"] >= HOSTS - ACTIVE
     assert status["frontier"]["parked_queued"] == 0
     logged = [line["url"] for line in read_crawl_log(node.data_dir)]

@@ -298,6 +298,8 @@ async def get_hosts(request: web.Request) -> web.Response:
         return _error(400, "bad_query", exc.message)
     rows = await local_hosts(node)
     total = len(rows)
+    # The hosts past --active-hosts wait on disk, not listed: their URLs are counted.
+    parked = int((await node.frontier.totals()).get("parked_queued", 0))
     members: dict[str, Any] = {node.node_id: "ok"}
     if not _local(request):
         reached, down = _reached_members(node)
@@ -307,12 +309,14 @@ async def get_hosts(request: web.Request) -> web.Response:
             if reply["status"] == 200 and isinstance(answer, dict) and isinstance(answer.get("hosts"), list):
                 rows += answer["hosts"]
                 total += int(answer.get("total", 0))
+                parked += int(answer.get("parked_urls", 0))
                 members[peer] = "ok"
             else:
                 members[peer] = answer if isinstance(answer, str) else f"HTTP {reply['status']}"
         members.update(dict.fromkeys(down, "down"))
     return web.json_response({"hosts": page_of(rows, sort=sort, order=order, offset=offset, limit=limit),
-                              "total": total, "sort": sort, "order": order, "offset": offset, "limit": limit,
+                              "total": total, "parked_urls": parked, "sort": sort, "order": order, "offset": offset,
+                              "limit": limit,
                               "members": members, "complete": all(v == "ok" for v in members.values())})
 
 

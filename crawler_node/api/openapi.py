@@ -211,7 +211,8 @@ def _hosts() -> Schema:
                    "in_flight": _COUNT, "limit": {"type": ["integer", "null"]}, "next_eligible": _NUMBER,
                    "state": _STR})
     answer = _object({"hosts": {"type": "array", "items": row}, "total": _COUNT, "sort": _STR, "order": _STR,
-                      "offset": _COUNT, "limit": _COUNT, "members": _ANY_OBJECT, "complete": _BOOL})
+                      "offset": _COUNT, "limit": _COUNT, "members": _ANY_OBJECT, "complete": _BOOL},
+                     {"parked_urls": _COUNT})  # URLs of hosts past --active-hosts, not listed
     return {"get": {"summary": "Every member's hosts with unfinished URLs, merged", "security": _SECURITY,
                     "parameters": [
                         _query("sort", {"type": "string", "enum": list(control.SORT_KEYS)}, "sort key"),

@@ -104,7 +104,7 @@ class HostRecords:
         inserted = self._insert_rows(missing)
         admitted = self._admit(missing)
         if len(admitted) < len(missing):
-            self._note_urgent(set(urgent).difference(admitted))
+            self._note_urgent(set(urgent).intersection(missing).difference(admitted))
         return self._make_records(admitted, look_up=inserted < len(missing))
 
     def _admit(self, missing: list[str]) -> list[str]:

@@ -100,8 +100,10 @@ def _age(seconds: float | None) -> str:
 
 
 def format_hosts(answer: dict) -> str:
+    parked = answer.get("parked_urls", 0)
     lines = [f"{answer['total']} hosts with work; {len(answer['hosts'])} shown from {answer['offset']} "
              f"by {answer['sort']} {answer['order']}"
+             + (f"; {parked} URLs of other hosts wait on disk for their turn (--active-hosts)" if parked else "")
              + ("" if answer.get("complete", True) else f"; members not heard: {_not_ok(answer['members'])}"),
              f"  {'host':<32} {'member':<10} {'queued':>7} {'leased':>6} {'deferred':>8} {'flight':>6} "
              f"{'limit':>5} {'eligible':>9}  state"]
