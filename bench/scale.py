@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,8 @@ RECENT_DUPLICATES = 4  # links to URLs just made (the frontier's recent set answ
 RECENT_RING = 4096  # the URLs just made that pages link to again
 FETCHED_RING = 4096  # the pages leased lately that pages link to again (old rows: the UNIQUE index answers)
 ROUNDS = 80
+ACTIVE_HOSTS = 10_000  # the node's default --active-hosts: hosts with work in memory, the rest parked
+UNPARK_BATCH = 1000  # node/upkeep.py: parked hosts made active per round, at most
 BLOCKS = 10  # the rounds alternate with the reference's in this many blocks
 FILL_WINDOW = 100_000  # URLs per window of the fill's timing, to see it slow down
 _HOST_MULTIPLIER = 7919  # prime, so coprime with the host count: rank -> name is a permutation
@@ -197,18 +200,25 @@ class GcClock:
 
 
 def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
-    """`rounds` lease rounds over the hosts with work, in a shuffled rotation, each finished."""
+    """`rounds` lease rounds over the active hosts, in a shuffled rotation, each finished. As in
+    a node, a host that has nothing left leaves the rotation, and each round first asks the
+    frontier for parked hosts (timed with the lease: the frontier's thread pays for both)."""
     hosts = [record.host for record in frontier.hosts_with_work()]
     web.rng.shuffle(hosts)
+    rotation = deque(hosts)
+    unpark = getattr(frontier, "unpark", None)  # a tree from before parking has none
     lease_s: list[float] = []
     apply_s: list[float] = []
     leased = 0
     wrote, cpu, in_gc = written_bytes(), time.process_time(), gc_clock.seconds
-    for round_number in range(rounds):
-        wanted = [hosts[(round_number * REFILL_HOSTS + i) % len(hosts)] for i in range(REFILL_HOSTS)]
+    for _ in range(rounds):
         started = time.perf_counter()
+        if unpark is not None:
+            rotation.extend(record.host for record in unpark(UNPARK_BATCH))
+        wanted = [rotation.popleft() for _ in range(min(REFILL_HOSTS, len(rotation)))]
         results = frontier.lease_many([(host, LEASE_PER_HOST) for host in wanted])
         lease_s.append(time.perf_counter() - started)
+        rotation.extend(host for host, (got, ready_at) in zip(wanted, results, strict=True) if got or ready_at)
         leases = [lease for got, _ in results for lease in got]
         leased += len(leases)
         for start in range(0, len(leases), STORE_BATCH):
@@ -221,14 +231,17 @@ def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
             "cpu_s": time.process_time() - cpu, "gc_s": gc_clock.seconds - in_gc}
 
 
-def run_child(directory: Path, pragmas: list[str], hosts: int) -> None:
+def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int) -> None:
     """Answer the parent's commands, one JSON line each: `fill N` (to N queued), `rounds N`,
     `stats`."""
     keep_heap_for_reuse()  # as in a node's process (crawler_node.daemon), which holds the frontier
     tune_for_throughput()
     gc_clock = GcClock()
     path = directory / "frontier.sqlite3"
-    frontier = Frontier(path)
+    try:
+        frontier = Frontier(path, resident_hosts=active_hosts)
+    except TypeError:  # a tree from before parking: every host with work in memory
+        frontier = Frontier(path)
     for pragma in pragmas:  # the bench reaches into the core only to try a setting before it is made
         frontier._core.conn.execute(f"PRAGMA {pragma}")
     web = Web(hosts)
@@ -250,6 +263,7 @@ def run_child(directory: Path, pragmas: list[str], hosts: int) -> None:
             rss, hwm = rss_mb()
             rows = sum(totals[state] for state in ("queued", "leased", "done", "failed", "deferred"))
             answer = {"queued": totals["queued"], "hosts_with_work": totals["hosts_with_work"],
+                      "parked_queued": totals.get("parked_queued", 0),
                       "hosts": totals["hosts"], "rows": rows, "rss_mb": rss, "peak_rss_mb": hwm,
                       "db_mb": main_db / 1e6, "wal_mb": wal / 1e6, "db_bytes_per_url": (main_db + wal) / rows,
                       "main_bytes_per_url": main_db / rows}
@@ -262,10 +276,10 @@ def run_child(directory: Path, pragmas: list[str], hosts: int) -> None:
 class Child:
     """One frontier in a process of its own (its tree on PYTHONPATH), in a temporary directory."""
 
-    def __init__(self, tree: Path, pragmas: list[str], hosts: int, tmp: Path) -> None:
+    def __init__(self, tree: Path, pragmas: list[str], hosts: int, tmp: Path, active_hosts: int) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="frontier-scale-", dir=tmp))
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(self.directory),
-                   "--hosts", str(hosts)]
+                   "--hosts", str(hosts), "--active-hosts", str(active_hosts)]
         for pragma in pragmas:
             command += ["--pragma", pragma]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -308,17 +322,17 @@ def summary(blocks: list[dict]) -> dict:
 
 
 def measure(tree: Path, checkpoints: list[int], pragmas: list[str], hosts: int, rounds: int, blocks: int,
-            tmp: Path) -> Iterator[dict]:
+            tmp: Path, active_hosts: int) -> Iterator[dict]:
     """Fill one frontier checkpoint by checkpoint; at each, its rounds alternate block by block
     with those of a fresh frontier of the first checkpoint's size (the reference, side by side)."""
-    big = Child(tree, pragmas, hosts, tmp)
+    big = Child(tree, pragmas, hosts, tmp, active_hosts)
     filled_s = 0.0
     try:
         for checkpoint in checkpoints:
             fill = big.ask(f"fill {checkpoint}")
             filled_s += fill["fill_s"]
             before = big.ask("stats")
-            reference = Child(tree, pragmas, hosts, tmp)
+            reference = Child(tree, pragmas, hosts, tmp, active_hosts)
             try:
                 reference.ask(f"fill {checkpoints[0]}")
                 reference_before = reference.ask("stats")
@@ -384,25 +398,28 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=BLOCKS, help="blocks the rounds alternate in")
     parser.add_argument("--hosts", type=int, default=HOSTS, help="host names the links are drawn from")
     parser.add_argument("--pragma", action="append", default=[], help="PRAGMA to set on the connection")
+    parser.add_argument("--active-hosts", type=int, default=ACTIVE_HOSTS,
+                        help="hosts with work kept in memory, the rest parked (0: all, as before parking)")
     parser.add_argument("--other-tree", type=Path, help="run another checkout's frontier the same way after")
     parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--json", action="store_true", help=f"write {RESULTS_PATH.relative_to(TREE)}")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run_child(args.child, args.pragma, args.hosts)
+        run_child(args.child, args.pragma, args.hosts, args.active_hosts)
         return
     checkpoints = [size for size in CHECKPOINTS if size <= args.max] or [args.max]
     trees = {"this": TREE}
     if args.other_tree is not None:
         trees[f"other ({args.other_tree})"] = args.other_tree.resolve()
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs;"
-          f" pragmas: {args.pragma or 'none'}; {args.hosts:,} hosts")
+          f" pragmas: {args.pragma or 'none'}; {args.hosts:,} hosts; active hosts {args.active_hosts or 'all'}")
     runs: dict[str, list[dict]] = {}
     for name, tree in trees.items():
         print(f"{name}:\n{HEADER}", flush=True)
         runs[name] = []
-        for row in measure(tree, checkpoints, args.pragma, args.hosts, args.rounds, args.blocks, args.tmp):
+        for row in measure(tree, checkpoints, args.pragma, args.hosts, args.rounds, args.blocks, args.tmp,
+                           args.active_hosts):
             row["load_average"] = os.getloadavg()[0]
             runs[name].append(row)
             print_row(row)
