@@ -98,7 +98,13 @@ def test_peer_endpoints_require_the_cluster_token(start_testweb, start_node):
     assert conn.getresponse().status == 200
 
 
-@pytest.mark.parametrize("how", ["kill", "stop"])
+# "kill-parked": each member keeps 4 hosts with work in memory, the others parked on disk and
+# taking turns of 0.5 s (--active-hosts, --host-turn-s): the takeover, the handback and the
+# replicas go through parked hosts too.
+PARKED = ("--active-hosts", "4", "--host-turn-s", "0.5")
+
+
+@pytest.mark.parametrize("how", ["kill", "stop", "kill-parked"])
 def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, start_node, how):
     # A SIGKILL loses what the victim had fetched but not yet stored: bounded by its in-flight
     # limit and queue bounds (sized here as a latency-conscious operator would), so the crawl
@@ -106,7 +112,10 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
     web = start_testweb(hosts=HOSTS, pages=100, seed=22, profile={"site-*.test": {"latency_ms": 60}})
     expected = set(web.expected())
     ids = ["a", "b", "c"]
-    nodes, peers = start_cluster(start_node, web, ids, seeds_to="a", extra=SMALL_PIPELINE)
+    parked = how.endswith("-parked")
+    extra = (*SMALL_PIPELINE, *PARKED) if parked else SMALL_PIPELINE
+    how = how.removesuffix("-parked")
+    nodes, peers = start_cluster(start_node, web, ids, seeds_to="a", extra=extra)
     victim = nodes["b"]
     wait_until(lambda: sum(len(read_crawl_log(n.data_dir)) for n in nodes.values()) >= len(expected) // 3,
                120, "a third of the crawl")
@@ -133,7 +142,7 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
     if how == "kill":
         back = start_node("b", host=victim.host, port=victim.port, proxy=web.url, peers=peers,
                           data_dir=victim.data_dir,
-                          extra_args=[*FAST_CLUSTER, "--secret", SECRET, *SMALL_PIPELINE])
+                          extra_args=[*FAST_CLUSTER, "--secret", SECRET, *extra])
     else:
         victim.signal(signal.SIGCONT)
         back = victim
@@ -142,8 +151,12 @@ def test_a_lost_node_is_routed_around_and_takes_its_arc_back(start_testweb, star
     assert not (lost := missing(everyone, expected)), lost
     members = {m["id"]: m["state"] for m in get_json(f"{nodes['a'].url}/v1/status?scope=local")["members"]}
     assert members["b"] == "alive"
-    handed = sum(get_json(f"{n.url}/v1/status?scope=local")["cluster"]["counters"]["handed_off"] for n in everyone)
+    statuses = [get_json(f"{n.url}/v1/status?scope=local") for n in everyone]
+    handed = sum(status["cluster"]["counters"]["handed_off"] for status in statuses)
     assert handed > 0, "the takeover node handed b's hosts back"
+    if parked:  # hosts did wait on disk, and took turns
+        assert all(status["counters"]["hosts_unparked"] > 0 for status in statuses)
+        assert sum(status["counters"]["turns_ended"] for status in statuses) > 0
     # after the return, b's hosts are b's again
     late = [line for line in read_crawl_log(back.data_dir)]
     assert any(line["host"] in b_hosts for line in late)
