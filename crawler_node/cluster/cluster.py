@@ -27,6 +27,7 @@ from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
+from crawler_node.cluster.readiness import StartupHold
 from crawler_node.cluster.replica import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
@@ -193,6 +194,13 @@ class Cluster:
         self.heartbeats.start(self._session)
         self._supervisor.recurring("handoff-sweep", self.sweeper.round)
         self._supervisor.recurring("replica", self.replicas.round)
+
+    def watch_startup(self, hold: StartupHold) -> None:
+        """A starting member's hold: heartbeats report to it, and peer DNS looks more often
+        while it holds."""
+        self.heartbeats.watch_startup(hold)
+        if self.peer_dns is not None:
+            self.peer_dns.watch_startup(lambda: hold.holding)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -229,7 +229,7 @@ class Node:
             hold = StartupHold(restarted=restarted, joining=self.cluster.joining, deadline=until,
                                release=self.dispatcher.release_hold, alone_is_enough=self.cluster.peer_dns is None)
             self.dispatcher.hold(until, hold)
-            self.cluster.heartbeats.watch_startup(hold)
+            self.cluster.watch_startup(hold)
         self.leases.start(self.supervisor)
         self.dispatcher.start(self.supervisor)
         self.upkeep.start(self.supervisor)
