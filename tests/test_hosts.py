@@ -384,3 +384,16 @@ def test_a_busy_host_whose_turn_is_over_sends_nothing_more_unless_nobody_waits_a
     assert table.end_turns(now=33.0, limit=10) == ([], [])
     answer(table, state, ticket, 200, now=34.0)
     assert table.end_turns(now=35.0, limit=10) == (["h"], [2, 3, 4])
+
+
+def test_a_host_that_ran_out_of_work_while_its_turn_ended_starts_a_new_turn_with_new_work() -> None:
+    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, turn_s=30.0)
+    table.add_work("h", 2, now=0.0)
+    fill(table, robots(table, "h"), 2)
+    state, ticket, _ = send(table)
+    assert table.end_turns(now=31.0, limit=10) == ([], [])  # in flight: its turn ends once it is quiet
+    assert table.release_unserved(lambda host: False, now=31.5) == [2]  # ... but its work went away
+    answer(table, state, ticket, 200, now=32.0)
+    table.add_work("h", 1, now=40.0)  # new work: a new turn, and it may send
+    assert table.next_host(40.0) is state

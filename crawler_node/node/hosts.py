@@ -135,7 +135,7 @@ class HostTable:
     def add_work(self, host: str, count: int, now: float, politeness: HostPoliteness | None = None) -> None:
         state = self._state(host, now, politeness)
         if not state.has_work():
-            state.active_since = now  # its turn starts (node.host_memory)
+            state.active_since, state.turn_over = now, False  # a new turn starts (node.host_memory)
         state.queued += count
         if state.place is Place.IDLE or state.place is Place.BLOCKED:
             self.settle(state, now)

@@ -147,7 +147,9 @@ class Upkeep:
                 self._ending = False
             return
         self._ending = True
-        hosts, returned = self._hosts.end_turns(self._clock(), UNPARK_BATCH)
+        # No more places than hosts wait (each has a queued URL at least): a turn ended for
+        # nobody only sends a host to the back of the line.
+        hosts, returned = self._hosts.end_turns(self._clock(), min(UNPARK_BATCH, int(totals["parked_queued"])))
         if not hosts:
             return
         parked = await self._frontier.park(hosts, returned)
