@@ -229,3 +229,19 @@ def test_active_hosts_with_only_shed_rows_give_their_place_to_queued_work(tmp_pa
         crawl_active(frontier)
         assert frontier.shedding.restore(4) == {}  # their rows come back parked, and wait their turn
         assert {r.host: r.queued for r in frontier.unpark(10)} == {"h00.test": 2, "h01.test": 2}
+
+
+def test_a_long_run_of_active_hosts_in_name_order_does_not_stop_the_turns(tmp_path: Path, clock: FakeClock) -> None:
+    many = [f"a{n:03d}.test" for n in range(200)]  # active, and all before the parked hosts' names
+    with open_bounded(tmp_path, clock, resident=201) as frontier:
+        frontier.add([entry(host, 0) for host in [*many, "b0.test"]])
+        frontier.add([entry("z0.test", 0), entry("z1.test", 0)])  # no room: parked
+        leases, _ = frontier.lease("b0.test", 1)
+        frontier.apply(FrontierBatch(done=[leases[0].id]))  # room for one
+
+        unparked = []
+        for _ in range(10):  # each call steps over a bounded number of active hosts
+            unparked += [record.host for record in frontier.unpark(1)]
+            if unparked:
+                break
+        assert unparked == ["z0.test"]

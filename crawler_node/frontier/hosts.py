@@ -170,7 +170,9 @@ class HostRecords:
         shedding restores theirs too (they then wait their turn as parked queued work)."""
         found: list[str] = []
         after = ""
-        while len(found) < limit:
+        for _ in range(4 * limit + 1024):  # the active ones stepped over too, a seek each
+            if len(found) >= limit:
+                break
             row = self._conn.execute(_NEXT_DEFERRED_HOST_SQL, (after,)).fetchone()
             if row is None:
                 break
@@ -181,27 +183,28 @@ class HostRecords:
 
     def _next_parked(self, wanted: int, taken: set[str], next_sql: str) -> list[str]:
         """The next `wanted` parked hosts after the cursor, in host-name order, wrapping once.
-        Active hosts are stepped over, a seek each, at most a few times `wanted`."""
+        Active hosts are stepped over, a seek each, at most a few times `wanted` per call; the
+        cursor moves past every host looked at, so a long run of active hosts is crossed over
+        several calls instead of stopping each one at the same place."""
         found: list[str] = []
         seeks = 0
         wrapped = False
-        after = self._cursor
+        after = start = self._cursor
         execute = self._conn.execute
         while len(found) < wanted and seeks < 4 * wanted + 64:
             seeks += 1
             row = execute(next_sql, (after,)).fetchone()
             if row is None:
-                if wrapped or after == "":
+                if wrapped or start == "":
                     break
                 wrapped, after = True, ""
                 continue
             after = row[0]
-            if wrapped and after > self._cursor:
+            if wrapped and after > start:
                 break  # round the whole ring: the rest are active or taken
+            self._cursor = after
             if after not in self.records and after not in taken:
                 found.append(after)
-        if found:
-            self._cursor = found[-1]
         return found
 
     def _bring_in(self, hosts: Sequence[str], leased: Mapping[str, int] | None = None) -> list[HostQueue]:
