@@ -166,6 +166,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def db_bytes(path: Path) -> tuple[int, int]:
+    if path.is_dir():  # a prototype's store of many files (bench/frontier_layouts.py)
+        return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()), 0
     wal = path.with_name(path.name + "-wal")
     return path.stat().st_size, wal.stat().st_size if wal.exists() else 0
 
@@ -231,17 +233,23 @@ def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
             "cpu_s": time.process_time() - cpu, "gc_s": gc_clock.seconds - in_gc}
 
 
-def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int) -> None:
+def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int, layout: str) -> None:
     """Answer the parent's commands, one JSON line each: `fill N` (to N queued), `rounds N`,
     `stats`."""
     keep_heap_for_reuse()  # as in a node's process (crawler_node.daemon), which holds the frontier
     tune_for_throughput()
     gc_clock = GcClock()
     path = directory / "frontier.sqlite3"
-    try:
-        frontier = Frontier(path, resident_hosts=active_hosts)
-    except TypeError:  # a tree from before parking: every host with work in memory
-        frontier = Frontier(path)
+    if layout != "current":  # a prototype of what could replace the frontier's layout
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from frontier_layouts import open_layout
+        frontier = open_layout(layout, directory, resident_hosts=active_hosts)
+        path = frontier.path
+    else:
+        try:
+            frontier = Frontier(path, resident_hosts=active_hosts)
+        except TypeError:  # a tree from before parking: every host with work in memory
+            frontier = Frontier(path)
     for pragma in pragmas:  # the bench reaches into the core only to try a setting before it is made
         frontier._core.conn.execute(f"PRAGMA {pragma}")
     web = Web(hosts)
@@ -276,10 +284,11 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
 class Child:
     """One frontier in a process of its own (its tree on PYTHONPATH), in a temporary directory."""
 
-    def __init__(self, tree: Path, pragmas: list[str], hosts: int, tmp: Path, active_hosts: int) -> None:
+    def __init__(self, tree: Path, pragmas: list[str], hosts: int, tmp: Path, active_hosts: int,
+                 layout: str) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="frontier-scale-", dir=tmp))
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(self.directory),
-                   "--hosts", str(hosts), "--active-hosts", str(active_hosts)]
+                   "--hosts", str(hosts), "--active-hosts", str(active_hosts), "--layout", layout]
         for pragma in pragmas:
             command += ["--pragma", pragma]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -322,17 +331,17 @@ def summary(blocks: list[dict]) -> dict:
 
 
 def measure(tree: Path, checkpoints: list[int], pragmas: list[str], hosts: int, rounds: int, blocks: int,
-            tmp: Path, active_hosts: int) -> Iterator[dict]:
+            tmp: Path, active_hosts: int, layout: str) -> Iterator[dict]:
     """Fill one frontier checkpoint by checkpoint; at each, its rounds alternate block by block
     with those of a fresh frontier of the first checkpoint's size (the reference, side by side)."""
-    big = Child(tree, pragmas, hosts, tmp, active_hosts)
+    big = Child(tree, pragmas, hosts, tmp, active_hosts, layout)
     filled_s = 0.0
     try:
         for checkpoint in checkpoints:
             fill = big.ask(f"fill {checkpoint}")
             filled_s += fill["fill_s"]
             before = big.ask("stats")
-            reference = Child(tree, pragmas, hosts, tmp, active_hosts)
+            reference = Child(tree, pragmas, hosts, tmp, active_hosts, layout)
             try:
                 reference.ask(f"fill {checkpoints[0]}")
                 reference_before = reference.ask("stats")
@@ -400,26 +409,29 @@ def main() -> None:
     parser.add_argument("--pragma", action="append", default=[], help="PRAGMA to set on the connection")
     parser.add_argument("--active-hosts", type=int, default=ACTIVE_HOSTS,
                         help="hosts with work kept in memory, the rest parked (0: all, as before parking)")
+    parser.add_argument("--layout", choices=["current", "clustered", "lsm"], default="current",
+                        help="the frontier (current), or a prototype of another layout (bench/frontier_layouts.py)")
     parser.add_argument("--other-tree", type=Path, help="run another checkout's frontier the same way after")
     parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--json", action="store_true", help=f"write {RESULTS_PATH.relative_to(TREE)}")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run_child(args.child, args.pragma, args.hosts, args.active_hosts)
+        run_child(args.child, args.pragma, args.hosts, args.active_hosts, args.layout)
         return
     checkpoints = [size for size in CHECKPOINTS if size <= args.max] or [args.max]
     trees = {"this": TREE}
     if args.other_tree is not None:
         trees[f"other ({args.other_tree})"] = args.other_tree.resolve()
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs;"
-          f" pragmas: {args.pragma or 'none'}; {args.hosts:,} hosts; active hosts {args.active_hosts or 'all'}")
+          f" pragmas: {args.pragma or 'none'}; {args.hosts:,} hosts; active hosts {args.active_hosts or 'all'};"
+          f" layout {args.layout}")
     runs: dict[str, list[dict]] = {}
     for name, tree in trees.items():
         print(f"{name}:\n{HEADER}", flush=True)
         runs[name] = []
         for row in measure(tree, checkpoints, args.pragma, args.hosts, args.rounds, args.blocks, args.tmp,
-                           args.active_hosts):
+                           args.active_hosts, args.layout):
             row["load_average"] = os.getloadavg()[0]
             runs[name].append(row)
             print_row(row)

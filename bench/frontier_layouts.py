@@ -1,0 +1,359 @@
+"""Prototypes of what could replace the frontier's SQLite layout at 10M URLs, measured by
+`bench/scale.py --layout clustered|lsm` exactly as the frontier is (a benchmark, not product code).
+
+The frontier's layout (frontier/schema.py) keeps every URL as a row of `urls`, in insertion
+order, with three indexes over it: the URL text (the seen-set), the queued rows by host
+(`urls_ready`) and by age (`urls_age`). Each page then dirties B-tree pages all over the file:
+its row at the lease and again when done, an index leaf per new link in each of three indexes,
+and its host's row. README "Frontier at scale" says what that costs at 10M. The two layouts here
+keep what a page needs in one place per host and the rest apart:
+
+- ``clustered`` (SQLite): the queue as a table clustered on (host, priority, id), so a lease
+  reads a host's next rows from one leaf and a finished page deletes from that same leaf; the
+  seen-set as a table of 64-bit URL hashes (~10 bytes an entry against ~90 for the URL text);
+  finished pages appended to a table in the order they finish.
+- ``lsm`` (RocksDB, through rocksdict): the same keys in a log-structured merge tree, as
+  StormCrawler's URLFrontier keeps its queues: every write is an append to the memtable and its
+  log, merged into sorted files in the background, so no write lands on a random page of a
+  large file; a bloom filter answers most seen-set misses without a read.
+
+Both keep in memory what the frontier keeps with --active-hosts: the active hosts (queued count,
+leased ids), the parked rows and the round robin's cursor, the leases, the recent URLs. Both
+persist a lease's attempt as the frontier does (the row rewritten in place). Both are
+simplified where it does not change what is written per page: no politeness, deferral, outbox,
+replica or recrawl; a seen-set hit is trusted (a real one would compare the URL: at 10M the
+chance of any 64-bit collision is ~3e-6). Durability is the frontier's: a commit survives a
+killed process, not a power cut (SQLite WAL + synchronous=NORMAL; RocksDB's log unsynced).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+
+from crawler_node.core.bounded import TwoGenerationSet
+from crawler_node.frontier.records import FrontierBatch, HostQueue, Lease, UrlEntry
+
+LAYOUTS = ("clustered", "lsm")
+RECENT_URLS = 32_768  # as the frontier's recent set
+
+
+def url_hash(url: str) -> int:
+    """A URL's 64-bit hash, signed (SQLite's INTEGER)."""
+    return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+@dataclass(slots=True)
+class _Active:
+    queued: int = 0  # queued rows not leased
+    leased: set[int] = field(default_factory=set)
+
+
+class _Prototype:
+    """The in-memory part both prototypes share; subclasses keep the rows."""
+
+    path: Path
+
+    def __init__(self, resident_hosts: int) -> None:
+        self._resident = resident_hosts or 1 << 62
+        self._active: dict[str, _Active] = {}
+        self._parked = 0  # queued rows of parked hosts
+        self._cursor = ""
+        self._leases: dict[int, Lease] = {}
+        self._recent = TwoGenerationSet(RECENT_URLS)
+        self._next_id = 1
+        self._done = 0
+        self._hosts_seen: set[str] = set()  # only for the stats' host count (not what a frontier keeps)
+
+    # -- what the subclass keeps -----------------------------------------------------------
+    def _insert(self, fresh: list[UrlEntry]) -> list[tuple[int, UrlEntry]]:
+        raise NotImplementedError
+
+    def _read(self, host: str, n: int, skip: set[int]) -> list[Lease]:
+        raise NotImplementedError
+
+    def _finish(self, leases: list[Lease]) -> None:
+        raise NotImplementedError
+
+    def _count(self, host: str) -> int:
+        raise NotImplementedError
+
+    def _next_host(self, after: str) -> str | None:
+        raise NotImplementedError
+
+    def _commit(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # -- the frontier's calls, as bench/scale.py makes them ----------------------------------
+    def apply(self, batch: FrontierBatch) -> None:
+        finished = [self._leases.pop(row_id) for row_id in batch.done if row_id in self._leases]
+        if finished:
+            self._finish(finished)
+        unique = {entry.url: entry for entry in batch.add}
+        fresh = [entry for url, entry in unique.items() if url not in self._recent]
+        new = self._insert(fresh) if fresh else []
+        self._commit()
+        self._recent.update(unique)
+        for lease in finished:
+            record = self._active[lease.host]
+            record.leased.discard(lease.id)
+            if not record.queued and not record.leased:
+                del self._active[lease.host]
+        self._done += len(finished)
+        for _, entry in new:
+            self._hosts_seen.add(entry.host)
+            record = self._active.get(entry.host)
+            if record is None and not self._parked and len(self._active) < self._resident:
+                record = self._active[entry.host] = _Active()
+            if record is None:
+                self._parked += 1
+            else:
+                record.queued += 1
+
+    def lease_many(self, requests: list[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
+        results: list[tuple[list[Lease], float | None]] = []
+        for host, n in requests:
+            record = self._active.get(host)
+            if record is None or record.queued <= 0 or n <= 0:
+                results.append(([], None))
+                continue
+            leases = self._read(host, min(n, record.queued), record.leased)
+            record.queued -= len(leases)
+            record.leased.update(lease.id for lease in leases)
+            self._leases.update((lease.id, lease) for lease in leases)
+            results.append((leases, None))
+        self._commit()
+        return results
+
+    def unpark(self, limit: int) -> list[HostQueue]:
+        room = min(limit, self._resident - len(self._active))
+        found: list[HostQueue] = []
+        after, wrapped, start = self._cursor, False, self._cursor
+        for _ in range(4 * max(0, room) + 64):
+            if len(found) >= room or not self._parked:
+                break
+            host = self._next_host(after)
+            if host is None:
+                if wrapped or start == "":
+                    break
+                wrapped, after = True, ""
+                continue
+            if wrapped and host > start:
+                break
+            after = self._cursor = host
+            if host not in self._active:
+                queued = self._count(host)
+                self._active[host] = _Active(queued=queued)
+                self._parked -= queued
+                found.append(HostQueue(host, queued=queued))
+        return found
+
+    def hosts_with_work(self) -> list[HostQueue]:
+        return [HostQueue(host, queued=record.queued) for host, record in self._active.items() if record.queued]
+
+    def totals(self) -> dict[str, int]:
+        queued = sum(record.queued for record in self._active.values()) + self._parked
+        return {"queued": queued, "leased": len(self._leases), "done": self._done, "failed": 0, "deferred": 0,
+                "hosts_with_work": sum(1 for record in self._active.values() if record.queued),
+                "hosts": len(self._hosts_seen), "parked_queued": self._parked}
+
+    def _ids(self, count: int) -> range:
+        first = self._next_id
+        self._next_id += count
+        return range(first, first + count)
+
+
+class ClusteredFrontier(_Prototype):
+    """SQLite, with the frontier's connection settings: the queue clustered by host."""
+
+    SCHEMA = """
+    CREATE TABLE IF NOT EXISTS seen (h INTEGER PRIMARY KEY);
+    CREATE TABLE IF NOT EXISTS queue (host TEXT NOT NULL, priority INTEGER NOT NULL, id INTEGER NOT NULL,
+        url TEXT NOT NULL, depth INTEGER NOT NULL, via TEXT, attempts INTEGER NOT NULL DEFAULT 0,
+        enqueued_at REAL NOT NULL, PRIMARY KEY (host, priority DESC, id)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS fetched (id INTEGER PRIMARY KEY, url TEXT NOT NULL, host TEXT NOT NULL,
+        state INTEGER NOT NULL, finished_at REAL NOT NULL);
+    CREATE TABLE IF NOT EXISTS hosts (host TEXT PRIMARY KEY, accepted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+    """
+
+    def __init__(self, directory: Path, resident_hosts: int) -> None:
+        super().__init__(resident_hosts)
+        self.path = directory / "clustered.sqlite3"
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        for pragma in ("page_size = 2048", "journal_mode = WAL", "synchronous = NORMAL", "cache_size = -8000",
+                       "wal_autocheckpoint = 16384", "journal_size_limit = 67108864"):
+            self.conn.execute(f"PRAGMA {pragma}")
+        self.conn.executescript(self.SCHEMA)
+        self.conn.execute("BEGIN")
+
+    def _commit(self) -> None:
+        self.conn.execute("COMMIT")
+        self.conn.execute("BEGIN")
+
+    def _insert(self, fresh: list[UrlEntry]) -> list[tuple[int, UrlEntry]]:
+        by_hash = {url_hash(entry.url): entry for entry in fresh}
+        hashes = list(by_hash)
+        new: set[int] = set()
+        for start in range(0, len(hashes), 256):
+            chunk = hashes[start:start + 256]
+            new.update(h for (h,) in self.conn.execute(
+                f"INSERT INTO seen (h) VALUES {', '.join(['(?)'] * len(chunk))} ON CONFLICT DO NOTHING RETURNING h",
+                chunk))
+        added = [entry for h, entry in by_hash.items() if h in new]
+        rows = list(zip(self._ids(len(added)), added, strict=True))
+        now = time.time()
+        self.conn.executemany(
+            "INSERT INTO queue (host, priority, id, url, depth, via, enqueued_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(e.host, e.priority, row_id, e.url, e.depth, e.via, now) for row_id, e in rows])
+        per_host: dict[str, int] = {}
+        for _, entry in rows:
+            per_host[entry.host] = per_host.get(entry.host, 0) + 1
+        self.conn.executemany("INSERT INTO hosts (host, accepted) VALUES (?, ?) ON CONFLICT(host)"
+                              " DO UPDATE SET accepted = accepted + excluded.accepted", list(per_host.items()))
+        return rows
+
+    def _read(self, host: str, n: int, skip: set[int]) -> list[Lease]:
+        rows = self.conn.execute(
+            "SELECT priority, id, url, depth, via, attempts FROM queue WHERE host = ? ORDER BY priority DESC, id"
+            " LIMIT ?", (host, n + len(skip))).fetchall()
+        leases = [Lease(row_id, url, host, depth, priority, attempts + 1, 0, via=via)
+                  for priority, row_id, url, depth, via, attempts in rows if row_id not in skip][:n]
+        self.conn.executemany("UPDATE queue SET attempts = attempts + 1 WHERE host = ? AND priority = ? AND id = ?",
+                              [(host, lease.priority, lease.id) for lease in leases])
+        return leases
+
+    def _finish(self, leases: list[Lease]) -> None:
+        self.conn.executemany("DELETE FROM queue WHERE host = ? AND priority = ? AND id = ?",
+                              [(lease.host, lease.priority, lease.id) for lease in leases])
+        now = time.time()
+        self.conn.executemany("INSERT INTO fetched (id, url, host, state, finished_at) VALUES (?, ?, ?, 2, ?)",
+                              [(lease.id, lease.url, lease.host, now) for lease in leases])
+
+    def _count(self, host: str) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM queue WHERE host = ?", (host,)).fetchone()[0]
+
+    def _next_host(self, after: str) -> str | None:
+        row = self.conn.execute("SELECT host FROM queue WHERE host > ? ORDER BY host LIMIT 1", (after,)).fetchone()
+        return None if row is None else row[0]
+
+    def close(self) -> None:
+        self.conn.execute("COMMIT")
+        self.conn.close()
+
+
+class LsmFrontier(_Prototype):
+    """RocksDB: the same keys, in a log-structured merge tree. Keys (bytes, sorted):
+    b"s" + hash: the seen-set; b"q" + host + 0 + (priority, descending) + id: a queued URL;
+    b"f" + id: a finished one; b"h" + host: its accepted count."""
+
+    def __init__(self, directory: Path, resident_hosts: int) -> None:
+        super().__init__(resident_hosts)
+        from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch  # only this layout needs it
+
+        self._write_batch = WriteBatch
+        self.path = directory / "lsm"
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.increase_parallelism(2)
+        options.set_write_buffer_size(64 * 1024 * 1024)
+        table = BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(table)
+        self.db = Rdict(str(self.path), options)
+        self._batch = WriteBatch(raw_mode=True)
+
+    def _commit(self) -> None:
+        if not self._batch.is_empty():
+            self.db.write(self._batch)
+            self._batch = self._write_batch(raw_mode=True)
+
+    @staticmethod
+    def _queue_key(host: str, priority: int, row_id: int) -> bytes:
+        return b"q" + host.encode() + b"\x00" + struct.pack(">IQ", 0x7FFFFFFF - priority, row_id)
+
+    def _insert(self, fresh: list[UrlEntry]) -> list[tuple[int, UrlEntry]]:
+        by_key = {b"s" + struct.pack(">q", url_hash(entry.url)): entry for entry in fresh}
+        keys = list(by_key)
+        found = self.db.get(keys)
+        added = [by_key[key] for key, value in zip(keys, found, strict=True) if value is None]
+        rows = list(zip(self._ids(len(added)), added, strict=True))
+        batch = self._batch
+        now = time.time()
+        new_keys = [key for key, value in zip(keys, found, strict=True) if value is None]
+        for (row_id, entry), key in zip(rows, new_keys, strict=True):
+            batch.put(key, b"")
+            batch.put(self._queue_key(entry.host, entry.priority, row_id),
+                      msgpack.packb((entry.url, entry.depth, entry.via, 0, now)))
+        per_host: dict[str, int] = {}
+        for _, entry in rows:
+            per_host[entry.host] = per_host.get(entry.host, 0) + 1
+        host_keys = [b"h" + host.encode() for host in per_host]
+        for key, count, value in zip(host_keys, per_host.values(), self.db.get(host_keys), strict=True):
+            batch.put(key, struct.pack(">Q", count + (struct.unpack(">Q", value)[0] if value else 0)))
+        return rows
+
+    def _read(self, host: str, n: int, skip: set[int]) -> list[Lease]:
+        prefix = b"q" + host.encode() + b"\x00"
+        leases: list[Lease] = []
+        iterator = self.db.iter()
+        iterator.seek(prefix)
+        while iterator.valid() and len(leases) < n:
+            key = iterator.key()
+            if not key.startswith(prefix):
+                break
+            inverted, row_id = struct.unpack(">IQ", key[len(prefix):])
+            if row_id not in skip:
+                url, depth, via, attempts, enqueued_at = msgpack.unpackb(iterator.value())
+                priority = 0x7FFFFFFF - inverted
+                leases.append(Lease(row_id, url, host, depth, priority, attempts + 1, 0, via=via))
+                self._batch.put(key, msgpack.packb((url, depth, via, attempts + 1, enqueued_at)))
+            iterator.next()
+        del iterator
+        return leases
+
+    def _finish(self, leases: list[Lease]) -> None:
+        now = time.time()
+        for lease in leases:
+            self._batch.delete(self._queue_key(lease.host, lease.priority, lease.id))
+            self._batch.put(b"f" + struct.pack(">Q", lease.id), msgpack.packb((lease.url, lease.host, 2, now)))
+
+    def _count(self, host: str) -> int:
+        prefix = b"q" + host.encode() + b"\x00"
+        iterator = self.db.iter()
+        iterator.seek(prefix)
+        count = 0
+        while iterator.valid() and iterator.key().startswith(prefix):
+            count += 1
+            iterator.next()
+        return count
+
+    def _next_host(self, after: str) -> str | None:
+        iterator = self.db.iter()
+        iterator.seek(b"q" + after.encode() + b"\x01")
+        if not iterator.valid():
+            return None
+        key = iterator.key()
+        if not key.startswith(b"q"):
+            return None
+        return key[1:key.index(b"\x00")].decode()
+
+    def close(self) -> None:
+        self._commit()
+        self.db.close()
+
+
+def open_layout(name: str, directory: Path, *, resident_hosts: int) -> _Prototype:
+    if name == "clustered":
+        return ClusteredFrontier(directory, resident_hosts)
+    if name == "lsm":
+        return LsmFrontier(directory, resident_hosts)
+    raise ValueError(f"layout must be one of {LAYOUTS}, got {name!r}")
