@@ -90,9 +90,10 @@ class HostRecords:
 
     # -- becoming active -------------------------------------------------------------------
 
-    def ensure(self, hosts: Iterable[str], urgent: Iterable[str] = ()) -> dict[str, HostPoliteness]:
+    def ensure(self, hosts: Iterable[str],
+               urgent: Callable[[], Iterable[str]] | None = None) -> dict[str, HostPoliteness]:
         """Give every host in `hosts` a row, and a record while there is room (see the module
-        docstring); those left without one are parked, and of them the `urgent` ones are
+        docstring); those left without one are parked, and of them those `urgent()` names are
         unparked first. Returns the stored politeness of the hosts whose record this made,
         when not all defaults. The caller counts the rows it adds (`count`, `count_parked`)."""
         records = self.records
@@ -103,8 +104,8 @@ class HostRecords:
         # is no politeness to look up.
         inserted = self._insert_rows(missing)
         admitted = self._admit(missing)
-        if len(admitted) < len(missing):
-            self._note_urgent(set(urgent).intersection(missing).difference(admitted))
+        if len(admitted) < len(missing) and urgent is not None:
+            self._note_urgent(set(urgent()).intersection(missing).difference(admitted))
         return self._make_records(admitted, look_up=inserted < len(missing))
 
     def _admit(self, missing: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ queued nor remembered, and go back to the caller as `AddResult.capped`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
@@ -77,9 +77,7 @@ class Intake:
         accepted = self._insert_rows(fresh, not_before, cut) if fresh else fresh
         core.remember([entry.url for entry in fresh])  # rows now, new or not
         per_host = Counter(entry.host for entry in accepted)
-        urgent = self._urgent_priority
-        politeness = core.hosts.ensure(per_host, () if urgent is None else
-                                       {entry.host for entry in accepted if entry.priority >= urgent})
+        politeness = core.hosts.ensure(per_host, urgent=self._urgent_hosts(accepted))
         core.hosts.count_accepted(per_host)
         for host, count in per_host.items():
             core.count(host, QUEUED, count)
@@ -91,10 +89,20 @@ class Intake:
             self._shedding.parked_on_arrival(len(deferred))
         if replicated:
             self.mark_seen(replicated)
-        records = core.hosts.records
+        hosts = core.hosts
+        # (a host parked by this call counted its rows as parked just above)
+        parked = ({host for host in per_host if host not in hosts.records}
+                  if hosts.parked_queued or hosts.parked_deferred else set())
         return AddResult(accepted=accepted, duplicates=len(entries) - len(accepted) - len(capped),
-                         deferred=deferred, politeness=politeness, capped=capped,
-                         parked={host for host in per_host if host not in records})
+                         deferred=deferred, politeness=politeness, capped=capped, parked=parked)
+
+    def _urgent_hosts(self, accepted: Sequence[UrlEntry]) -> Callable[[], set[str]] | None:
+        """The hosts given a URL of at least the urgent priority, asked for only when some
+        host is parked (a call on the hot path while nothing is)."""
+        urgent = self._urgent_priority
+        if urgent is None:
+            return None
+        return lambda: {entry.host for entry in accepted if entry.priority >= urgent}
 
     def _cap(self, fresh: list[UrlEntry]) -> tuple[list[UrlEntry], list[UrlEntry]]:
         """`fresh` split into the URLs to insert and the new ones past their host's cap. Exact:

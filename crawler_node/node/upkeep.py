@@ -131,10 +131,13 @@ class Upkeep:
     async def _unpark(self) -> None:
         # A host that ran out of work here leaves the frontier's records at the commit of its
         # last page, a moment later: the wait's timeout catches that room too.
-        await self._hosts.went_idle.wait(UNPARK_EVERY_S)
         totals = self._frontier.last_totals  # read within the second: no hop to the frontier's thread
         if totals is not None and not totals.get("parked_queued"):
-            return  # nobody waits on disk (a crawl of one-page hosts has a host go idle per page)
+            # Nobody waits on disk: no waiting on hosts going idle either, which they do page
+            # after page in a crawl of small hosts (each wake a future and a timer).
+            await asyncio.sleep(UNPARK_EVERY_S)
+            return
+        await self._hosts.went_idle.wait(UNPARK_EVERY_S)
         while records := await self._frontier.unpark(UNPARK_BATCH):
             self._hosts.load([record for record in records if self._serves(record.host)], self._clock())
             self.counters["hosts_unparked"] += len(records)
