@@ -7,6 +7,7 @@ import time
 from urllib.parse import urlsplit
 
 import psutil
+import pytest
 from conftest import read_crawl_log, roots, wait_until
 
 from crawler_node.testweb.graph import SyntheticWeb
@@ -24,11 +25,15 @@ def wait_for_lines(node, count: int, timeout_s: float = 60) -> None:
     raise TimeoutError(f"crawl.log never reached {count} lines")
 
 
-def test_sigkill_half_way_then_restart_completes_without_loss(start_testweb, start_node, tmp_path):
+# "parked": 3 hosts with work in memory, the others on disk, turns of 0.3 s (--active-hosts):
+# what waits on disk at the kill is there after it, and the turns go on from the restart.
+@pytest.mark.parametrize("active", [(), ("--active-hosts", "3", "--host-turn-s", "0.3")], ids=["all", "parked"])
+def test_sigkill_half_way_then_restart_completes_without_loss(start_testweb, start_node, tmp_path, active):
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=11, profile=PROFILE)
     expected = set(web.expected())
-    node = start_node(proxy=web.url, seeds=roots(HOSTS))
+    node = start_node(proxy=web.url, seeds=roots(HOSTS), extra_args=list(active))
     wait_for_lines(node, len(expected) // 2)
+    node_parked_before_kill = node.status()["frontier"]
     workers = psutil.Process(node.pid).children()
     assert len(workers) >= 2  # the parser and the store
     # CPU workers yield to the event loop that paces them (worker_nice, 10 by default).
@@ -38,7 +43,9 @@ def test_sigkill_half_way_then_restart_completes_without_loss(start_testweb, sta
     # Their input closed with the node: no worker outlives it (and holds the data dir).
     wait_until(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers),
                10, "the killed node's workers to exit")
-    restarted = start_node(proxy=web.url, data_dir=node.data_dir)  # no seeds: it resumes its frontier
+    if active:
+        assert node_parked_before_kill["parked_queued"] > 0, "the test meant hosts waiting on disk at the kill"
+    restarted = start_node(proxy=web.url, data_dir=node.data_dir, extra_args=list(active))  # resumes its frontier
     restarted.wait_idle(timeout_s=120)
     logged = {line["url"] for line in read_crawl_log(restarted.data_dir)}
     assert expected - logged == set(), "URLs lost across SIGKILL"
