@@ -34,6 +34,8 @@ def crawl(tree: Path, web: TestwebProcess, hosts: int, expected: int) -> dict[st
     seeds = [arg for i in range(hosts) for arg in ("--seed", f"http://site-{i}.test/")]
     command = [sys.executable, "-m", "crawler_node", "run", "--node-id", "n", "--listen", f"127.0.0.1:{port}",
                "--data-dir", data_dir, "--proxy", web.url, *seeds, "--allow-host", "*"]  # any host, in any tree
+    if "pace:" in (tree / "crawler_node" / "settings.py").read_text():  # polite by default since 0a7337c
+        command += ["--pace", "adaptive"]  # as bench/throughput.py: the node's speed, not the sites' delays
     node = subprocess.Popen(command, cwd=tempfile.gettempdir(), env=dict(os.environ, PYTHONPATH=str(tree)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     process = psutil.Process(node.pid)

@@ -196,6 +196,30 @@ def test_an_identical_payload_is_a_revisit_of_the_first(tmp_path: Path) -> None:
     assert lines[0]["digest"] == lines[1]["digest"] != lines[2]["digest"]
 
 
+def test_identical_payloads_in_one_batch_are_one_response_and_revisits_of_it(tmp_path: Path) -> None:
+    # The digest index is asked once per batch: a payload first archived in the batch must
+    # still make the later ones in the same batch revisits, and be in the index afterwards.
+    store = Store(tmp_path, node_id=NODE)
+    store.write([record("http://a.test/one", 200, HTML), record("http://a.test/other", 200, HTML + b"!"),
+                 record("http://a.test/two", 200, HTML), record("http://a.test/three", 200, HTML)])
+    store.write([record("http://a.test/four", 200, HTML + b"!")])
+    store.close()
+
+    records = [r for contents in read_warcs(tmp_path / "warc") for r in contents if r[0] in ("response", "revisit")]
+    kinds = {headers.get_header("WARC-Target-URI"): (kind, headers) for kind, headers, _, _ in records}
+    assert {url: kind for url, (kind, _) in kinds.items()} == {
+        "http://a.test/one": "response", "http://a.test/other": "response", "http://a.test/two": "revisit",
+        "http://a.test/three": "revisit", "http://a.test/four": "revisit"}
+    assert kinds["http://a.test/two"][1].get_header("WARC-Refers-To") == kinds["http://a.test/one"][1].get_header(
+        "WARC-Record-ID") == kinds["http://a.test/three"][1].get_header("WARC-Refers-To")
+    assert kinds["http://a.test/four"][1].get_header("WARC-Refers-To-Target-URI") == "http://a.test/other"
+    from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex
+
+    index = DigestIndex(tmp_path / DIGESTS_FILENAME)
+    assert len(index) == 2  # one entry per payload, its first record
+    index.close()
+
+
 def test_a_not_modified_answer_is_a_server_not_modified_revisit(tmp_path: Path) -> None:
     store = Store(tmp_path, node_id=NODE)
     store.write([record("http://a.test/", 304, b"", outcome="not_modified", visit=1,

@@ -14,11 +14,14 @@ entries point at are written.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 DIGESTS_FILENAME = "digests.sqlite3"
 _PRUNE_EVERY = 1024  # entries over the bound before a prune: one DELETE per batch at most
+# Digests asked for in one SELECT (SQLite allows 32,766 variables; a store batch has a few hundred).
+_LOOKUP_CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS digests (
@@ -57,15 +60,35 @@ class DigestIndex:
         row = self._conn.execute("SELECT record_id, url, date FROM digests WHERE digest = ?", (digest,)).fetchone()
         return None if row is None else Original(*row)
 
+    def lookup_many(self, digests: Iterable[str]) -> dict[str, Original]:
+        """The originals of those of ``digests`` that are here: a store batch asks once (a
+        statement per page was about a tenth of the store's CPU on small pages)."""
+        wanted = list(dict.fromkeys(digests))
+        found: dict[str, Original] = {}
+        for start in range(0, len(wanted), _LOOKUP_CHUNK):
+            chunk = wanted[start:start + _LOOKUP_CHUNK]
+            rows = self._conn.execute("SELECT digest, record_id, url, date FROM digests WHERE digest IN "
+                                      f"({','.join('?' * len(chunk))})", chunk)
+            found.update((digest, Original(record_id, url, date)) for digest, record_id, url, date in rows)
+        return found
+
     def add(self, digest: str, original: Original) -> None:
         """Remember a payload just archived (visible to `lookup` at once; durable at `commit`)."""
+        self.add_many([(digest, original)])
+
+    def add_many(self, entries: Sequence[tuple[str, Original]]) -> None:
+        """`add` for each (digest, original), in one statement; a digest already here keeps
+        its first original."""
+        if not entries:
+            return
         if not self._in_transaction:
             self._conn.execute("BEGIN")
             self._in_transaction = True
-        cursor = self._conn.execute(
+        before = self._conn.total_changes
+        self._conn.executemany(
             "INSERT INTO digests (digest, record_id, url, date) VALUES (?, ?, ?, ?) ON CONFLICT(digest) DO NOTHING",
-            (digest, original.record_id, original.url, original.date))
-        self._count += cursor.rowcount
+            [(digest, o.record_id, o.url, o.date) for digest, o in entries])
+        self._count += self._conn.total_changes - before
 
     def commit(self) -> None:
         if not self._in_transaction:

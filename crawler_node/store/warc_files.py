@@ -70,18 +70,27 @@ class WarcWriter:
             raise ValueError(f"WARC writer for {self.directory} is closed")
         # Ids for the response and request records of each exchange, and a metadata record's.
         ids = iter(warc.record_ids(2 * exchanges + sum(1 for record in records if record.outlinks is not None)))
+        # Each exchange's payload as stored and its digest, then the originals of those
+        # digests archived before, asked for in one statement (`_revisit`).
+        payloads = [None if record.status is None else b"" if record.status == 304 else stored_payload(record)
+                    for record in records]
+        digests = [None if payload is None else warc.sha1_label(payload) for payload in payloads]
+        originals: dict[str, Original] = {}
+        if self.digests is not None:
+            originals = self.digests.lookup_many(
+                digest for record, digest in zip(records, digests, strict=True)
+                if digest is not None and _dedupable(record))
+        archived: list[tuple[str, Original]] = []  # this batch's originals, for the index
         locations: list[Location | None] = []
-        for record in records:
-            if record.status is None:
+        for record, payload, digest in zip(records, payloads, digests, strict=True):
+            if payload is None or digest is None:
                 locations.append(None)
                 continue
             if self._file is None:
                 self._open_file()
             assert self._path is not None
             response_id, request_id = next(ids), next(ids)
-            payload = b"" if record.status == 304 else stored_payload(record)
-            digest = warc.sha1_label(payload)
-            revisit = self._revisit(record, digest)
+            revisit = self._revisit(record, digest, originals)
             # The response first, then the request with WARC-Concurrent-To pointing at it.
             response, request = exchange_records(record, ids=(response_id, request_id), revisit=revisit,
                                                  payload=payload, payload_digest=digest)
@@ -95,8 +104,10 @@ class WarcWriter:
                                                             next(ids))))
             if revisit is not None:
                 self.revisits_written += 1
-            elif self.digests is not None and _dedupable(record):
-                self.digests.add(digest, Original(response_id, record.url, date))
+            elif self.digests is not None and _dedupable(record) and digest not in originals:
+                # Seen by the rest of this batch at once; in the index with the batch.
+                originals[digest] = Original(response_id, record.url, date)
+                archived.append((digest, originals[digest]))
             location = Location(self._path.name, offset, len(member), "response" if revisit is None else "revisit",
                                 digest if revisit is None else revisit.payload_digest)
             locations.append(location)
@@ -109,15 +120,18 @@ class WarcWriter:
             if self._file_bytes >= self.max_file_bytes:
                 self._close_file()  # the next write opens the next file
         self._write_pending()
+        if self.digests is not None:
+            self.digests.add_many(archived)
         return locations
 
-    def _revisit(self, record: FetchRecord, digest: str) -> warc.Revisit | None:
-        """A revisit record's fields for this exchange (``digest``: of its payload), or None."""
+    def _revisit(self, record: FetchRecord, digest: str, originals: dict[str, Original]) -> warc.Revisit | None:
+        """A revisit record's fields for this exchange (``digest``: of its payload; ``originals``:
+        the payloads archived before, by digest), or None."""
         if record.status == 304:
             return warc.Revisit(warc.REVISIT_NOT_MODIFIED, refers_to_uri=record.url)
         if self.digests is None or not _dedupable(record):
             return None
-        original = self.digests.lookup(digest)
+        original = originals.get(digest)
         if original is None:
             return None
         return warc.Revisit(warc.REVISIT_IDENTICAL, payload_digest=digest, refers_to=original.record_id,
