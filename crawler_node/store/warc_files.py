@@ -83,7 +83,7 @@ class WarcWriter:
         archived: list[tuple[str, Original]] = []  # this batch's originals, for the index
         locations: list[Location | None] = []
         for record, payload, digest in zip(records, payloads, digests, strict=True):
-            if payload is None or digest is None:
+            if record.status is None or payload is None or digest is None:
                 locations.append(None)
                 continue
             if self._file is None:
