@@ -85,7 +85,10 @@ def process_tree_cpu(pid: int) -> float:
 def node_run(web: TestwebProcess, hosts: int, concurrency: int, data_dir: Path, extra: list[str],
              tree: Path = TREE) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}  # whose crawler_node runs (see --other-tree)
+    # A checkout from before --pace (0a7337c) went at the adaptive pace by default, and refuses the option.
+    has_pace = "pace:" in (tree / "crawler_node" / "settings.py").read_text()
     node = NodeProcess(node_id="bench", data_dir=data_dir, proxy=web.url, env=env,
+                       pace="adaptive" if has_pace else None,
                        extra_args=["--global-inflight", str(concurrency), "--log-level", "WARNING", *extra])
     with node:
         cpu0, t0 = process_tree_cpu(node.pid), time.time()
