@@ -96,3 +96,38 @@ async def test_malformed_answers_never_stop_the_heartbeats(peers, caplog: pytest
     assert supervisor.failures == {}  # no round failed: every bad answer was handled
     assert "answered a heartbeat with something else than a member list" in caplog.text
     assert "c is down" in changes
+
+
+async def test_an_address_that_answers_as_another_member_is_not_that_member_alive(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # b's address now answers as c (a container or pod restarted onto the address b had): b must
+    # go down as a silent member does, and nothing c's answer lists may be learnt as b's word.
+    async def c_at_bs_address(request: web.Request) -> web.Response:
+        return web.json_response({"node_id": "c", "leaving": False,
+                                  "members": [{"id": "z", "url": "http://127.0.0.9:1"}]})
+
+    runner, url = await serve(c_at_bs_address)
+    loop = asyncio.get_running_loop()
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url},
+                            now=loop.time(), suspect_after_s=0.3, down_after_s=0.6)
+    changes: list[str] = []
+    supervisor = Supervisor(on_fatal=pytest.fail)
+    heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=0.05,
+                            timeout_s=0.5, supervisor=supervisor, on_changed=changes.append,
+                            on_member=lambda peer: None, clock=loop.time)
+    try:
+        async with aiohttp.ClientSession() as session:
+            heartbeats.start(session)
+            try:
+                for _ in range(100):  # bounded: 5 s
+                    if membership.get("b").state is PeerState.DOWN:
+                        break
+                    await asyncio.sleep(0.05)
+            finally:
+                await supervisor.stop()
+    finally:
+        await runner.cleanup()
+    assert membership.get("b").state is PeerState.DOWN, heartbeats.snapshot()
+    assert heartbeats.bad_answers["b"] >= 3
+    assert membership.get("z") is None  # the impostor's member list was not merged
+    assert "answered as 'c'" in caplog.text and "b is down" in changes

@@ -6,9 +6,10 @@ all the others through their next heartbeat). A member asks with the digest of t
 it last merged (``?known=``), and the peer leaves the list out while it is unchanged, and with
 its own id (``?from=``), so that the per-IP part carries only its acknowledgement: an answer
 costs the same whatever the cluster's size. An answer that is not what a member says — the
-wrong shape, wrong types, not JSON — counts as a failed heartbeat and is logged; it never
-ends the heartbeats. The round is a recurring job: whatever fails, it runs again, so a dead
-peer is always detected.
+wrong shape, wrong types, not JSON, or signed with another member's id (``node_id``: an
+address now held by another member is not the member that had it) — counts as a failed
+heartbeat and is logged; it never ends the heartbeats. The round is a recurring job: whatever
+fails, it runs again, so a dead peer is always detected.
 
 While a starting member holds back its first lease (cluster.readiness), every answer and every
 failure is reported to its :class:`StartupHold`, and peers that have not answered yet are asked
@@ -220,6 +221,12 @@ class Heartbeats:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 answer = await _json(response)
                 members, leaving = parse_members_answer(answer, known)
+                answered_as = answer.get("node_id")
+                if isinstance(answered_as, str) and answered_as != node_id:
+                    # Its address now belongs to another member (a pod or container restarted
+                    # with an address another member had): that member's answers must not keep
+                    # this one alive, nor its list pass for this one's.
+                    raise BadPeerAnswer(f"{url} answered as {answered_as!r}")
                 ips = answer_part(answer, "ips", parse_announcement) if self._ip is not None else None
                 activity = answer_part(answer, "activity", parse_activity)
         except BadPeerAnswer as exc:
