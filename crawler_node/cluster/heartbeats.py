@@ -221,7 +221,7 @@ class Heartbeats:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 answer = await _json(response)
                 members, leaving = parse_members_answer(answer, known)
-                answered_as = answer.get("node_id")
+                answered_as = answer.get("node_id") if isinstance(answer, dict) else None
                 if isinstance(answered_as, str) and answered_as != node_id:
                     # Its address now belongs to another member (a pod or container restarted
                     # with an address another member had): that member's answers must not keep
