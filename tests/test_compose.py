@@ -108,6 +108,56 @@ def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, 
     assert duplicates(web.stats()["urls"]) == 0
 
 
+@pytest.mark.timeout(150)
+def test_a_member_found_by_dns_remembers_its_peers_across_a_restart(start_testweb, start_node):
+    """a and b find each other through `localhost` (as above) and crawl; both stop. a starts
+    again while b is still down (its address refuses, as a replica not yet back in DNS would be
+    absent): a lists b from its data directory (members.json), so b's arc is b's, not a's,
+    until the failure detector finds b down. Then b returns: nothing either fetched before the
+    stop is fetched again, also when every root is submitted again."""
+    hosts = 10
+    web = start_testweb(hosts=hosts, pages=20, seed=5)
+    expected = set(web.expected())
+    port = _port_free_on_both_loopbacks()
+    common = ["--peer-dns", f"localhost:{port}", "--peer-dns-interval-s", "0.5", "--heartbeat-interval-s", "0.3",
+              "--startup-grace-s", "1", "--secret", SECRET]
+    args = {"a": ("127.0.0.1", [*common, "--advertise", f"http://127.0.0.1:{port}"]),
+            "b": ("[::1]", [*common, "--advertise", f"http://[::1]:{port}"])}
+
+    def start(node_id: str, seeds: list[str]):
+        host, extra = args[node_id]
+        return start_node(node_id, host=host, port=port, proxy=web.url, seeds=seeds, wait=False, extra_args=extra)
+
+    def members(node) -> dict[str, str]:
+        return {m["id"]: m["state"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"]}
+
+    a, b = start("a", roots(hosts)), start("b", [])
+    a.wait_healthy(30)
+    b.wait_healthy(30)
+    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster")
+    wait_until(lambda: a.status()["idle"] and b.status()["idle"]
+               and all(web.stats()["urls"].get(u, 0) for u in expected), 90, "the crawl complete")
+    b_hosts = {line["host"] for line in read_crawl_log(b.data_dir)}
+    assert b_hosts, "b crawled a share"
+    assert b.stop(timeout_s=15) == 0 and a.stop(timeout_s=15) == 0
+    before = dict(web.stats()["urls"])
+
+    a = start("a", [])
+    a.wait_healthy(30)
+    assert "b" in members(a), f"a does not remember b: {members(a)}\n{a.log_tail(20)}"
+    assert (tmp := a.data_dir / "members.json").exists(), tmp
+    wait_until(lambda: members(a)["b"] == "down", 20, "a finds b down")
+    b = start("b", [])
+    b.wait_healthy(30)
+    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "b back in the cluster")
+    post_json(f"{a.url}/v1/urls", {"urls": [f"http://site-{i}.test/" for i in range(hosts)]}, secret=SECRET)
+    wait_until(lambda: a.status()["idle"] and b.status()["idle"], 60, "both idle again")
+    again = sorted(url for url, count in web.stats()["urls"].items() if count > before.get(url, 0))
+    assert again == [], f"{len(again)} URLs fetched again after the restarts, e.g. {again[:5]}"
+    owners = {get_json(f"{a.url}/v1/ring?host={h}")["owner"] for h in b_hosts}
+    assert owners == {"b"}
+
+
 # --- helpers over a stack ------------------------------------------------------------------------
 
 

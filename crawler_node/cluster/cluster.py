@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -24,6 +25,7 @@ import aiohttp
 from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
+from crawler_node.cluster.known_members import KNOWN_MEMBERS_FILENAME, KnownMembers
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
@@ -64,6 +66,7 @@ class ClusterConfig:
     peer_dns: str | None = None  # NAME[:PORT] to find members by (cluster.peerdns)
     peer_dns_interval_s: float = 5.0
     handback_delay_s: float = 1.0
+    known_members_file: Path | None = None  # members found by DNS, kept across restarts (cluster.known_members)
 
     @classmethod
     def from_settings(cls, s: Settings) -> ClusterConfig:
@@ -75,7 +78,8 @@ class ClusterConfig:
                    suspect_after_s=s.suspect_after_s, down_after_s=s.down_after_s,
                    outbox_capacity=s.outbox_capacity, forward_batch=s.forward_batch,
                    forward_linger_s=s.forward_linger_s, peer_dns=s.peer_dns,
-                   peer_dns_interval_s=s.peer_dns_interval_s, handback_delay_s=s.handback_delay_s)
+                   peer_dns_interval_s=s.peer_dns_interval_s, handback_delay_s=s.handback_delay_s,
+                   known_members_file=s.data_dir / KNOWN_MEMBERS_FILENAME if s.peer_dns else None)
 
 
 PEER_STATUS_MAX_BYTES = 4_000_000  # a peer's /v1/status read for the cluster view, at most
@@ -96,6 +100,15 @@ class Cluster:
         self.joining = bool(config.peers) and config.node_id not in config.peers
         self.membership = Membership(config.node_id, config.advertise_url, config.peers, now=clock(),
                                      suspect_after_s=config.suspect_after_s, down_after_s=config.down_after_s)
+        self._known: KnownMembers | None = None
+        if config.known_members_file is not None:
+            self._known = KnownMembers(config.known_members_file)
+            remembered = self._known.load(config.node_id)
+            for node_id, url in remembered:
+                self.membership.add(node_id, url, clock())
+            if remembered:
+                log.info("remembered members %s from %s", ", ".join(sorted(i for i, _ in remembered)),
+                         config.known_members_file.name)
         self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.vnodes,
                              key_by=config.key_by)
         self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock)
@@ -219,6 +232,8 @@ class Cluster:
         self.sweeper.request(full=True)
         self.replicas.membership_changed()
         self.outboxes.wake_all()
+        if self._known is not None:
+            self._known.save(self.membership)
         self._on_change()
 
     def _learnt(self, members: list[tuple[str, str]], via: str) -> None:
