@@ -256,3 +256,40 @@ def test_the_writers_own_index_is_cdxj_indexers(tmp_path: Path) -> None:
     ours = index_path(warc_path).read_text()
     assert ours.count("\n") == 6
     assert write_index(warc_path).read_text() == ours
+
+
+def test_an_index_line_is_json_dumps_of_its_fields_for_any_string() -> None:
+    # index_line builds the JSON itself; it must be the text json.dumps makes of the same
+    # fields (what cdxj-indexer writes), for any URL, media type and file name.
+    import json
+    import random
+
+    from crawler_node.store.cdxj import _RE_SPACE, _timestamp, index_line
+    from crawler_node.store.surt_key import url_key
+
+    rng = random.Random(7)
+    alphabet = "aZ09/:.?&=%;\\\" \t\n\x00\x7f\u00e9\u202e\u4e2d\U0001f600\ud800"
+
+    def junk(n: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(n)))
+
+    for n in range(3000):
+        url = f"http://site-{n % 7}.test/{junk(30)}"
+        content_type = rng.choice([None, "", " ", "text/html; charset=utf-8", junk(20)])
+        warc_type = rng.choice(["response", "revisit"])
+        digest = rng.choice([None, "", "sha1:ABC" + junk(5)])
+        status, offset, length = rng.choice([200, 304, 404]), rng.randrange(10**12), rng.randrange(10**7)
+        filename = rng.choice(["n-20240501120000000-00001.warc.gz", junk(12)])
+        date = "2024-05-01T12:00:00.123456Z"
+        fields: dict[str, str] = {"url": url}
+        if warc_type == "revisit":
+            fields["mime"] = "warc/revisit"
+        elif content_type and (mime := _RE_SPACE.split(content_type, 1)[0].strip()):
+            fields["mime"] = mime
+        fields["status"] = str(status)
+        if digest:
+            fields["digest"] = digest
+        fields["length"], fields["offset"], fields["filename"] = str(length), str(offset), filename
+        expected = f"{url_key(url)} {_timestamp(date)} {json.dumps(fields)}\n"
+        assert index_line(url, date, warc_type=warc_type, status=status, content_type=content_type, digest=digest,
+                          offset=offset, length=length, filename=filename) == expected
