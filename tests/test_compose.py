@@ -77,6 +77,22 @@ def _port_free_on_both_loopbacks() -> int:
     raise RuntimeError("no port free on both 127.0.0.1 and ::1")
 
 
+def loopback_dns_starter(start_node, proxy: str):
+    """``start(node_id, seeds)`` for a (127.0.0.1) and b (::1), one port on both, each finding
+    the other through --peer-dns `localhost` (c-ares reads /etc/hosts); not waited for."""
+    port = _port_free_on_both_loopbacks()
+    common = ["--peer-dns", f"localhost:{port}", "--peer-dns-interval-s", "0.5", "--heartbeat-interval-s", "0.3",
+              "--startup-grace-s", "1", "--secret", SECRET]
+    hosts = {"a": "127.0.0.1", "b": "[::1]"}
+
+    def start(node_id: str, seeds: list[str]):
+        host = hosts[node_id]
+        return start_node(node_id, host=host, port=port, proxy=proxy, seeds=seeds, wait=False,
+                          extra_args=[*common, "--advertise", f"http://{host}:{port}"])
+
+    return start
+
+
 @pytest.mark.timeout(120)
 def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, start_node):
     """Without an engine: `localhost` resolves (c-ares) to 127.0.0.1 and ::1, one node on each,
@@ -84,13 +100,8 @@ def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, 
     hosts = 10
     web = start_testweb(hosts=hosts, pages=20, seed=5)
     expected = set(web.expected())
-    port = _port_free_on_both_loopbacks()
-    common = ["--peer-dns", f"localhost:{port}", "--peer-dns-interval-s", "0.5", "--heartbeat-interval-s", "0.3",
-              "--startup-grace-s", "1", "--secret", SECRET]
-    a = start_node("a", host="127.0.0.1", port=port, proxy=web.url, seeds=roots(hosts), wait=False,
-                   extra_args=[*common, "--advertise", f"http://127.0.0.1:{port}"])
-    b = start_node("b", host="[::1]", port=port, proxy=web.url, wait=False,
-                   extra_args=[*common, "--advertise", f"http://[::1]:{port}"])
+    start = loopback_dns_starter(start_node, web.url)
+    a, b = start("a", roots(hosts)), start("b", [])
     a.wait_healthy(30)
     b.wait_healthy(30)
 
@@ -118,15 +129,7 @@ def test_a_member_found_by_dns_remembers_its_peers_across_a_restart(start_testwe
     hosts = 10
     web = start_testweb(hosts=hosts, pages=20, seed=5)
     expected = set(web.expected())
-    port = _port_free_on_both_loopbacks()
-    common = ["--peer-dns", f"localhost:{port}", "--peer-dns-interval-s", "0.5", "--heartbeat-interval-s", "0.3",
-              "--startup-grace-s", "1", "--secret", SECRET]
-    args = {"a": ("127.0.0.1", [*common, "--advertise", f"http://127.0.0.1:{port}"]),
-            "b": ("[::1]", [*common, "--advertise", f"http://[::1]:{port}"])}
-
-    def start(node_id: str, seeds: list[str]):
-        host, extra = args[node_id]
-        return start_node(node_id, host=host, port=port, proxy=web.url, seeds=seeds, wait=False, extra_args=extra)
+    start = loopback_dns_starter(start_node, web.url)
 
     def members(node) -> dict[str, str]:
         return {m["id"]: m["state"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"]}

@@ -66,16 +66,24 @@ async def peers() -> AsyncIterator[tuple[str, str, web.AppRunner]]:
         await good_runner.cleanup()
 
 
-async def test_malformed_answers_never_stop_the_heartbeats(peers, caplog: pytest.LogCaptureFixture) -> None:
-    bad, good, good_runner = peers
+def member_a(peers: dict[str, str]) -> tuple[Membership, Heartbeats, Supervisor, list[str]]:
+    """Member a's membership with ``peers`` and its heartbeats (fast: every 0.05 s, down after
+    0.6 s of silence), not started; the last item collects the changes it reports."""
     loop = asyncio.get_running_loop()
-    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "f": bad, "c": good},
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", **peers},
                             now=loop.time(), suspect_after_s=0.3, down_after_s=0.6)
     changes: list[str] = []
     supervisor = Supervisor(on_fatal=pytest.fail)
     heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=0.05,
                             timeout_s=0.5, supervisor=supervisor, on_changed=changes.append,
                             on_member=lambda peer: None, clock=loop.time)
+    return membership, heartbeats, supervisor, changes
+
+
+async def test_malformed_answers_never_stop_the_heartbeats(peers, caplog: pytest.LogCaptureFixture) -> None:
+    bad, good, good_runner = peers
+    membership, heartbeats, supervisor, changes = member_a({"f": bad, "c": good})
+    loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession() as session:
         heartbeats.start(session)
         try:
@@ -107,14 +115,7 @@ async def test_an_address_that_answers_as_another_member_is_not_that_member_aliv
                                   "members": [{"id": "z", "url": "http://127.0.0.9:1"}]})
 
     runner, url = await serve(c_at_bs_address)
-    loop = asyncio.get_running_loop()
-    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url},
-                            now=loop.time(), suspect_after_s=0.3, down_after_s=0.6)
-    changes: list[str] = []
-    supervisor = Supervisor(on_fatal=pytest.fail)
-    heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=0.05,
-                            timeout_s=0.5, supervisor=supervisor, on_changed=changes.append,
-                            on_member=lambda peer: None, clock=loop.time)
+    membership, heartbeats, supervisor, changes = member_a({"b": url})
     try:
         async with aiohttp.ClientSession() as session:
             heartbeats.start(session)

@@ -57,8 +57,7 @@ class DigestIndex:
         return self._count
 
     def lookup(self, digest: str) -> Original | None:
-        row = self._conn.execute("SELECT record_id, url, date FROM digests WHERE digest = ?", (digest,)).fetchone()
-        return None if row is None else Original(*row)
+        return self.lookup_many([digest]).get(digest)
 
     def lookup_many(self, digests: Iterable[str]) -> dict[str, Original]:
         """The originals of those of ``digests`` that are here: a store batch asks once (a
