@@ -39,6 +39,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from crawler_node.frontier.parked_scan import next_parked, with_deferred
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, HostQueue, snapshot
 from crawler_node.frontier.statements import in_lists, value_rows
 
@@ -52,10 +53,6 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 """
 
 
-# The next host after a name with queued rows: one seek in urls_ready (a skip scan, so a host
-# with a million queued rows costs what a host with one does).
-_NEXT_QUEUED_HOST_SQL = "SELECT host FROM urls WHERE state = 0 AND host > ? ORDER BY host LIMIT 1"
-_NEXT_DEFERRED_HOST_SQL = "SELECT host FROM urls WHERE state = 4 AND host > ? ORDER BY host LIMIT 1"
 # A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred).
 _COUNT_STATE_SQL = "SELECT COUNT(*) FROM urls WHERE host = ? AND state = ?"
 URGENT_MAX = 10_000  # parked hosts remembered as given urgent work (a seed), unparked first
@@ -162,51 +159,17 @@ class HostRecords:
             del self._urgent[host]
             if host not in self.records and host not in picked:
                 picked.append(host)
-        picked += self._next_parked(room - len(picked), set(picked), _NEXT_QUEUED_HOST_SQL)
+        taken = set(picked)
+        found, self._cursor = next_parked(self._conn, self._cursor, room - len(picked),
+                                          lambda host: host in self.records or host in taken)
+        picked += found
         made = self._bring_in(picked)
         return [snapshot(record) for record in made if record.queued]
 
     def unpark_deferred(self, limit: int) -> list[str]:
         """Parked hosts that have deferred rows, up to `limit`, in host-name order: load
         shedding restores theirs too (they then wait their turn as parked queued work)."""
-        found: list[str] = []
-        after = ""
-        for _ in range(4 * limit + 1024):  # the active ones stepped over too, a seek each
-            if len(found) >= limit:
-                break
-            row = self._conn.execute(_NEXT_DEFERRED_HOST_SQL, (after,)).fetchone()
-            if row is None:
-                break
-            after = row[0]
-            if after not in self.records:
-                found.append(after)
-        return found
-
-    def _next_parked(self, wanted: int, taken: set[str], next_sql: str) -> list[str]:
-        """The next `wanted` parked hosts after the cursor, in host-name order, wrapping once.
-        Active hosts are stepped over, a seek each, at most a few times `wanted` per call; the
-        cursor moves past every host looked at, so a long run of active hosts is crossed over
-        several calls instead of stopping each one at the same place."""
-        found: list[str] = []
-        seeks = 0
-        wrapped = False
-        after = start = self._cursor
-        execute = self._conn.execute
-        while len(found) < wanted and seeks < 4 * wanted + 64:
-            seeks += 1
-            row = execute(next_sql, (after,)).fetchone()
-            if row is None:
-                if wrapped or start == "":
-                    break
-                wrapped, after = True, ""
-                continue
-            after = row[0]
-            if wrapped and after > start:
-                break  # round the whole ring: the rest are active or taken
-            self._cursor = after
-            if after not in self.records and after not in taken:
-                found.append(after)
-        return found
+        return with_deferred(self._conn, limit, self.records.__contains__)
 
     def _bring_in(self, hosts: Sequence[str], leased: Mapping[str, int] | None = None) -> list[HostQueue]:
         """Records for parked `hosts`, counted from their rows on disk (`leased`: host ->
