@@ -174,3 +174,48 @@ def test_settings_need_a_heartbeat_round_between_the_fence_and_the_takeover():
         Settings(suspect_after_s=1.0, down_after_s=1.2, heartbeat_interval_s=0.5).validate()
     with pytest.raises(SettingsError, match="handback_delay_s"):
         Settings(handback_delay_s=-1).validate()
+
+
+def _quorum_from_scratch(membership: Membership, now: float) -> bool:
+    """The quorum rule as documented, from the members' evidence alone (no memo)."""
+    counted = [m for m in membership.members() if m.is_self or not m.left]
+    fresh = {m.node_id for m in counted
+             if m.is_self or (m.heard_at is not None and now - m.heard_at < membership.suspect_after_s)}
+    if 2 * len(fresh) == len(counted):
+        return min(m.node_id for m in counted) in fresh
+    return 2 * len(fresh) > len(counted)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_remembered_quorum_answers_as_the_rule_does_through_answers_leaves_joins_and_time(seed):
+    # Asked before every request, the quorum is remembered until evidence or time could change
+    # it; any miss would let a cut-off member fetch (or stop a healthy one). Random histories
+    # of heartbeats, failures, leaves, returns, joins and clock steps (some exactly onto a
+    # member's turning stale, some backwards), checked after every step.
+    import random
+    rng = random.Random(seed)
+    peers = {f"n{i}": f"http://127.0.0.{i + 2}:1" for i in range(rng.choice((1, 2, 3, 4, 5)))}
+    self_id = rng.choice(sorted(peers))
+    membership = Membership(self_id, peers[self_id], peers, now=T0, suspect_after_s=SUSPECT, down_after_s=DOWN)
+    now, joined = T0, len(peers)
+    for _ in range(400):
+        others = [m.node_id for m in membership.peers()]
+        step = rng.random()
+        if step < 0.35 and others:
+            membership.observe_ok(rng.choice(others), now, returning=rng.random() < 0.5)
+        elif step < 0.45 and others:
+            membership.observe_failure(rng.choice(others), now)
+        elif step < 0.52 and others:
+            membership.observe_leave(rng.choice(others), now, drained=rng.random() < 0.5)
+        elif step < 0.55:
+            membership.add(f"n{joined}", f"http://127.0.1.{joined}:1", now)
+            joined += 1
+        elif step < 0.65:
+            heard = [m.heard_at for m in membership.peers() if m.heard_at is not None]
+            if heard:  # exactly when one turns stale, or just before
+                now = rng.choice(heard) + SUSPECT - rng.choice((0.0, 1e-9))
+        elif step < 0.68:
+            now -= rng.random()  # a test clock may go back; the memo must not answer for it
+        else:
+            now += rng.choice((0.01, 0.1, 0.3, 0.7, 1.5))
+        assert membership.quorum(now) is _quorum_from_scratch(membership, now), (seed, now)
