@@ -19,13 +19,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-import psutil
-
 TREE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TREE))
 
 from crawler_node.testweb.process import TestwebProcess  # noqa: E402
 from crawler_node.tools.node_process import free_port  # noqa: E402
+
+sys.path.insert(0, str(TREE / "bench"))
+from throughput import process_cpu_by_role  # noqa: E402
 
 
 def crawl(tree: Path, web: TestwebProcess, hosts: int, expected: int) -> dict[str, float]:
@@ -38,7 +39,6 @@ def crawl(tree: Path, web: TestwebProcess, hosts: int, expected: int) -> dict[st
         command += ["--pace", "adaptive"]  # as bench/throughput.py: the node's speed, not the sites' delays
     node = subprocess.Popen(command, cwd=tempfile.gettempdir(), env=dict(os.environ, PYTHONPATH=str(tree)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    process = psutil.Process(node.pid)
     deadline = time.monotonic() + 600
     try:
         while time.monotonic() < deadline:
@@ -50,11 +50,7 @@ def crawl(tree: Path, web: TestwebProcess, hosts: int, expected: int) -> dict[st
                 continue
             if status["idle"] and status["counters"]["fetched"] >= expected:
                 break
-        seconds = {"event loop": sum(process.cpu_times()[:2])}
-        for child in process.children():
-            role = child.cmdline()[-2] if len(child.cmdline()) >= 2 else str(child.pid)
-            seconds[role] = sum(child.cpu_times()[:2])
-        return seconds
+        return process_cpu_by_role(node.pid)
     finally:
         node.terminate()
         node.wait(60)

@@ -41,7 +41,7 @@ from crawler_node.tools import client
 from crawler_node.tools.node_process import NodeProcess, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import process_tree_cpu  # noqa: E402
+from throughput import process_cpu_by_role  # noqa: E402
 
 TREE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TREE / "tests"))  # the small real web's helpers: certificates, nginx, its log
@@ -137,20 +137,20 @@ async def bare_loop(urls: list[str], ca: Path, concurrency: int) -> float:
     return time.perf_counter() - started
 
 
-def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, float]:
-    """(wall seconds to the node's last commit, CPU seconds of its process tree)."""
+def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
+    """(wall seconds to the node's last commit, CPU seconds of each of its processes)."""
     # The documentation links out (postgresql.org, wikipedia): wget --mirror stays on the host by
     # default, the node is told to (--allow-host), so both crawl the same set.
     node = NodeProcess(node_id="bench", data_dir=data_dir, extra_args=[
         "--allow-private", "--ca-bundle", str(ca), "--allow-host", ADDRESS, "--log-level", "WARNING", *extra,
     ])
     with node:
-        cpu0, started = process_tree_cpu(node.pid), time.time()
+        cpu0, started = process_cpu_by_role(node.pid), time.time()
         client.submit(node.url, [root_url])
         status = node.wait_idle(timeout_s=1800, settle_polls=1, interval_s=0.2)
         wall = (status.get("last_stored_at") or time.time()) - started
-        cpu = process_tree_cpu(node.pid) - cpu0  # to the poll: a few idle milliseconds more
-    return wall, cpu
+        cpu = process_cpu_by_role(node.pid)  # to the poll: a few idle milliseconds more
+    return wall, {role: seconds - cpu0.get(role, 0.0) for role, seconds in cpu.items()}
 
 
 def missing_tools(docs: Path | None) -> list[str]:
@@ -206,12 +206,16 @@ def main() -> int:
                         wall = run_wget(root_url, certs.ca, tmp / f"wget-{index}")
                         cpu = children_cpu() - before
                     elif side == "node":
-                        wall, cpu = node_run(root_url, certs.ca, tmp / f"node-{index}", args.node_arg)
+                        wall, split = node_run(root_url, certs.ca, tmp / f"node-{index}", args.node_arg)
+                        cpu = sum(split.values())
                     else:
                         before = time.process_time()
                         wall = asyncio.run(bare_loop(urls, certs.ca, int(side.split("-")[1])))
                         cpu = time.process_time() - before
                     result[side] = summary(log.since(), wall, cpu)
+                    if side == "node":  # which of its processes pays, per page
+                        result[side]["cpu_us_per_page"] = {
+                            role: 1e6 * seconds / max(result[side]["pages"], 1) for role, seconds in split.items()}
                 node, bare, wget = result["node"], result[f"bare-{ceiling}"], result["wget"]
                 result["ratios"] = {
                     "node/bare": node["pages_per_s"] / bare["pages_per_s"],
@@ -222,7 +226,9 @@ def main() -> int:
                 print(f"round {index + 1}: " + "  ".join(
                     f"{side} {result[side]['pages']} pages {result[side]['pages_per_s']:5.0f}/s "
                     f"({result[side]['cpu_s_per_1000']:.2f} CPU-s/1000)" for side in sides
-                ) + "  " + "  ".join(f"{name} {value:.2f}" for name, value in result["ratios"].items()), flush=True)
+                ) + "  " + "  ".join(f"{name} {value:.2f}" for name, value in result["ratios"].items())
+                    + "; node per page: " + ", ".join(
+                    f"{role} {us:.0f} µs" for role, us in result["node"]["cpu_us_per_page"].items()), flush=True)
         finally:
             nginx.stop()
     median = sorted(rounds, key=lambda r: r["ratios"]["node/bare"])[len(rounds) // 2]

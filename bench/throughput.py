@@ -72,14 +72,22 @@ async def bare_loop(urls: list[str], proxy: str, concurrency: int) -> dict:
 
 
 def process_tree_cpu(pid: int) -> float:
+    return sum(process_cpu_by_role(pid).values())
+
+
+def process_cpu_by_role(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of a node's processes: "event loop" (the node's own, its
+    frontier thread included) and each worker by its role ("parse", "store")."""
     proc = psutil.Process(pid)
-    total = sum(proc.cpu_times()[:2])
+    seconds = {"event loop": sum(proc.cpu_times()[:2])}
     for child in proc.children(recursive=True):
         try:
-            total += sum(child.cpu_times()[:2])
+            command = child.cmdline()
+            role = command[-2] if len(command) >= 2 else str(child.pid)  # worker_main's NAME NICE
+            seconds[role] = seconds.get(role, 0.0) + sum(child.cpu_times()[:2])
         except psutil.NoSuchProcess:
             pass
-    return total
+    return seconds
 
 
 def node_run(web: TestwebProcess, hosts: int, concurrency: int, data_dir: Path, extra: list[str],
