@@ -10,10 +10,8 @@ Threading: the class is synchronous and single-threaded on purpose. `FrontierSer
 thread for it and calls it only from there, so the event loop never blocks on disk and SQLite
 never sees concurrent use of the connection.
 
-Leases: `lease_many()` hands out rows (lease id == row id) and marks them leased with an
-expiry. A lease that is neither finished nor returned goes back to the queue at expiry or at
-the next open, so a crashed worker or a crashed process never holds work forever
-(at-least-once).
+Leases: `lease_many()` hands out rows and marks them leased with an expiry (frontier.leasing);
+a lease neither finished nor returned goes back to the queue at expiry or at the next open.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from typing import Any
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.handoff import Handoff
 from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.leasing import Leasing
 from crawler_node.frontier.outbox import Outbox
 from crawler_node.frontier.records import (
     DONE,
@@ -49,15 +48,6 @@ from crawler_node.frontier.statements import in_lists
 
 RECENT_URLS = 32_768  # URLs remembered as rows (FrontierCore.recent): about 8 MB at 60-char URLs
 _UNKNOWN_ROW = ("", -1)  # (host, state) of an id that matches no row
-# Leasing reads the rows in lease order, then marks them by id. Cheaper than one UPDATE ...
-# RETURNING, whose rows come back in no particular order and cost a copy each.
-_LEASE_SELECT_SQL = """
-SELECT id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits FROM urls
-WHERE host = ? AND state = 0 AND not_before <= ?
-ORDER BY priority DESC, id
-LIMIT ?
-"""
-_LEASE_UPDATE_SQL = "UPDATE urls SET state = 1, attempts = attempts + 1, lease_expires = ? WHERE id IN ({})"
 _FINISHABLE = (QUEUED, LEASED)  # a fetch that ended after its lease expired still counts
 _STILL_LEASED = (LEASED,)
 
@@ -91,8 +81,8 @@ class Frontier:
         if path.is_dir():
             path = path / FRONTIER_FILENAME
         self.path = path
-        self._lease_timeout_s = lease_timeout_s
         self._core = FrontierCore(connect(path), clock=clock, recent_urls=recent_urls, resident_hosts=resident_hosts)
+        self._leasing = Leasing(self._core, lease_timeout_s=lease_timeout_s)
         self.shedding = Shedding(self._core)
         self._intake = Intake(self._core, self.shedding, max_per_host=max_pages_per_host,
                               urgent_priority=urgent_priority)
@@ -158,76 +148,11 @@ class Frontier:
 
     def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
         """`lease` for several hosts in one transaction (the dispatcher refills many at once)."""
-        core = self._core
-        now = core.clock()
-        records = core.hosts.records
-        wanted = [(host, n, records.get(host)) for host, n in requests]
-        if not any(n > 0 and record is not None and record.queued for _, n, record in wanted):
-            return [([], None) for _ in requests]
-        expires = now + self._lease_timeout_s
-        results: list[tuple[list[Lease], float | None]] = []
-        # The rows picked for every host are marked leased by one statement at the end.
-        picked: list[int] = []
-        picked_hosts: set[str] = set()
-        with core.transaction():
-            for host, n, record in wanted:
-                if host in picked_hosts:  # asked twice: mark the first pick, or it is picked again
-                    self._mark_leased(picked, expires)
-                    picked, picked_hosts = [], set()
-                picked_hosts.add(host)
-                leases, next_ready_at = self._lease(host, n, record, now, expires)
-                picked += [lease.id for lease in leases]
-                results.append((leases, next_ready_at))
-            self._mark_leased(picked, expires)
-        return results
-
-    def _lease(
-        self, host: str, n: int, record: HostQueue | None, now: float, expires: float,
-    ) -> tuple[list[Lease], float | None]:
-        """Pick the host's next rows and count them leased; the caller marks them."""
-        if n <= 0 or record is None or record.queued == 0:
-            return [], None
-        core = self._core
-        rows = core.conn.execute(_LEASE_SELECT_SQL, (host, now, n)).fetchall()
-        if not rows:
-            return [], self._next_ready_at(host)
-        core.count_record(record, QUEUED, -len(rows))
-        core.count_record(record, LEASED, len(rows))
-        # attempts + 1: this attempt, which _mark_leased counts in the row
-        leases = [
-            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects, via, etag, last_modified, visits)
-            for row_id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits in rows
-        ]
-        core.leases.update(dict.fromkeys([lease.id for lease in leases], (record, expires)))
-        return leases, None
-
-    def _mark_leased(self, ids: Sequence[int], expires: float) -> None:
-        for placeholders, chunk in in_lists(ids):
-            self._core.conn.execute(_LEASE_UPDATE_SQL.format(placeholders), [expires, *chunk])
-
-    def _next_ready_at(self, host: str) -> float | None:
-        row = self._core.conn.execute(
-            "SELECT MIN(not_before) FROM urls WHERE host = ? AND state = 0", (host,)
-        ).fetchone()
-        return row[0]
+        return self._leasing.lease_many(requests)
 
     def expire_leases(self) -> int:
         """Return every lease past its expiry to the queue (the attempt stays counted)."""
-        core = self._core
-        now = core.clock()
-        expired = [row_id for row_id, (_, expires) in core.leases.items() if expires <= now]
-        if not expired:
-            return 0
-        with core.transaction():
-            core.conn.executemany(
-                "UPDATE urls SET state = 0, lease_expires = NULL WHERE id = ?",
-                [(row_id,) for row_id in expired],
-            )
-            for row_id in expired:
-                record, _ = core.leases.pop(row_id)
-                core.count_record(record, LEASED, -1)
-                core.count_record(record, QUEUED, 1)
-        return len(expired)
+        return self._leasing.expire_leases()
 
     # -- outcomes ------------------------------------------------------------------------
 

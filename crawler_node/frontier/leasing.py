@@ -1,0 +1,104 @@
+"""Leases: the frontier hands out rows (lease id == row id) and marks them leased with an
+expiry. A lease that is neither finished nor returned goes back to the queue at expiry
+(`expire_leases`) or at the next open (FrontierCore.recover_leases), so a crashed worker or a
+crashed process never holds work forever (at-least-once)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.records import LEASED, QUEUED, HostQueue, Lease
+from crawler_node.frontier.statements import in_lists
+
+# Leasing reads the rows in lease order, then marks them by id. Cheaper than one UPDATE ...
+# RETURNING, whose rows come back in no particular order and cost a copy each.
+_LEASE_SELECT_SQL = """
+SELECT id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits FROM urls
+WHERE host = ? AND state = 0 AND not_before <= ?
+ORDER BY priority DESC, id
+LIMIT ?
+"""
+_LEASE_UPDATE_SQL = "UPDATE urls SET state = 1, attempts = attempts + 1, lease_expires = ? WHERE id IN ({})"
+
+
+class Leasing:
+    """The frontier's leases over its rows, counted in its host records (FrontierCore)."""
+
+    def __init__(self, core: FrontierCore, *, lease_timeout_s: float) -> None:
+        self._core = core
+        self._lease_timeout_s = lease_timeout_s
+
+    def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
+        """Up to n eligible URLs of each (host, n), highest priority first, then FIFO, in one
+        transaction, with each host's next_ready_at (see Frontier.lease)."""
+        core = self._core
+        now = core.clock()
+        records = core.hosts.records
+        wanted = [(host, n, records.get(host)) for host, n in requests]
+        if not any(n > 0 and record is not None and record.queued for _, n, record in wanted):
+            return [([], None) for _ in requests]
+        expires = now + self._lease_timeout_s
+        results: list[tuple[list[Lease], float | None]] = []
+        # The rows picked for every host are marked leased by one statement at the end.
+        picked: list[int] = []
+        picked_hosts: set[str] = set()
+        with core.transaction():
+            for host, n, record in wanted:
+                if host in picked_hosts:  # asked twice: mark the first pick, or it is picked again
+                    self._mark_leased(picked, expires)
+                    picked, picked_hosts = [], set()
+                picked_hosts.add(host)
+                leases, next_ready_at = self._lease(host, n, record, now, expires)
+                picked += [lease.id for lease in leases]
+                results.append((leases, next_ready_at))
+            self._mark_leased(picked, expires)
+        return results
+
+    def _lease(
+        self, host: str, n: int, record: HostQueue | None, now: float, expires: float,
+    ) -> tuple[list[Lease], float | None]:
+        """Pick the host's next rows and count them leased; the caller marks them."""
+        if n <= 0 or record is None or record.queued == 0:
+            return [], None
+        core = self._core
+        rows = core.conn.execute(_LEASE_SELECT_SQL, (host, now, n)).fetchall()
+        if not rows:
+            return [], self._next_ready_at(host)
+        core.count_record(record, QUEUED, -len(rows))
+        core.count_record(record, LEASED, len(rows))
+        # attempts + 1: this attempt, which _mark_leased counts in the row
+        leases = [
+            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects, via, etag, last_modified, visits)
+            for row_id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits in rows
+        ]
+        core.leases.update(dict.fromkeys([lease.id for lease in leases], (record, expires)))
+        return leases, None
+
+    def _mark_leased(self, ids: Sequence[int], expires: float) -> None:
+        for placeholders, chunk in in_lists(ids):
+            self._core.conn.execute(_LEASE_UPDATE_SQL.format(placeholders), [expires, *chunk])
+
+    def _next_ready_at(self, host: str) -> float | None:
+        row = self._core.conn.execute(
+            "SELECT MIN(not_before) FROM urls WHERE host = ? AND state = 0", (host,)
+        ).fetchone()
+        return row[0]
+
+    def expire_leases(self) -> int:
+        """Return every lease past its expiry to the queue (the attempt stays counted)."""
+        core = self._core
+        now = core.clock()
+        expired = [row_id for row_id, (_, expires) in core.leases.items() if expires <= now]
+        if not expired:
+            return 0
+        with core.transaction():
+            core.conn.executemany(
+                "UPDATE urls SET state = 0, lease_expires = NULL WHERE id = ?",
+                [(row_id,) for row_id in expired],
+            )
+            for row_id in expired:
+                record, _ = core.leases.pop(row_id)
+                core.count_record(record, LEASED, -1)
+                core.count_record(record, QUEUED, 1)
+        return len(expired)
