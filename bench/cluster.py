@@ -1,6 +1,7 @@
 """What the cluster costs and what it buys, on this machine (a benchmark, not a test).
 
-  (a) scaling: 1 node vs 3 nodes crawling the same testweb (zero latency): pages/s,
+  (a) scaling: 1 node vs 3 independent nodes (a third of the sites each) vs a 3-node cluster
+      crawling the same testweb (zero latency): pages/s,
       CPU-seconds per 1,000 pages (node processes and their children), forwarded URLs/s and
       msgpack bytes per forwarded URL;
   (b) failover: a 3-node crawl, one node SIGKILLed mid-crawl: kill -> detected down by a
@@ -36,6 +37,9 @@ from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools import client
 from crawler_node.tools.node_process import NodeProcess, free_port
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import process_cpu_by_role  # noqa: E402
+
 RESULTS = Path(__file__).parent / "results"
 FAST_CLUSTER = ["--heartbeat-interval-s", "0.3", "--startup-grace-s", "1.0", "--retry-base-s", "0.1"]
 SECRET = "bench-secret"
@@ -65,6 +69,17 @@ def local_status(node: NodeProcess, timeout: float = 5.0) -> dict:
             print(f"    ! {node.node_id} status HTTP {exc.code}: {body}\n{node.log_tail(15)}", flush=True)
             time.sleep(0.2)
     raise AssertionError("unreachable")
+
+
+def roles_cpu(pids: list[int]) -> dict[str, float]:
+    """CPU-seconds by role (throughput.process_cpu_by_role), summed over the nodes."""
+    total: dict[str, float] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for role, seconds in process_cpu_by_role(pid).items():
+                role = "parse" if role.startswith("parse") else role  # parse-0, parse-1, ...
+                total[role] = total.get(role, 0.0) + seconds
+    return total
 
 
 def tree_cpu(pid: int) -> float:
@@ -108,12 +123,14 @@ class CrawlLogTail:
 
 
 def start_nodes(ids: list[str], web: TestwebProcess, workdir: Path, stack: contextlib.ExitStack,
-                extra: list[str]) -> dict[str, NodeProcess]:
+                extra: list[str], *, cluster: bool = True) -> dict[str, NodeProcess]:
+    """``cluster=False``: the nodes know nothing of each other (each a cluster of one)."""
     addresses = {}
     for offset, node_id in enumerate(ids):
         host = f"127.0.0.{2 + offset}"
         addresses[node_id] = (host, free_port(host))
-    peers = {node_id: f"http://{host}:{port}" for node_id, (host, port) in addresses.items()} if len(ids) > 1 else {}
+    together = cluster and len(ids) > 1
+    peers = {node_id: f"http://{host}:{port}" for node_id, (host, port) in addresses.items()} if together else {}
     nodes = {}
     for node_id in ids:
         host, port = addresses[node_id]
@@ -162,21 +179,30 @@ def forward_payload_bytes(urls: list[str], batch: int = 500) -> dict:
 
 
 # ------------------------------------------------------------------ (a) scaling
-def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, extra: list[str]) -> dict:
+def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, extra: list[str],
+              *, cluster: bool = True) -> dict:
+    """``cluster=False``: as many independent nodes, each given every len(ids)-th site: what
+    running that many processes on this machine costs, without the cluster's traffic."""
     web.reset()
     with contextlib.ExitStack() as stack:
-        nodes = start_nodes(ids, web, workdir, stack, extra)
+        nodes = start_nodes(ids, web, workdir, stack, extra, cluster=cluster)
         time.sleep(1.5)  # past the startup grace: members have heard each other
         pids = [n.pid for n in nodes.values()]
         cpu0 = sum(tree_cpu(p) for p in pids)
+        roles0 = roles_cpu(pids)
         web_cpu0 = tree_cpu(web.pid)
         t0, t0_wall = time.monotonic(), time.time()
-        client.submit(nodes[ids[0]].url, roots(hosts), secret=SECRET)
+        if cluster:
+            client.submit(nodes[ids[0]].url, roots(hosts), secret=SECRET)
+        else:
+            for index, node_id in enumerate(ids):
+                client.submit(nodes[node_id].url, roots(hosts)[index::len(ids)], secret=SECRET)
         # Polled twice a second, not ten times: a status read costs a node ~1-2 CPU-ms (an idle
         # one's is built anew for each read), and three nodes polled would pay three times what
         # one does, in the CPU per page this compares.
         t_end = wait_all_idle(list(nodes.values()), timeout_s=1800, interval_s=0.5)
         cpu = sum(tree_cpu(p) for p in pids) - cpu0
+        roles = {role: seconds - roles0.get(role, 0.0) for role, seconds in roles_cpu(pids).items()}
         web_cpu = tree_cpu(web.pid) - web_cpu0
         statuses = {node_id: local_status(n) for node_id, n in nodes.items()}
     # timed to the last commit of any node (as throughput.py does), not to the poll that saw it
@@ -192,8 +218,11 @@ def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, ex
     sent_seen = counters.get("sent_seen", 0)  # replicas of fetched URLs for the successor
     batches = counters.get("forward_batches", 0)
     return {
-        "nodes": len(ids), "pages": pages, "fetched_per_node": fetched, "wall_s": round(wall, 3),
+        "nodes": len(ids) if cluster else f"{len(ids)}i", "pages": pages, "fetched_per_node": fetched,
+        "wall_s": round(wall, 3),
         "pages_per_s": pages / wall, "cpu_s": cpu, "cpu_s_per_1000": 1000 * cpu / pages,
+        # which process pays, summed over the members: the event loop (with its frontier thread), parse, store
+        "cpu_us_per_page": {role: 1e6 * seconds / pages for role, seconds in roles.items()},
         "testweb_cpu_s": web_cpu,
         "forwarded": forwarded, "sent_seen": sent_seen, "forward_batches": batches,
         "forwarded_per_s": forwarded / wall,
@@ -351,19 +380,28 @@ def main() -> int:
                 # first, so that no run pays for a cold testweb (the first one would)
                 crawl_run(["warm"], web, tmp_path / "warm", args.hosts, args.node_arg)
                 runs, pairs = [], []
-                for index in range(args.rounds):  # 1 then 3 nodes, then 3 then 1, ...
-                    sizes = (["solo"], ["a", "b", "c"])
-                    pair = {}
-                    for ids in sizes if index % 2 == 0 else reversed(sizes):
-                        run = crawl_run(ids, web, tmp_path / f"scale-{index}-{len(ids)}", args.hosts, args.node_arg)
-                        pair[len(ids)] = run
+                for index in range(args.rounds):  # 1 node, 3 independent, 3 in a cluster; then reversed
+                    kinds: list[tuple[str | int, list[str], bool]] = [
+                        (1, ["solo"], True), ("3i", ["x", "y", "z"], False), (3, ["a", "b", "c"], True)]
+                    pair: dict[str | int, dict] = {}
+                    for key, ids, together in kinds if index % 2 == 0 else reversed(kinds):
+                        run = crawl_run(ids, web, tmp_path / f"scale-{index}-{key}", args.hosts, args.node_arg,
+                                        cluster=together)
+                        pair[key] = run
                         print(f"(a) round {index + 1}, {run['nodes']} node(s): {run['pages']} pages in "
-                              f"{run['wall_s']:.1f}s, {run['cpu_s_per_1000']:.2f} CPU-s/1k", flush=True)
-                    runs += [pair[1], pair[3]]
+                              f"{run['wall_s']:.1f}s, {run['cpu_s_per_1000']:.2f} CPU-s/1k; per page "
+                              + ", ".join(f"{role} {us:.0f} µs" for role, us in run["cpu_us_per_page"].items()),
+                              flush=True)
+                    runs += [pair[1], pair["3i"], pair[3]]
                     pairs.append(pair)
             size = forward_payload_bytes(urls)
             results["scaling"] = {"runs": runs, "forward_size": size, "rounds": args.rounds,
                                   "cpu_ratios": [p[3]["cpu_s_per_1000"] / p[1]["cpu_s_per_1000"] for p in pairs],
+                                  # three processes on this machine, and then what the cluster adds to them
+                                  "independent_cpu_ratios": [p["3i"]["cpu_s_per_1000"] / p[1]["cpu_s_per_1000"]
+                                                             for p in pairs],
+                                  "cluster_over_independent": [p[3]["cpu_s_per_1000"] / p["3i"]["cpu_s_per_1000"]
+                                                               for p in pairs],
                                   "speedups": [p[3]["pages_per_s"] / p[1]["pages_per_s"] for p in pairs]}
         if "failover" not in args.skip:
             profile = {"site-*.test": {"latency_ms": args.failover_latency_ms}}
@@ -380,7 +418,7 @@ def main() -> int:
                   f"{run['cpu_s_per_1000']:>9.2f} {run['testweb_cpu_s']:>9.1f} {run['forwarded']:>9} "
                   f"{run['forwarded_per_s']:>7.0f} {run['urls_per_batch']:>10.1f}")
         scaling = results["scaling"]
-        three = scaling["runs"][-1] if scaling["runs"][-1]["nodes"] == 3 else scaling["runs"][-2]
+        three = next(run for run in reversed(scaling["runs"]) if run["nodes"] == 3)
         ratios, speedups = sorted(scaling["cpu_ratios"]), sorted(scaling["speedups"])
         scaling["speedup_3_vs_1"] = speedups[len(speedups) // 2]
         scaling["cpu_ratio_3_vs_1"] = ratios[len(ratios) // 2]
@@ -389,6 +427,12 @@ def main() -> int:
               f"CPU per page x{scaling['cpu_ratio_3_vs_1']:.2f} (rounds: "
               f"{', '.join(f'{r:.2f}' for r in scaling['cpu_ratios'])}); "
               f"sent to peers: {three['forwarded']} links + {three['sent_seen']} replicas")
+        middle = lambda values: sorted(values)[len(values) // 2]  # noqa: E731
+        print(f"    of which three processes on this machine (3 independent nodes, each a third of the sites) "
+              f"x{middle(scaling['independent_cpu_ratios']):.2f} (rounds: "
+              f"{', '.join(f'{r:.2f}' for r in scaling['independent_cpu_ratios'])}), and the cluster over them "
+              f"x{middle(scaling['cluster_over_independent']):.2f} (rounds: "
+              f"{', '.join(f'{r:.2f}' for r in scaling['cluster_over_independent'])})")
         print(f"    msgpack payload {size['payload_bytes_per_url']:.1f} bytes per forwarded URL "
               f"(mean URL {size['mean_url_chars']:.1f} chars; excl. HTTP headers per batch)")
     if "failover" in results:
