@@ -74,6 +74,9 @@ class Params:
     # it grows with N (before: {"id", "url", "state"} and an acknowledgement per member, ~100
     # bytes each). The whole list comes after a change only: a join, a restart.
     heartbeat_per_member: float = 0.0
+    # CPU of one heartbeat exchange, the asker's and the answerer's together (µs), from an idle
+    # cluster's CPU less as many idle nodes alone (measure): a node's timers and upkeep are not in it.
+    heartbeat_cpu_us: float = 400.0
     # The progress log (daemon.ProgressLog) reads every peer's status (GET /v1/status?scope=local)
     # only when a peer's heartbeat says its work changed in a way a read could tell (cluster.
     # activity): once as a crawl ends, after a pause. Its lines while crawling are made of the
@@ -162,6 +165,12 @@ def heartbeat_messages_per_s(p: Params) -> float:
     return 2.0 * (p.nodes - 1) / p.heartbeat_interval_s
 
 
+def heartbeat_cpu_share(p: Params) -> float:
+    """A node's CPU (share of one core) spent on heartbeats: it takes part in 2(N-1) exchanges
+    per interval, and pays half of each (one side). O(N) per node, like the bytes."""
+    return heartbeat_messages_per_s(p) * p.heartbeat_cpu_us / 2 / 1e6
+
+
 def heartbeat_bytes_per_s(p: Params) -> float:
     """A node's heartbeat bytes per second, sent and received: O(N) exchanges of O(1) bytes."""
     return heartbeat_messages_per_s(p) * heartbeat_exchange_bytes(p)
@@ -188,6 +197,7 @@ def per_node(p: Params) -> dict[str, float]:
             "forward_bytes_per_page": forward_bytes_per_page(p), "replica_bytes_per_page": replica_bytes_per_page(p),
             "forward_bytes_per_s": 2 * forward, "replica_bytes_per_s": 2 * replica,
             "heartbeat_bytes_per_s": heartbeat, "status_read_bytes_per_change": status_read_bytes(p),
+            "heartbeat_cpu_share": heartbeat_cpu_share(p),
             "total_bytes_per_s": total,
             "per_peer_link_bytes_per_s": total / max(1, p.nodes - 1)}
 
@@ -237,7 +247,7 @@ def projection(base: Params, sizes: list[int]) -> list[dict]:
     for n in sizes:
         p = replace(base, nodes=n)
         node = per_node(p)
-        rows.append({"nodes": n, **{k: round(v, 2) for k, v in node.items()},
+        rows.append({"nodes": n, **{k: round(v, 4 if k.endswith("_share") else 2) for k, v in node.items()},
                      "heartbeat_share": round(node["heartbeat_bytes_per_s"] / node["total_bytes_per_s"], 4)
                      if node["total_bytes_per_s"] else 0.0,
                      "cluster_bytes_per_s": round(cluster_total_bytes_per_s(p), 1)})
@@ -434,10 +444,12 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
             # the cluster idle with every peer's activity known: cluster.activity).
             time.sleep(2 * IDLE_CHECK_S + 1.0)
             mesh = MeshCounters(net)
+            cpu_before = sum(_tree_cpu(node.pid) for node in nodes.values())
             before, t0 = mesh.read(), time.monotonic()
             time.sleep(idle_s)
             idle = MeshCounters.delta(mesh.read(), before)
             idle_wall = time.monotonic() - t0
+            idle_cpu = sum(_tree_cpu(node.pid) for node in nodes.values()) - cpu_before
             # read after the peers' per-IP acknowledgements are in it, as a heartbeat finds it
             # as a member's heartbeat asks: with its id and the digest of the list it holds
             whole, _, _ = _get(f"{nodes[names[0]].url}/v1/members", SECRET)
@@ -462,6 +474,11 @@ def measure(size: int, hosts: int, pages: int, seed: int, idle_s: float, workdir
         net.down()
     run = _summarise(size, names, idle, idle_wall, crawl, wall, start_counters, end,
                      answer_body=answer_body, answer_headers=answer_headers)
+    alone = solo_idle_cpu_s_per_s(idle_s, workdir / f"{size}-alone")
+    exchanges = size * (size - 1) * idle_wall / 0.5  # the default heartbeat_interval_s
+    run["idle_cpu_ms_per_s_node"] = 1000 * idle_cpu / idle_wall / size
+    run["alone_idle_cpu_ms_per_s"] = 1000 * alone
+    run["heartbeat_cpu_us_per_exchange"] = 1e6 * max(0.0, idle_cpu - size * alone * idle_wall) / exchanges
     run["status_answer_bytes"] = status_body + status_headers
     run["members_answer_per_member"] = (answer_body - answer_fixed) / size
     run["post_answer_bytes"] = post_answer
@@ -480,6 +497,26 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
 
 def _cluster_counter(statuses: dict, key: str) -> int:
     return sum(s["cluster"]["counters"].get(key, 0) for s in statuses.values())
+
+
+def _tree_cpu(pid: int) -> float:
+    import psutil
+
+    process = psutil.Process(pid)
+    return sum(process.cpu_times()[:2]) + sum(sum(c.cpu_times()[:2]) for c in process.children(recursive=True))
+
+
+def solo_idle_cpu_s_per_s(idle_s: float, data_dir: Path) -> float:
+    """CPU-seconds per second of one idle node alone (its timers and upkeep), on loopback."""
+    from crawler_node.daemon import IDLE_CHECK_S
+    from crawler_node.tools.node_process import NodeProcess
+
+    with NodeProcess(node_id="alone", data_dir=data_dir, extra_args=["--secret", SECRET, "--log-level", "WARNING"]) \
+            as node:
+        time.sleep(2 * IDLE_CHECK_S + 1.0)  # past its start, as the cluster's window is
+        before, t0 = _tree_cpu(node.pid), time.monotonic()
+        time.sleep(idle_s)
+        return (_tree_cpu(node.pid) - before) / (time.monotonic() - t0)
 
 
 def _summarise(size, names, idle, idle_wall, crawl, wall, start, end, *, answer_body, answer_headers) -> dict:
@@ -544,6 +581,7 @@ def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int) -> Params:
         heartbeat_fixed=heartbeat_request + run["members_answer_header_bytes"] + answer_fixed
         + BARE_PACKETS * PACKET_OVERHEAD,
         heartbeat_per_member=run["members_answer_per_member"],
+        heartbeat_cpu_us=run["heartbeat_cpu_us_per_exchange"],
         status_fixed=request_bytes("GET", "/v1/status?scope=local", host, auth) + run["status_answer_bytes"]
         + BARE_PACKETS * PACKET_OVERHEAD - n * Params.status_per_member)
 
@@ -586,6 +624,10 @@ def print_comparison(run: dict, rows: list[tuple[str, float, float]]) -> None:
     for name, measured, modelled in rows:
         ratio = f"{modelled / measured:.2f}" if measured else "-"
         print(f"  {name:44} {_fmt(measured):>12} {_fmt(modelled):>12} {ratio:>11}")
+    # The projection's CPU per exchange is this figure; that it agrees across sizes checks O(N).
+    print(f"  idle CPU per node {run['idle_cpu_ms_per_s_node']:.1f} ms/s, a node alone "
+          f"{run['alone_idle_cpu_ms_per_s']:.1f}: {run['heartbeat_cpu_us_per_exchange']:.0f} µs per heartbeat "
+          f"exchange (asker and answerer)")
 
 
 def print_projection(title: str, base: Params, table: list[dict]) -> None:
@@ -593,13 +635,14 @@ def print_projection(title: str, base: Params, table: list[dict]) -> None:
           f"{base.cross_host_share:.0%} cross-host, {base.hosts:,} hosts, "
           f"heartbeat every {base.heartbeat_interval_s:g} s")
     print(f"  {'N':>4} {'fwd URLs/page':>13} {'rows/POST':>9} {'forward B/s':>12} {'replica B/s':>12} "
-          f"{'heartbeat B/s':>13} {'hb share':>8} {'node total B/s':>14} {'cluster B/s':>13}")
+          f"{'heartbeat B/s':>13} {'hb share':>8} {'node total B/s':>14} {'cluster B/s':>13} {'hb CPU':>7}")
     for row in table:
         p = replace(base, nodes=row["nodes"])
         print(f"  {row['nodes']:>4} {row['forwarded_urls_per_page']:>13.2f} {rows_per_batch(p):>9.1f} "
               f"{row['forward_bytes_per_s']:>12,.0f} {row['replica_bytes_per_s']:>12,.0f} "
               f"{row['heartbeat_bytes_per_s']:>13,.0f} {row['heartbeat_share']:>8.1%} "
-              f"{row['total_bytes_per_s']:>14,.0f} {row['cluster_bytes_per_s']:>13,.0f}")
+              f"{row['total_bytes_per_s']:>14,.0f} {row['cluster_bytes_per_s']:>13,.0f} "
+              f"{row['heartbeat_cpu_share']:>7.1%}")
     crossover = heartbeat_crossover(base)
     print(f"  heartbeats cost more than forwarding and replicas from N = {crossover}" if crossover
           else "  heartbeats never cost more than the data (N <= 10,000)")
