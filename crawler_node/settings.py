@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from crawler_node.runtime.eventloop import EVENT_LOOPS
+from crawler_node.settings_checks import pressure_problems, trap_problems
 
 if TYPE_CHECKING:
     from crawler_node.core.recrawl import RecrawlPolicy
@@ -296,7 +297,7 @@ class Settings:
                 problems.append(f"dns_server {self.dns_server!r} must look like HOST[:PORT]")
         if self.max_depth is not None and self.max_depth < 0:
             problems.append("max_depth must be >= 0")
-        problems.extend(self._trap_problems())
+        problems.extend(trap_problems(self))
         if self.proxy is not None:
             parts = urlsplit(self.proxy)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -320,50 +321,10 @@ class Settings:
             problems.append(str(exc))
         if (self.peers or self.peer_dns) and (problem := url_problem(self.advertise_url)):
             problems.append(f"advertised URL {self.advertise_url!r}: {problem}")
-        problems.extend(self._pressure_problems())
+        problems.extend(pressure_problems(self))
         if problems:
             raise SettingsError("; ".join(problems))
         return self
-
-    def _trap_problems(self) -> list[str]:
-        from crawler_node.core.traps import PatternError, compile_pattern  # lazy: re2 loads only to check
-
-        problems = [f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}"
-                    for name in ("max_path_repeats", "max_path_depth", "max_query_params", "max_pages_per_host")
-                    if getattr(self, name) < 0]
-        for name in ("allow_urls", "deny_urls"):
-            for pattern in getattr(self, name):
-                try:
-                    compile_pattern(pattern)
-                except PatternError as exc:
-                    problems.append(f"{name}: {exc}")
-        return problems
-
-    def _pressure_problems(self) -> list[str]:
-        """The flow-control settings: backoff, latency, admission, API, shedding, host memory."""
-        problems: list[str] = []
-        if self.robots_cache_bytes < 0 or self.host_memory_target < 0 or self.active_hosts < 0 or self.host_turn_s < 0:
-            problems.append("robots_cache_bytes, host_memory_target, active_hosts and host_turn_s must be >= 0")
-        for name in ("host_backoff_after", "pipeline_max_bytes"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.host_backoff_initial_s <= self.host_backoff_cap_s:
-            problems.append("need 0 < host_backoff_initial_s <= host_backoff_cap_s")
-        for name in ("host_backoff_forgive_s", "latency_rise_min_s", "shed_after_s", "dns_cache_s",
-                     "api_quota_reset_s", "store_lag_s", "host_idle_s"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0")
-        if self.latency_rise_factor != 0 and self.latency_rise_factor <= 1:
-            problems.append(f"latency_rise_factor must be 0 (off) or > 1, got {self.latency_rise_factor}")
-        if not 0 <= self.api_limit_start <= self.global_inflight:
-            problems.append("api_limit_start must be between 0 and global_inflight")
-        if not self.api_limit_header or any(c in self.api_limit_header for c in " :\r\n"):
-            problems.append(f"api_limit_header {self.api_limit_header!r} is not a header name")
-        if self.shed_high_water < 0 or self.ip_inflight_limit < 0:
-            problems.append("shed_high_water and ip_inflight_limit must be >= 0")
-        if self.shed_high_water and not 0 <= self.shed_low_water < self.shed_high_water:
-            problems.append("need 0 <= shed_low_water < shed_high_water")
-        return problems
 
     def peer_map(self) -> dict[str, str]:
         peers: dict[str, str] = {}
