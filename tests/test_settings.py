@@ -51,6 +51,11 @@ def test_env_lists_and_booleans():
         ({"proxy": "socks5://x"}, "proxy"),
         ({"fetch_timeout_s": "500"}, "lease_timeout_s"),
         ({"event_loop": "tokio"}, "event_loop must be one of auto, asyncio, uvloop"),
+        # the flow-control checks (settings_checks.pressure_problems)
+        ({"latency_rise_factor": "0.5"}, "latency_rise_factor must be 0 \\(off\\) or > 1"),
+        ({"shed_high_water": "10", "shed_low_water": "10"}, "need 0 <= shed_low_water < shed_high_water"),
+        ({"host_backoff_initial_s": "9", "host_backoff_cap_s": "1"}, "host_backoff_initial_s <= host_backoff_cap_s"),
+        ({"active_hosts": "-1"}, "active_hosts and host_turn_s must be >= 0"),
     ],
 )
 def test_bad_settings_say_what_is_wrong(flags, message):
