@@ -274,3 +274,56 @@ async def test_the_dispatcher_waits_for_admission_by_notification_then_leases_an
         await supervisor.stop()
     assert sorted(fetch.fetched) == sorted(f"http://h{i % 3}.test/{i}" for i in range(9))
     assert (await frontier.totals())["leased"] == 9  # leased; outcomes are the store stage's to commit
+
+
+class GatedLeasing:
+    """The frontier's lease_many held until the test opens the gate: a round under way."""
+
+    def __init__(self, frontier: FrontierService) -> None:
+        self._frontier = frontier
+        self.asked = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.answered = asyncio.Event()  # set in the step that hands the answer to the round
+
+    async def lease_many(self, requests):
+        self.asked.set()
+        await self.gate.wait()
+        answer = await self._frontier.lease_many(requests)
+        self.answered.set()
+        return answer
+
+    def __getattr__(self, name: str):
+        return getattr(self._frontier, name)
+
+
+async def test_a_lease_round_under_way_when_leasing_stops_gives_its_leases_back_not_to_a_buffer(frontier) -> None:
+    # A node leaving with --handoff-on-exit stops leasing and hands its queue on: a round that
+    # ends after that must not leave rows leased in a buffer nobody will fetch (they would
+    # come back as queued only at the very end, after the node said it was drained).
+    await frontier.add([UrlEntry(f"http://a.test/{i}", "a.test") for i in range(4)])
+    work, pressure = Wakeup(), Wakeup()
+    hosts = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4),
+                      backoff_policy=RULES.host_backoff, work=work, started_at=0.0)
+    hosts.load(await frontier.hosts_with_work(), 0.0)
+    gated = GatedLeasing(frontier)
+    leases = LeaseKeeper(frontier=gated, hosts=hosts,  # type: ignore[arg-type]
+                         admission=FetchAdmission(api=None, ip_gates=None, pressure=[]), pressure=pressure,
+                         on_returned=lambda: None, clock=lambda: 0.0, store=Collected())
+    supervisor = Supervisor(on_fatal=pytest.fail)
+    supervisor.closing()  # the node is stopping: the refill stage may end
+    leases.start(supervisor)
+    state = hosts.get("a.test")
+    assert state is not None
+    try:
+        leases.want_refill(state)
+        await asyncio.wait_for(gated.asked.wait(), 5)
+        leases.stop()
+        gated.gate.set()
+        await asyncio.wait_for(gated.answered.wait(), 5)  # the round has taken its answer, in the same step
+        assert not leases.idle()  # the round's leases, to go back
+        assert not state.buffer and (await frontier.totals())["leased"] > 0
+        await leases.flush()
+        totals = await frontier.totals()
+        assert (totals["queued"], totals["leased"]) == (4, 0)
+    finally:
+        await supervisor.stop()

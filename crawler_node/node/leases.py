@@ -140,13 +140,18 @@ class LeaseKeeper:
 
     async def _lease_round(self) -> None:
         wanted = list(self._wanted.values())[:REFILL_HOSTS]
-        if not wanted:
+        if not wanted or self._stopping:
             return
         for state in wanted:
             del self._wanted[state.host]
         hosts = self._hosts
         requests = [(state.host, hosts.lease_size(state)) for state in wanted]
         results = await self._frontier.lease_many(requests)
+        if self._stopping:
+            # Stopped while the round was under way (a leaving node hands its queue on meanwhile):
+            # nothing will fetch these, and in a buffer they would stay leased past the handoff.
+            self._returned.extend(lease.id for leases, _ in results for lease in leases)
+            return
         now = self._clock()
         for state, (leases, next_ready) in zip(wanted, results, strict=True):
             hosts.refilled(state, leases, next_ready, now)

@@ -325,6 +325,10 @@ class Node:
         # whose queue resumes when it comes back.
         await self.cluster.begin_leaving()
         await self.dispatcher.drain(grace_s)
+        # Nothing fetches here any more: no lease round from now on, and what a round under way
+        # leases comes back (node.leases), as do the buffers (flushed below), so that every row
+        # is queued, and swept, before this node says it is drained.
+        self.leases.stop()
         deadline = time.monotonic() + grace_s + 20
         sweeper, outboxes = self.cluster.sweeper, self.cluster.outboxes
         full, drained = True, False
@@ -332,12 +336,13 @@ class Node:
             # Woken by the stages draining and the outboxes' acknowledgements; the timeout
             # bounds the wait for what notifies nobody (the frontier's counts).
             await self._pressure.wait(HANDOFF_RECHECK_S)
-            if not (self.parse.idle() and self.store.idle() and self.leases.idle()):
+            if not (self.parse.idle() and self.store.idle()):
                 continue
+            await self.leases.flush()  # buffered leases, and a last round's, back to the queue
             moved = await sweeper.sweep(full=full)
             full = False
             totals = await self.frontier.totals()
-            if not moved and totals["queued"] == 0 and outboxes.total() == 0:
+            if not moved and totals["queued"] == 0 and totals["leased"] == 0 and outboxes.total() == 0:
                 self.cluster.leaving_done = True
                 # one more round: what arrived while the API was still open
                 if await sweeper.sweep(full=True) == 0 and outboxes.total() == 0:
