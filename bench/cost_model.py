@@ -500,10 +500,12 @@ def _cluster_counter(statuses: dict, key: str) -> int:
 
 
 def _tree_cpu(pid: int) -> float:
-    import psutil
+    bench = str(Path(__file__).resolve().parent)
+    if bench not in sys.path:  # imported by the tests rather than run from bench/
+        sys.path.insert(0, bench)
+    from throughput import process_tree_cpu  # psutil over a node's processes
 
-    process = psutil.Process(pid)
-    return sum(process.cpu_times()[:2]) + sum(sum(c.cpu_times()[:2]) for c in process.children(recursive=True))
+    return process_tree_cpu(pid)
 
 
 def solo_idle_cpu_s_per_s(idle_s: float, data_dir: Path) -> float:

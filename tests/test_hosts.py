@@ -107,8 +107,8 @@ def test_next_eligible_time_is_respected_and_a_retry_after_pauses_the_host() -> 
     assert state.place is Place.WAITING and table.next_wakeup() == 6.0
     assert table.next_host(5.9) is None
     assert table.next_host(6.0) is state
-    assert table.take_dirty() == [HostPoliteness(host="polite", next_eligible=6.0)]  # durable
-    assert table.take_dirty() == []
+    assert table.unsaved.take() == [HostPoliteness(host="polite", next_eligible=6.0)]  # durable
+    assert table.unsaved.take() == []
 
 
 def test_a_crawl_delay_spaces_requests_one_at_a_time() -> None:
@@ -164,7 +164,7 @@ def test_repeated_429s_without_retry_after_pause_the_host_and_a_success_resets_t
     state, ticket, _ = send(table)
     answer(table, state, ticket, 429)
     assert state.backoffs == 1 and 48.0 <= state.next_eligible <= 72.0
-    saved = table.take_dirty()[0]
+    saved = table.unsaved.take()[0]
     assert saved.backoff_level == 1 and saved.next_eligible == state.next_eligible
 
 
@@ -240,7 +240,7 @@ def test_idle_hosts_leave_memory_only_when_nothing_is_left_to_remember() -> None
             answer(table, state, ticket, 503, **{"Retry-After": "100"})
         else:
             busy_ticket = ticket
-    table.take_dirty()  # saved
+    table.unsaved.take()  # saved
     assert table.collect(now=5.0) == 0  # not idle long enough
     assert table.collect(now=11.0) == 1 and table.get("done") is None
     assert table.get("paused") is not None and table.get("busy") is not None  # a pause, a request in flight
@@ -275,7 +275,7 @@ def test_a_host_that_left_memory_keeps_its_robots_txt_answer_for_a_while() -> No
     state, ticket, _ = send(table, now=1.0)
     answer(table, state, ticket, 200, now=1.0)
     assert table.collect(now=10.0) == 0  # its Crawl-delay is not saved yet: it stays
-    assert table.take_dirty() == [HostPoliteness("h", crawl_delay=1.0)]
+    assert table.unsaved.take() == [HostPoliteness("h", crawl_delay=1.0)]
     assert table.collect(now=20.0) == 1 and table.get("h") is None
     table.add_work("h", 1, now=30.0)  # work again: no robots.txt request, the rules still hold
     back = table.get("h")
@@ -284,7 +284,7 @@ def test_a_host_that_left_memory_keeps_its_robots_txt_answer_for_a_while() -> No
     assert not cached.rules.allowed("http://h/private/x") and cached.rules.allowed("http://h/public")
     assert table.robots_of(back, "https", now=30.0).status is RobotsStatus.UNKNOWN  # another authority
     table.release_unserved(lambda host: False, now=31.0)  # (or any other way its work goes)
-    table.take_dirty()  # (the frontier would have handed its Crawl-delay back with the work)
+    table.unsaved.take()  # (the frontier would have handed its Crawl-delay back with the work)
     assert table.collect(now=40.0) == 1
     table.add_work("h", 1, now=200.0)  # a day's answer is not used for longer than ttl_s
     assert table.robots_of(table.get("h"), "http", now=200.0).status is RobotsStatus.UNKNOWN

@@ -34,6 +34,7 @@ from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy,
 from crawler_node.core.verdict import RobotsAnswer, Verdict
 from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
 from crawler_node.node.host_memory import HostMemory
+from crawler_node.node.host_politeness import UnsavedPoliteness
 from crawler_node.node.host_robots import HostRobots
 from crawler_node.node.host_state import HostState, Place, Step
 from crawler_node.node.rotation import Rotation
@@ -75,8 +76,7 @@ class HostTable:
         self._rotation = Rotation(work=work, went_idle=self.went_idle)
         self._memory = HostMemory(states=self._hosts, idle=self._rotation.idle, backoff_policy=backoff_policy,
                                   idle_s=idle_s, memory_target=memory_target, turn_s=turn_s)
-        self._dirty: dict[str, HostState] = {}
-        self.persist_wanted = Wakeup()  # notified when durable politeness changed
+        self.unsaved = UnsavedPoliteness()  # durable politeness to save in the frontier (node.upkeep)
 
     # ----------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -318,7 +318,7 @@ class HostTable:
         count. The caller releases the global slots (admission) itself."""
         state.limiter.release(ticket, verdict.limiter)
         if state.learn(verdict):
-            self._mark_dirty(state)
+            self.unsaved.mark(state)
         if verdict.reached_host and verdict.next_eligible > state.next_eligible:
             self._rotation.delay(state, verdict.next_eligible, now)
         self._space_from_end(state, now)
@@ -344,7 +344,7 @@ class HostTable:
         delay = max(HostRobots.crawl_delay(state), self._min_delay_s)
         if delay != state.crawl_delay:
             state.crawl_delay = delay
-            self._mark_dirty(state)
+            self.unsaved.mark(state)
 
     # ----------------------------------------------------------------- between members
     def politeness_to_send(self, host: str, now: float) -> HostPoliteness | None:
@@ -369,23 +369,6 @@ class HostTable:
                 continue
             state.crawl_delay = max(state.crawl_delay, record.crawl_delay)
             self._rotation.delay(state, record.next_eligible, now)
-
-    # ----------------------------------------------------------------- persistence
-    def _mark_dirty(self, state: HostState) -> None:
-        if not state.dirty:
-            state.dirty = True
-            self._dirty[state.host] = state
-            self.persist_wanted.notify()
-
-    def take_dirty(self) -> list[HostPoliteness]:
-        """The durable politeness that changed since the last call, to save in the frontier."""
-        dirty, self._dirty = self._dirty, {}
-        for state in dirty.values():
-            state.dirty = False
-        return [state.politeness() for state in dirty.values()]
-
-    def has_dirty(self) -> bool:
-        return bool(self._dirty)
 
     # ----------------------------------------------------------------- memory
     def collect(self, now: float) -> int:

@@ -101,8 +101,8 @@ class Upkeep:
     async def flush(self) -> None:
         """At stop: what changed of the hosts' politeness is saved, and the watermark brought
         up to what the frontier holds."""
-        if self._hosts.has_dirty():
-            await self._frontier.save_hosts(self._hosts.take_dirty())
+        if self._hosts.unsaved:
+            await self._frontier.save_hosts(self._hosts.unsaved.take())
         if self._watermark is not None:
             await asyncio.to_thread(self._watermark.update)
             self._watermark.close()
@@ -168,10 +168,10 @@ class Upkeep:
         # At once, not after a linger: a pause must be on disk before a crash can forget it.
         # Changes that come while one save is under way go together in the next.
         hosts = self._hosts
-        if not hosts.has_dirty():
-            await hosts.persist_wanted.wait(1.0)
+        if not hosts.unsaved:
+            await hosts.unsaved.wanted.wait(1.0)
             return
-        dirty, now = hosts.take_dirty(), self._clock()
+        dirty, now = hosts.unsaved.take(), self._clock()
         # ... and sent to the host's successor: a Crawl-delay just learnt from robots.txt, or a
         # pause, holds there from now, not only from the host's next fetched page.
         owed = [(successor, politeness) for record in dirty
