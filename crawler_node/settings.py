@@ -107,6 +107,9 @@ class Settings:
     robots_max_attempts: int = 6
     robots_ttl_s: float = 86_400.0  # rules are fetched again after this long (RFC 9309 2.4)
     max_crawl_delay_s: float = 30.0
+    # "on": the cookies a site sets are kept (in memory, per node, bounded) and sent back to it,
+    # as Scrapy and Heritrix do; "off": never kept, never sent, as StormCrawler and Nutch do
+    cookies: str = "on"
     max_redirects: int = 10  # redirect hops a chain may take; the next one ends it (outcome too_many_redirects)
     max_parse_bytes: int = 5_000_000  # links are extracted from this much of a page; beyond, counted as truncated
     # sitemaps: "off", "robots" (the Sitemap: lines of robots.txt), or "probe" (also /sitemap.xml)
@@ -284,6 +287,8 @@ class Settings:
             problems.append(f"dedup_max_entries must be >= 0, got {self.dedup_max_entries}")
         if not self.crawl_name.strip():
             problems.append("crawl_name must not be empty")
+        if self.cookies not in ("on", "off"):
+            problems.append(f"cookies must be 'on' or 'off', got {self.cookies!r}")
         if self.sitemaps not in ("off", "robots", "probe"):
             problems.append(f"sitemaps must be 'off', 'robots' or 'probe', got {self.sitemaps!r}")
         if not 0 < self.robots_error_retry_s <= self.robots_retry_cap_s or self.robots_ttl_s <= 0:

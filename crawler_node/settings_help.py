@@ -12,7 +12,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "peer_dns_interval_s", "data_dir", "api_read_timeout_s"),
     "what to crawl": (
         "seeds", "allow_hosts", "max_depth", "user_agent", "robots_agent", "proxy", "allow_private",
-        "sitemaps", "sitemap_max_urls", "sitemap_max_bytes", "max_redirects"),
+        "sitemaps", "sitemap_max_urls", "sitemap_max_bytes", "max_redirects", "cookies"),
     "trap guards": (
         "max_path_repeats", "max_path_depth", "max_query_params", "allow_urls", "deny_urls", "max_pages_per_host",
         "max_links_per_page"),
@@ -73,6 +73,8 @@ HELP: dict[str, str] = {
     "sitemaps": "off, robots (read the Sitemap: lines of robots.txt) or probe (also /sitemap.xml)",
     "sitemap_max_urls": "<loc> entries read per sitemap file",
     "sitemap_max_bytes": "bytes per sitemap file, uncompressed",
+    "cookies": "on (keep the cookies sites set, per node and in memory, and send them back, as a browser "
+               "does) or off (never keep or send one)",
     "max_redirects": "redirect hops a chain may take before it ends as too_many_redirects",
     # trap guards
     "max_path_repeats": "a URL whose path has one segment more often than this is a trap: outcome "

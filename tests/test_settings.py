@@ -51,6 +51,7 @@ def test_env_lists_and_booleans():
         ({"proxy": "socks5://x"}, "proxy"),
         ({"fetch_timeout_s": "500"}, "lease_timeout_s"),
         ({"event_loop": "tokio"}, "event_loop must be one of auto, asyncio, uvloop"),
+        ({"cookies": "yes"}, "cookies must be 'on' or 'off', got 'yes'"),
         # the flow-control checks (settings_checks.pressure_problems)
         ({"latency_rise_factor": "0.5"}, "latency_rise_factor must be 0 \\(off\\) or > 1"),
         ({"shed_high_water": "10", "shed_low_water": "10"}, "need 0 <= shed_low_water < shed_high_water"),

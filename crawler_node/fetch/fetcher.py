@@ -118,6 +118,17 @@ class FetchConnector(aiohttp.TCPConnector):
         return proxy_request
 
 
+def cookie_jar() -> aiohttp.CookieJar:
+    """Cookies kept as a browser keeps them: by RFC 6265's domain and path rules, expired when
+    they say, for IP-address hosts too (`unsafe`: aiohttp's default ignores those), and sent
+    back as they came (`quote_cookie=False`: aiohttp would quote a value with "/" or "=", and a
+    base64 session id then reaches the server changed). Bounded by aiohttp (since 3.14.4): 180
+    cookies per domain, 3,300 in all, evicted as Firefox does; a Cookie header of at most 150
+    cookies and 8,190 bytes. In memory: a restart, or a takeover by another node, starts
+    without them."""
+    return aiohttp.CookieJar(unsafe=True, quote_cookie=False)
+
+
 class Fetcher:
     def __init__(
         self,
@@ -132,11 +143,13 @@ class Fetcher:
         keepalive_hosts: int = 512,
         ca_bundle: str | None = None,
         resolver: Resolver | None = None,
+        cookies: bool = True,
     ) -> None:
         """``resolver``: resolves the sites' names for direct fetches (fetch.dns), shared with
         the per-IP gates; made here when not given; the fetcher closes it. Through a proxy,
         the proxy resolves, and no resolver of ours is used. ``keepalive_hosts``: hosts whose idle
-        keep-alive connections are kept (FetchConnector)."""
+        keep-alive connections are kept (FetchConnector). ``cookies``: keep what sites set and send
+        it back (`cookie_jar`), or neither."""
         if proxy is not None and resolver is not None:
             raise ValueError("through a proxy the proxy resolves names: pass no resolver")
         self._user_agent = user_agent
@@ -147,6 +160,7 @@ class Fetcher:
         self._max_body_bytes = max_body_bytes
         self._max_connections = max_connections
         self._keepalive_hosts = keepalive_hosts
+        self._cookies = cookies
         self._tls = tls_context(ca_bundle)  # made now: a bad bundle fails the node at its start
         if proxy is None and resolver is None:
             resolver = Resolver(server=None, allow_private=allow_private, cache_hosts=10_000, cache_s=300.0)
@@ -182,6 +196,7 @@ class Fetcher:
             read_bufsize=2**16,
             # Through a proxy, the peer is the proxy: no address is recorded.
             response_class=aiohttp.ClientResponse if self._proxy else PeerResponse,
+            cookie_jar=cookie_jar() if self._cookies else aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:

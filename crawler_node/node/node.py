@@ -186,7 +186,8 @@ class Node:
         self.fetcher = Fetcher(user_agent=s.user_agent, proxy=s.proxy, allow_private=s.allow_private,
                                connect_timeout_s=s.connect_timeout_s, fetch_timeout_s=s.fetch_timeout_s,
                                max_body_bytes=s.max_body_bytes, max_connections=s.global_inflight + 8,
-                               keepalive_hosts=s.keepalive_hosts, ca_bundle=s.ca_bundle, resolver=self.resolver)
+                               keepalive_hosts=s.keepalive_hosts, ca_bundle=s.ca_bundle, resolver=self.resolver,
+                               cookies=s.cookies == "on")
         # Asked once more just before each request: a member frozen after the dispatch sends nothing on waking.
         fenced_fetcher = FencedFetcher(self.fetcher, fencing=self.cluster.fencing)
         self.fetch = FetchStage(fetcher=fenced_fetcher, hosts=self.hosts, admission=self.admission, rules=rules,
