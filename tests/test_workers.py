@@ -177,3 +177,30 @@ def test_a_call_after_the_pipe_to_the_worker_closed_fails_as_worker_died(loop: s
     _, factory = loop_factory(loop)
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(scenario())
+
+
+def _mirror(context, batch: list) -> list:
+    return batch
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_batches_of_every_size_cross_to_a_worker_and_back_whole_and_in_order(loop: str) -> None:
+    """Frames go out in pieces of ~64 KiB (a body past that size as a piece of its own): a
+    batch of small rows, one of bodies about a frame's size, and one larger than the pipe
+    (1 MiB) come back equal, several written before the first answer is read."""
+    rows = [(f"https://example.test/{i}", "\u00e9t\u00e9 " * i, [("Header", str(i))] * 3, i * 0.5) for i in range(500)]
+    bodies = [bytes([i % 251]) * (65_536 + i - 3) for i in range(7)]
+    large = [(n, os.urandom(300_000), "x" * n) for n in range(5)]
+    batches = [rows, bodies, large, [], rows[:1]]
+
+    async def scenario() -> list:
+        worker = ProcessWorker("t")
+        await worker.start()
+        try:
+            return await asyncio.gather(*(worker.call(_mirror, batch) for batch in batches))
+        finally:
+            await worker.close()
+
+    _, factory = loop_factory(loop)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        assert runner.run(scenario()) == batches

@@ -39,7 +39,7 @@ def _answer(request: bytes, context: Any = None, *, first: bool = False) -> tupl
         return False, exc
 
 
-def _encoded(answer: tuple[bool, Any]) -> bytes:
+def _encoded(answer: tuple[bool, Any]) -> list[bytes]:
     try:
         return encode(answer)
     except Exception as exc:  # noqa: BLE001 - an unpicklable result or exception
@@ -66,7 +66,7 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
             answer = (ok, None if ok else value)
         else:
             answer = _answer(body, context)
-        answers.write(_encoded(answer))
+        answers.writelines(_encoded(answer))
         answers.flush()
 
 

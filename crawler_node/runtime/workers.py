@@ -51,9 +51,24 @@ def _widen_pipe(stream: asyncio.StreamWriter) -> None:
         pass  # not Linux, or over the limit: the default works, only with more writes
 
 
-def encode(message: Any) -> bytes:
-    data = pickle.dumps(message, protocol=PROTOCOL)
-    return FRAME_HEADER.pack(len(data)) + data
+class _Pieces(list[bytes]):
+    """A file for `pickle.Pickler`: what it writes, kept as the pieces it wrote."""
+
+    write = list.append
+
+
+def encode(message: Any) -> list[bytes]:
+    """`message` as a frame (its length, then its pickle) in pieces of ~64 KiB, to be written
+    in order (`writelines`). A Pickler given a file hands it each ~64 KiB frame of protocol 4
+    as it fills, so a batch of pages is never one buffer: `pickle.dumps` of a store batch
+    (~70 pages, ~1 MB) grew a buffer past glibc's mmap threshold, reallocated and faulted it
+    in page by page, then the length was prepended by copying it all once more; in pieces it
+    costs half (8 against 16 µs a page of PostgreSQL's documentation, in isolation)."""
+    pieces = _Pieces()
+    pieces.append(b"")
+    pickle.Pickler(pieces, protocol=PROTOCOL).dump(message)
+    pieces[0] = FRAME_HEADER.pack(sum(map(len, pieces)))
+    return pieces
 
 
 class ProcessWorker:
@@ -99,7 +114,7 @@ class ProcessWorker:
         # saw the exit: then the request is not written (uvloop raises RuntimeError on a write
         # to a closed pipe) and the reader fails the future, as it fails every waiting one.
         if not stdin.is_closing():
-            stdin.write(frame)  # no await since the check: the pipe is still open
+            stdin.writelines(frame)  # no await since the check: the pipe is still open
             try:
                 await stdin.drain()  # the pipe's flow control: a slow worker slows us
             except ConnectionError:
