@@ -221,7 +221,7 @@ def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, ex
         "nodes": len(ids) if cluster else f"{len(ids)}i", "pages": pages, "fetched_per_node": fetched,
         "wall_s": round(wall, 3),
         "pages_per_s": pages / wall, "cpu_s": cpu, "cpu_s_per_1000": 1000 * cpu / pages,
-        # which process pays, summed over the members: the event loop (with its frontier thread), parse, store
+        # which process pays, summed over the members: the loop thread, the other threads (the frontier), parse, store
         "cpu_us_per_page": {role: 1e6 * seconds / pages for role, seconds in roles.items()},
         "testweb_cpu_s": web_cpu,
         "forwarded": forwarded, "sent_seen": sent_seen, "forward_batches": batches,

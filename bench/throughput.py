@@ -76,10 +76,14 @@ def process_tree_cpu(pid: int) -> float:
 
 
 def process_cpu_by_role(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of a node's processes: "event loop" (the node's own, its
-    frontier thread included) and each worker by its role ("parse", "store")."""
+    """CPU seconds (user + system) of a node's processes: its own as "loop thread" (the event
+    loop's) and "other threads" (the frontier's, mostly; with ended threads' time), which the
+    README's older figures give together as "event loop", and each worker by its role
+    ("parse", "store")."""
     proc = psutil.Process(pid)
-    seconds = {"event loop": sum(proc.cpu_times()[:2])}
+    total = sum(proc.cpu_times()[:2])
+    loop = next((thread.user_time + thread.system_time for thread in proc.threads() if thread.id == pid), total)
+    seconds = {"loop thread": loop, "other threads": total - loop}
     for child in proc.children(recursive=True):
         try:
             command = child.cmdline()
