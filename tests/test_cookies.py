@@ -1,6 +1,8 @@
 """Cookies in a real node against a real server: what the server was sent back after it set
 one (--cookies on, the default), what it never sees with --cookies off, what the WARC request
-records say was sent, and how many cookies a site that sets hundreds gets back."""
+records say was sent, how many cookies a site that sets hundreds gets back, and the pages
+behind a cookie check (a redirect to itself, or back from the page that set the cookie),
+fetched once more with the cookie instead of dropped as already seen."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from cluster_helpers import get_json
 from conftest import read_crawl_log
 from warcio.archiveiterator import ArchiveIterator
 
@@ -135,3 +138,126 @@ def test_with_cookies_off_no_request_carries_a_cookie_and_the_crawl_is_the_same(
     assert _CookieSite.seen and all(cookie is None for _, cookie in _CookieSite.seen), _CookieSite.seen
     assert all(cookie is None for cookie in warc_request_cookies(node.data_dir).values())
 
+
+
+class _CookieCheckSite(BaseHTTPRequestHandler):
+    """Three cookie checks, as sites do them:
+    /self     sets `self=1` and redirects to itself; with the cookie, a page linking /self-ok;
+    /asp      sets `asp=1` and redirects to /asp?check=1, which redirects back to /asp (ASP.NET's
+              cookie detection); with the cookie, /asp is a page linking /asp-ok;
+    /always   redirects to itself and sets a new cookie every time (never a page)."""
+
+    seen: list[tuple[str, str | None]] = []
+    lock = threading.Lock()
+    always = 0
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        cookie = self.headers.get("Cookie") or ""
+        with self.lock:
+            self.seen.append((self.path, cookie or None))
+        if self.path == "/self" and "self=1" not in cookie:
+            self._answer(302, location="/self", cookies=["self=1; Path=/"])
+        elif self.path == "/self":
+            self._answer(200, body='<a href="/self-ok">ok</a>')
+        elif self.path == "/asp" and "asp=1" not in cookie:
+            self._answer(302, location="/asp?check=1", cookies=["asp=1; Path=/"])
+        elif self.path == "/asp?check=1":
+            self._answer(302, location="/asp")
+        elif self.path == "/asp":
+            self._answer(200, body='<a href="/asp-ok">ok</a>')
+        elif self.path == "/always":
+            with self.lock:
+                _CookieCheckSite.always += 1
+                n = _CookieCheckSite.always
+            self._answer(302, location="/always", cookies=[f"n{n}={n}; Path=/"])
+        elif self.path == "/robots.txt":
+            self._answer(404)
+        else:
+            self._answer(200, body="<p>end</p>")
+
+    def _answer(self, status: int, *, location: str | None = None, cookies: tuple[str, ...] | list[str] = (),
+                body: str = "") -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(data)))
+        if location:
+            self.send_header("Location", location)
+        for cookie in cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def cookie_check_site() -> Iterator[ThreadingHTTPServer]:
+    _CookieCheckSite.seen, _CookieCheckSite.always = [], 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _CookieCheckSite)
+    thread = threading.Thread(target=server.serve_forever, name="cookie-check-site", daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def check_crawl(start_node, site: ThreadingHTTPServer, node_id: str, *extra: str):
+    origin = f"http://127.0.0.1:{site.server_address[1]}"
+    node = start_node(node_id, seeds=[f"{origin}/self", f"{origin}/asp", f"{origin}/always"], default_scope=True,
+                      extra_args=["--allow-private", "--pace", "adaptive", *extra])
+    status = node.wait_idle(timeout_s=60)
+    return origin, node, status, read_crawl_log(node.data_dir)
+
+
+def carries(header: str | None, cookie: str) -> bool:
+    return cookie in (header or "").split("; ")
+
+
+def requests_for(path: str) -> list[str | None]:
+    return [cookie for seen_path, cookie in _CookieCheckSite.seen if seen_path == path]
+
+
+def warc_responses(data_dir: Path) -> list[tuple[str, str]]:
+    """(target URI, status) of each WARC response record, in order."""
+    found = []
+    for path in sorted(data_dir.glob("**/*.warc.gz")):
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type == "response":
+                    found.append((record.rec_headers.get_header("WARC-Target-URI"),
+                                  record.http_headers.get_statuscode()))
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_a_page_behind_a_cookie_check_is_fetched_again_with_the_cookie_and_archived(cookie_check_site, start_node):
+    origin, node, status, lines = check_crawl(start_node, cookie_check_site, "cookie-checks")
+
+    # (The three checks share a host, so a request may carry the others' cookies too.)
+    # A redirect to itself: asked again, with the cookie, and then it is a page with links.
+    assert [carries(cookie, "self=1") for cookie in requests_for("/self")] == [False, True]
+    assert [line["status"] for line in lines if line["url"] == f"{origin}/self"] == [302, 200]
+    assert [carries(cookie, "self=1") for cookie in requests_for("/self-ok")] == [True]
+    # Back to the page that set the cookie, through another URL: that page once more.
+    assert [carries(cookie, "asp=1") for cookie in requests_for("/asp")] == [False, True]
+    assert [carries(cookie, "asp=1") for cookie in requests_for("/asp?check=1")] == [True]
+    assert len(requests_for("/asp-ok")) == 1
+    responses = warc_responses(node.data_dir)
+    assert [code for uri, code in responses if uri == f"{origin}/asp"] == ["302", "200"]
+    # A site that always sends it back, with a new cookie each time: three requests, not more.
+    assert len(requests_for("/always")) == 3
+    assert [line["status"] for line in lines if line["url"] == f"{origin}/always"] == [302, 302, 302]
+    assert status["counters"]["cookie_refetches"] == 1 + 1 + 2
+    assert get_json(f"{node.url}/v1/status")["counters"]["cookie_refetches"] == 4
+
+
+@pytest.mark.timeout(120)
+def test_with_cookies_off_a_cookie_check_is_not_followed_back(cookie_check_site, start_node):
+    origin, node, status, lines = check_crawl(start_node, cookie_check_site, "no-cookie-checks", "--cookies", "off")
+    assert requests_for("/self") == [None] and requests_for("/always") == [None]
+    assert requests_for("/asp") == [None] and requests_for("/asp?check=1") == [None]
+    assert not requests_for("/self-ok") and not requests_for("/asp-ok")
+    assert status["counters"]["cookie_refetches"] == 0

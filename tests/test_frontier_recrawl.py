@@ -448,3 +448,32 @@ def test_the_api_refuses_counts_and_flags_of_the_wrong_type_row_by_row() -> None
 
     assert [index for index, _ in items] == [0, 1, 2]
     assert invalid == [{"index": index, "reason": "bad_field"} for index in range(3, 12)]
+
+
+# -- refetch: a redirect back into its own chain (with cookies) ---------------------------------
+
+
+def test_a_refetch_queues_a_done_url_again_at_once_until_its_attempts_run_out(frontier: Frontier,
+                                                                              clock: FakeClock) -> None:
+    frontier.add([found("a.test", 1, None, priority=5), found("a.test", 2, None)])
+    first, second = fetch_all(frontier, "a.test", recrawl_at=clock.now + 3600)
+    assert frontier.totals()["recrawl_scheduled"] == 2
+
+    # The page's own row finishes and is queued again in one batch; a URL not done (unknown
+    # here) changes nothing.
+    assert frontier.lease("a.test", 10)[0] == []  # nothing ready: both are done
+    result = frontier.apply(FrontierBatch(refetch=[first.url, "http://a.test/unknown"]))
+
+    assert result.refetched == Counter({"a.test": 1})
+    assert stored(frontier, first.url, "state, due_at, attempts, priority") == (0, None, 1, 5)
+    totals = frontier.totals()
+    assert (totals["queued"], totals["done"], totals["recrawl_scheduled"]) == (1, 1, 1)
+    assert queued(frontier) == {"a.test": 1}
+    # Leased again (a second attempt), and again, until REFETCH_MAX_ATTEMPTS (3) attempts.
+    for attempt in (2, 3):
+        [lease] = frontier.lease("a.test", 10)[0]
+        assert (lease.url, lease.attempts) == (first.url, attempt)
+        result = frontier.apply(FrontierBatch(done=[lease.id], refetch=[lease.url]))
+        assert result.refetched == (Counter({"a.test": 1}) if attempt < 3 else Counter())
+    assert stored(frontier, first.url, "state, attempts") == (2, 3)
+    assert frontier.totals()["queued"] == 0 and stored(frontier, second.url, "state") == (2,)

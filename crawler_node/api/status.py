@@ -77,6 +77,8 @@ async def node_status(node: Node) -> dict[str, Any]:
             "failed": store["failed"],
             "retries": fetch["retries"],
             "retry_ratio": fetch["retry_ratio"],
+            # redirects back into their own chain with cookies on: that URL fetched once more
+            "cookie_refetches": store["cookie_refetches"],
             "submitted": intake["submitted"],
             "rejected": intake["rejected"],
             "robots_disallowed": leases["robots_disallowed"],

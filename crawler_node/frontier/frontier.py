@@ -172,6 +172,7 @@ class Frontier:
             done = self._transition(states, batch.done, _FINISHABLE, DONE)
             self._finish(self.recrawl.finish(done, batch.recrawl), DONE)
             self._finish(self._transition(states, batch.failed, _FINISHABLE, FAILED), FAILED)
+            refetched = self.recrawl.refetch(batch.refetch, self._core.clock()) if batch.refetch else None
             retry = self._transition(states, retry_at, _STILL_LEASED, QUEUED)
             returned = self._transition(states, batch.returned, _STILL_LEASED, QUEUED)
             postponed = self._transition(states, postponed_to, _STILL_LEASED, QUEUED)
@@ -199,6 +200,8 @@ class Frontier:
             # a page fetched and its links nowhere: never crawled (265 of 1,512 URLs, issue 14).
             self.outbox.put_replicas(result.accepted, batch.successors)
             self.outbox.put(batch.replicate, seen=True, replica=True, politeness=batch.politeness)
+            if refetched:
+                result.refetched = refetched
             return result
 
     def _finish(self, ids: Sequence[int], state: int) -> None:

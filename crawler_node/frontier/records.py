@@ -6,6 +6,7 @@ read them there, so they never change.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 # Row states. They appear as literals in the frontier's SQL because SQLite only uses a partial
@@ -116,6 +117,8 @@ class AddResult:
     # Hosts of accepted URLs that are parked (no record: frontier.hosts): their URLs wait on
     # disk for the host's turn, and are not work for the host table until `unpark` says so
     parked: set[str] = field(default_factory=set)
+    # done rows queued again by `FrontierBatch.refetch`, per active host (work for the host table)
+    refetched: Counter[str] = field(default_factory=Counter)
 
     @property
     def queued(self) -> list[UrlEntry]:
@@ -151,6 +154,9 @@ class FrontierBatch:
     # the validators are kept, `visits` counts one more, and the row is due again at due_at
     # (None: never; a done lease not listed here keeps due_at NULL too). See Frontier.requeue_due.
     recrawl: list[tuple[int, float | None, str | None, str | None]] = field(default_factory=list)
+    # done URLs to fetch once more (a redirect back into its own chain, with cookies on), after
+    # the outcomes above: see Recrawl.refetch
+    refetch: list[str] = field(default_factory=list)
 
 
 def snapshot(record: HostQueue) -> HostQueue:

@@ -36,6 +36,11 @@ WHERE id IN (SELECT id FROM urls WHERE {_DUE} AND due_at <= ? ORDER BY due_at, i
 RETURNING host
 """
 _DUE_COUNT_SQL = f"SELECT COUNT(*) FROM urls WHERE {_DUE} AND due_at <= ?"
+# A URL is fetched again this many times at most (each fetch is an attempt): a site that sends
+# every request back where it came from ends there.
+REFETCH_MAX_ATTEMPTS = 3
+_REFETCHABLE_SQL = "SELECT id, host, due_at FROM urls WHERE url = ? AND state = 2 AND attempts < ?"
+_REFETCH_SQL = "UPDATE urls SET state = 0, not_before = 0, due_at = NULL, enqueued_at = ? WHERE id = ?"
 _SCHEDULED_COUNT_SQL = f"SELECT COUNT(*) FROM urls WHERE {_DUE}"
 
 
@@ -93,6 +98,29 @@ class Recrawl:
                 core.count(host, QUEUED, count)
             if per_host:
                 core.after_commit(partial(self._count, -sum(per_host.values())))
+        records = core.hosts.records
+        return Counter({host: count for host, count in per_host.items() if host in records})
+
+    def refetch(self, urls: Sequence[str], now: float) -> Counter[str]:
+        """In the caller's transaction: queue again, at once and at their priority, the done
+        rows of `urls` fetched fewer than REFETCH_MAX_ATTEMPTS times (a redirect back to itself,
+        or to the page that redirected to it, once the site may have set a cookie: the next
+        request carries it). Their attempts stay counted. Returns the rows queued per active
+        host, as `requeue_due` does."""
+        core = self._core
+        rows = [row for url in dict.fromkeys(urls)
+                for row in core.conn.execute(_REFETCHABLE_SQL, (url, REFETCH_MAX_ATTEMPTS)).fetchall()]
+        if not rows:
+            return Counter()
+        core.conn.executemany(_REFETCH_SQL, [(now, row_id) for row_id, _, _ in rows])
+        per_host = Counter(host for _, host, _ in rows)
+        core.hosts.ensure(per_host)
+        for host, count in per_host.items():
+            core.count(host, DONE, -count)
+            core.count(host, QUEUED, count)
+        unscheduled = sum(1 for _, _, due_at in rows if due_at is not None)
+        if unscheduled:
+            core.after_commit(partial(self._count, -unscheduled))
         records = core.hosts.records
         return Counter({host: count for host, count in per_host.items() if host in records})
 

@@ -54,14 +54,17 @@ class FetchStage:
                  held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope, robots_max_bytes: int,
                  sitemaps: str = "robots",
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
-                 clock: Callable[[], float], max_redirects: int = 10) -> None:
+                 clock: Callable[[], float], max_redirects: int = 10, cookies: bool = True) -> None:
         """``on_api_paused``: the API's quota was just spent (the lease buffers go back);
         ``returned``: a lease whose request was cancelled before its answer, to give back;
         ``max_redirects``: redirects a chain may follow; the answer that would take one more
-        ends it (outcome too_many_redirects, its target not queued)."""
+        ends it (outcome too_many_redirects, its target not queued); ``cookies``: the fetcher
+        keeps the cookies sites set, so a redirect back into its own chain is worth following
+        (see _redirect_target)."""
         if max_redirects < 0:
             raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
         self._max_redirects = max_redirects
+        self._cookies = cookies
         self._fetcher = fetcher
         self._hosts = hosts
         self._admission = admission
@@ -160,6 +163,14 @@ class FetchStage:
         if why is not None:
             if why.outcome is not None:
                 page.rejected.append((target, why, lease.depth))
+            return []
+        if self._cookies and (target == lease.url or (lease.redirects and target == lease.via)):
+            # A redirect to itself, or back to the page that redirected here: a site setting a
+            # cookie and checking it came back (a session, a consent, ASP.NET's cookie check),
+            # which the next request for that URL now carries. Seen already, the target would
+            # be dropped as a duplicate and the page never fetched: it is fetched once more
+            # instead (frontier.recrawl.Recrawl.refetch bounds how often).
+            page.refetch = target
             return []
         redirects = lease.redirects + 1
         if redirects > self._max_redirects:

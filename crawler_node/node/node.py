@@ -195,7 +195,7 @@ class Node:
                                 robots_max_bytes=s.robots_max_bytes, sitemaps=s.sitemaps,
                                 on_api_paused=self.leases.api_paused,
                                 returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock,
-                                max_redirects=s.max_redirects)
+                                max_redirects=s.max_redirects, cookies=s.cookies == "on")
         self.dispatcher = Dispatcher(hosts=self.hosts, admission=self.admission, leases=self.leases,
                                      fetch=self.fetch, serves=self.cluster.serves, global_inflight=s.global_inflight,
                                      work=work, pressure=pressure, on_fatal=self._fatal, clock=clock,

@@ -26,6 +26,9 @@ class PageResult:
     items: list[str] = field(default_factory=list)  # the pipelines' items of the page, as JSON lines
     # its links (or redirect target) out of scope, as (url, why, depth): a crawl.log line each
     rejected: list[tuple[str, Rejection, int]] = field(default_factory=list)
+    # a redirect back into its own chain after the site may have set a cookie: this URL (the
+    # page's own, or the page it was redirected from) is fetched once more (fetch_stage)
+    refetch: str | None = None
 
 
 class InboundFull(Exception):

@@ -96,7 +96,8 @@ class StoreStage:
         return {"queue": self.queue.snapshot(), "busy": self._busy, "last_stored_at": self.last_stored_at,
                 "fetched": self.counters["fetched"], "pages_done": self.counters["pages_done"],
                 "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"],
-                "unfetched": self.counters["unfetched"], "robots_records": self.counters["robots_records"],
+                "unfetched": self.counters["unfetched"], "cookie_refetches": self.counters["cookie_refetches"],
+                "robots_records": self.counters["robots_records"],
                 # URLs turned away by the scope or a trap guard, per outcome (a crawl.log line each)
                 **{outcome.value: self.counters[outcome.value] for outcome in SCOPE_OUTCOMES}}
 
@@ -158,6 +159,9 @@ class StoreStage:
         counters["failed"] += len(batch.failed)
         self.last_stored_at = time.time()
         now = self._clock()
+        if result.refetched:
+            retried.update(result.refetched)
+            self.counters["cookie_refetches"] += sum(result.refetched.values())
         for host, count in retried.items():
             self._hosts.add_work(host, count, now)
         self._hosts.add_queued(result, now)
@@ -187,6 +191,8 @@ class StoreStage:
                     (lease.id, verdict.retry_at))
                 retried[lease.host] += 1
                 continue
+            if page.refetch is not None and (single or router.route(host_of(page.refetch)) is None):
+                batch.refetch.append(page.refetch)  # after its done row, in the same transaction
             if not single:
                 successor = router.successor_for(lease.host)
                 if successor is not None:
