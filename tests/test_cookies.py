@@ -145,7 +145,8 @@ class _CookieCheckSite(BaseHTTPRequestHandler):
     /self     sets `self=1` and redirects to itself; with the cookie, a page linking /self-ok;
     /asp      sets `asp=1` and redirects to /asp?check=1, which redirects back to /asp (ASP.NET's
               cookie detection); with the cookie, /asp is a page linking /asp-ok;
-    /always   redirects to itself and sets a new cookie every time (never a page)."""
+    /always   redirects to itself and sets a new cookie every time (never a page);
+    /loop     redirects to itself and sets no cookie (a request again would change nothing)."""
 
     seen: list[tuple[str, str | None]] = []
     lock = threading.Lock()
@@ -170,6 +171,8 @@ class _CookieCheckSite(BaseHTTPRequestHandler):
                 _CookieCheckSite.always += 1
                 n = _CookieCheckSite.always
             self._answer(302, location="/always", cookies=[f"n{n}={n}; Path=/"])
+        elif self.path == "/loop":
+            self._answer(302, location="/loop")
         elif self.path == "/robots.txt":
             self._answer(404)
         else:
@@ -206,7 +209,8 @@ def cookie_check_site() -> Iterator[ThreadingHTTPServer]:
 
 def check_crawl(start_node, site: ThreadingHTTPServer, node_id: str, *extra: str):
     origin = f"http://127.0.0.1:{site.server_address[1]}"
-    node = start_node(node_id, seeds=[f"{origin}/self", f"{origin}/asp", f"{origin}/always"], default_scope=True,
+    node = start_node(node_id, seeds=[f"{origin}/{path}" for path in ("self", "asp", "always", "loop")],
+                      default_scope=True,
                       extra_args=["--allow-private", "--pace", "adaptive", *extra])
     status = node.wait_idle(timeout_s=60)
     return origin, node, status, read_crawl_log(node.data_dir)
@@ -250,6 +254,7 @@ def test_a_page_behind_a_cookie_check_is_fetched_again_with_the_cookie_and_archi
     # A site that always sends it back, with a new cookie each time: three requests, not more.
     assert len(requests_for("/always")) == 3
     assert [line["status"] for line in lines if line["url"] == f"{origin}/always"] == [302, 302, 302]
+    assert len(requests_for("/loop")) == 1  # it set no cookie: asked once
     assert status["counters"]["cookie_refetches"] == 1 + 1 + 2
     assert get_json(f"{node.url}/v1/status")["counters"]["cookie_refetches"] == 4
 
@@ -257,7 +262,7 @@ def test_a_page_behind_a_cookie_check_is_fetched_again_with_the_cookie_and_archi
 @pytest.mark.timeout(120)
 def test_with_cookies_off_a_cookie_check_is_not_followed_back(cookie_check_site, start_node):
     origin, node, status, lines = check_crawl(start_node, cookie_check_site, "no-cookie-checks", "--cookies", "off")
-    assert requests_for("/self") == [None] and requests_for("/always") == [None]
+    assert requests_for("/self") == [None] and requests_for("/always") == [None] and requests_for("/loop") == [None]
     assert requests_for("/asp") == [None] and requests_for("/asp?check=1") == [None]
     assert not requests_for("/self-ok") and not requests_for("/asp-ok")
     assert status["counters"]["cookie_refetches"] == 0

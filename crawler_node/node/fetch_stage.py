@@ -164,12 +164,14 @@ class FetchStage:
             if why.outcome is not None:
                 page.rejected.append((target, why, lease.depth))
             return []
-        if self._cookies and (target == lease.url or (lease.redirects and target == lease.via)):
-            # A redirect to itself, or back to the page that redirected here: a site setting a
-            # cookie and checking it came back (a session, a consent, ASP.NET's cookie check),
-            # which the next request for that URL now carries. Seen already, the target would
-            # be dropped as a duplicate and the page never fetched: it is fetched once more
-            # instead (frontier.recrawl.Recrawl.refetch bounds how often).
+        if self._cookies and ((target == lease.url and page.fetch.header("Set-Cookie") is not None)
+                              or (lease.redirects and target == lease.via)):
+            # A redirect to itself that sets a cookie, or back to the page that redirected here
+            # (which may have set it): a site checking that a cookie comes back (a session, a
+            # consent, ASP.NET's cookie detection), and the next request for that URL carries
+            # it. Seen already, the target would be dropped as a duplicate and the page never
+            # fetched: it is fetched once more instead (frontier.recrawl.Recrawl.refetch bounds
+            # how often; back to the page before, the next round's target is a duplicate).
             page.refetch = target
             return []
         redirects = lease.redirects + 1
