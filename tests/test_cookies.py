@@ -7,6 +7,7 @@ fetched once more with the cookie instead of dropped as already seen."""
 from __future__ import annotations
 
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -257,6 +258,8 @@ def test_a_page_behind_a_cookie_check_is_fetched_again_with_the_cookie_and_archi
     assert len(requests_for("/loop")) == 1  # it set no cookie: asked once
     assert status["counters"]["cookie_refetches"] == 1 + 1 + 2
     assert get_json(f"{node.url}/v1/status")["counters"]["cookie_refetches"] == 4
+    with urllib.request.urlopen(f"{node.url}/metrics", timeout=10) as answer:
+        assert "crawler_cookie_refetches_total 4.0" in answer.read().decode()
 
 
 @pytest.mark.timeout(120)

@@ -68,6 +68,8 @@ class NodeCollector:
         for name, key, help_text in (
             ("crawler_fetched", "fetched", "Fetch attempts written to the store"),
             ("crawler_retries", "retries", "Failed attempts sent back to the frontier for another try"),
+            ("crawler_cookie_refetches", "cookie_refetches",
+             "URLs fetched once more after a redirect back into their own chain (a cookie check)"),
             ("crawler_robots_disallowed", "robots_disallowed", "URLs skipped because robots.txt disallows them"),
             ("crawler_urls_submitted", "submitted", "URLs accepted through the API or as seeds"),
             ("crawler_urls_rejected", "rejected", "Submitted URLs rejected (scope, malformed)"),
