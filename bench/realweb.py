@@ -10,7 +10,9 @@ a CA made here, an IP-literal URL with an IP SAN so nobody needs DNS):
      --ca-bundle and --allow-host for the docs' own host) crawling from the home page.
 Pages are HTML responses with status 200 as nginx's access log records them for each run; pages/s
 is that over the run's wall time (the node's ends at its last commit, as throughput.py's). The
-rounds alternate the order and the median round's ratios are the result.
+rounds alternate the order and the median round's ratios are the result. For the node it also
+prints each process's CPU per page (its loop thread and other threads apart) and where its wall
+time went by nginx's log: to the first request, the requests, and after the last answer.
 
 Not run in CI: it needs a documentation package (Debian's postgresql-doc-15, about 1,170 pages,
 or python3-doc) and nginx and wget; without them it says what is missing and exits 0.
@@ -137,8 +139,9 @@ async def bare_loop(urls: list[str], ca: Path, concurrency: int) -> float:
     return time.perf_counter() - started
 
 
-def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
-    """(wall seconds to the node's last commit, CPU seconds of each of its processes)."""
+def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, float, dict[str, float]]:
+    """(Unix time of the submit, wall seconds to the node's last commit, CPU seconds of each of
+    its processes)."""
     # The documentation links out (postgresql.org, wikipedia): wget --mirror stays on the host by
     # default, the node is told to (--allow-host), so both crawl the same set.
     node = NodeProcess(node_id="bench", data_dir=data_dir, extra_args=[
@@ -150,7 +153,16 @@ def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple
         status = node.wait_idle(timeout_s=1800, settle_polls=1, interval_s=0.2)
         wall = (status.get("last_stored_at") or time.time()) - started
         cpu = process_cpu_by_role(node.pid)  # to the poll: a few idle milliseconds more
-    return wall, {role: seconds - cpu0.get(role, 0.0) for role, seconds in cpu.items()}
+    return started, wall, {role: seconds - cpu0.get(role, 0.0) for role, seconds in cpu.items()}
+
+
+def timeline(records: list[Access], started: float, wall: float) -> dict[str, float]:
+    """Where a node's crawl spent its wall time, as nginx saw it: to its first request after
+    the submit, from there to the last answer, and from that to the node's last commit (the
+    parse and store queues draining)."""
+    first, last = min(record.start for record in records), max(record.end for record in records)
+    return {"to_first_request_s": first - started, "requests_s": last - first,
+            "after_last_answer_s": started + wall - last}
 
 
 def missing_tools(docs: Path | None) -> list[str]:
@@ -206,16 +218,18 @@ def main() -> int:
                         wall = run_wget(root_url, certs.ca, tmp / f"wget-{index}")
                         cpu = children_cpu() - before
                     elif side == "node":
-                        wall, split = node_run(root_url, certs.ca, tmp / f"node-{index}", args.node_arg)
+                        started, wall, split = node_run(root_url, certs.ca, tmp / f"node-{index}", args.node_arg)
                         cpu = sum(split.values())
                     else:
                         before = time.process_time()
                         wall = asyncio.run(bare_loop(urls, certs.ca, int(side.split("-")[1])))
                         cpu = time.process_time() - before
-                    result[side] = summary(log.since(), wall, cpu)
-                    if side == "node":  # which of its processes pays, per page
+                    records = log.since()
+                    result[side] = summary(records, wall, cpu)
+                    if side == "node":  # which of its processes pays, per page, and where its time went
                         result[side]["cpu_us_per_page"] = {
                             role: 1e6 * seconds / max(result[side]["pages"], 1) for role, seconds in split.items()}
+                        result[side]["timeline"] = timeline(records, started, wall)
                 node, bare, wget = result["node"], result[f"bare-{ceiling}"], result["wget"]
                 result["ratios"] = {
                     "node/bare": node["pages_per_s"] / bare["pages_per_s"],
@@ -228,7 +242,9 @@ def main() -> int:
                     f"({result[side]['cpu_s_per_1000']:.2f} CPU-s/1000)" for side in sides
                 ) + "  " + "  ".join(f"{name} {value:.2f}" for name, value in result["ratios"].items())
                     + "; node per page: " + ", ".join(
-                    f"{role} {us:.0f} µs" for role, us in result["node"]["cpu_us_per_page"].items()), flush=True)
+                    f"{role} {us:.0f} µs" for role, us in result["node"]["cpu_us_per_page"].items())
+                    + "; node's wall: " + ", ".join(
+                    f"{name} {seconds:.3f}" for name, seconds in result["node"]["timeline"].items()), flush=True)
         finally:
             nginx.stop()
     median = sorted(rounds, key=lambda r: r["ratios"]["node/bare"])[len(rounds) // 2]
