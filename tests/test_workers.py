@@ -185,13 +185,16 @@ def _mirror(context, batch: list) -> list:
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_batches_of_every_size_cross_to_a_worker_and_back_whole_and_in_order(loop: str) -> None:
-    """Frames go out in pieces of ~64 KiB (a body past that size as a piece of its own): a
-    batch of small rows, one of bodies about a frame's size, and one larger than the pipe
-    (1 MiB) come back equal, several written before the first answer is read."""
+    """Frames go out in pieces of ~64 KiB (a body past that size as a piece of its own), and a
+    worker reads them into a buffer it keeps, up to 8 MiB, past that into one of their own: a
+    batch of small rows, one of bodies about a frame's size, one larger than the pipe (1 MiB),
+    one larger than the kept buffer, and smaller ones after them come back equal, several
+    written before the first answer is read."""
     rows = [(f"https://example.test/{i}", "\u00e9t\u00e9 " * i, [("Header", str(i))] * 3, i * 0.5) for i in range(500)]
     bodies = [bytes([i % 251]) * (65_536 + i - 3) for i in range(7)]
     large = [(n, os.urandom(300_000), "x" * n) for n in range(5)]
-    batches = [rows, bodies, large, [], rows[:1]]
+    huge = [os.urandom(9 << 20)]
+    batches = [rows, bodies, large, [], huge, rows[:1], large[:2]]
 
     async def scenario() -> list:
         worker = ProcessWorker("t")
