@@ -18,7 +18,11 @@ Not run in CI: it needs a documentation package (Debian's postgresql-doc-15, abo
 or python3-doc) and nginx and wget; without them it says what is missing and exits 0.
 
     apt-get install nginx-light wget postgresql-doc-15
-    python bench/realweb.py [--docs DIR] [--rounds 3]
+    python bench/realweb.py [--docs DIR] [--rounds 3] [--copies 8]
+
+With --copies N the set is served on N ports, N authorities crawled at once (a crawl long enough
+to profile); wget mirrors them one after the other, and the bare loops keep their connections
+per authority.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ ADDRESS = "127.0.0.1"
 AGENTS = {"wget": "bench-wget/1", "bare": "bench-bare/1"}  # the node sends its own
 
 
-def nginx_conf(*, prefix: Path, docs: Path, port: int, cert: Path, key: Path) -> str:
+def nginx_conf(*, prefix: Path, docs: Path, ports: list[int], cert: Path, key: Path) -> str:
     temp = "".join(f"  {kind}_temp_path {prefix / kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi",
                                                                           "scgi"))
     return (
@@ -68,7 +72,7 @@ def nginx_conf(*, prefix: Path, docs: Path, port: int, cert: Path, key: Path) ->
         "  default_type application/octet-stream;\n"
         f"  log_format bench escape=json '{LOG_FORMAT}';\n  access_log {prefix / 'access.log'} bench;\n{temp}"
         "  sendfile on;\n  keepalive_timeout 60s;\n  keepalive_requests 100000;\n"
-        f"  server {{\n    listen {ADDRESS}:{port} ssl;\n    root {docs};\n"
+        "  server {\n" + "".join(f"    listen {ADDRESS}:{port} ssl;\n" for port in ports) + f"    root {docs};\n"
         f"    ssl_certificate {cert};\n    ssl_certificate_key {key};\n  }}\n}}\n"
     )
 
@@ -105,19 +109,22 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_wget(root_url: str, ca: Path, out: Path) -> float:
+def run_wget(root_urls: list[str], ca: Path, out: Path) -> float:
+    """One `wget --mirror` per root, one after the other (wget is serial anyway)."""
     started = time.perf_counter()
-    result = subprocess.run(
-        ["wget", "--mirror", "--no-parent", "--no-verbose", "--ca-certificate", str(ca), "-U", AGENTS["wget"],
-         "-P", str(out), root_url], capture_output=True, text=True, timeout=1800,
-    )
-    wall = time.perf_counter() - started
-    if result.returncode not in (0, 8):  # 8: some answer was an error (a broken link); the rest is mirrored
-        raise RuntimeError(f"wget exited {result.returncode}: {result.stderr[-1000:]}")
-    return wall
+    for root_url in root_urls:
+        result = subprocess.run(
+            ["wget", "--mirror", "--no-parent", "--no-verbose", "--ca-certificate", str(ca), "-U", AGENTS["wget"],
+             "-P", str(out), root_url], capture_output=True, text=True, timeout=1800,
+        )
+        if result.returncode not in (0, 8):  # 8: some answer was an error (a broken link); the rest is mirrored
+            raise RuntimeError(f"wget exited {result.returncode}: {result.stderr[-1000:]}")
+    return time.perf_counter() - started
 
 
-async def bare_loop(urls: list[str], ca: Path, concurrency: int) -> float:
+async def bare_loop(urls: list[str], ca: Path, per_host: int, hosts: int = 1) -> float:
+    """GET every URL with `per_host` connections to each of `hosts` authorities."""
+    concurrency = per_host * hosts
     queue: asyncio.Queue[str] = asyncio.Queue()
     for url in urls:
         queue.put_nowait(url)
@@ -132,14 +139,15 @@ async def bare_loop(urls: list[str], ca: Path, concurrency: int) -> float:
                 await response.read()
 
     started = time.perf_counter()
-    connector = aiohttp.TCPConnector(limit=concurrency, ssl=ssl.create_default_context(cafile=str(ca)))
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=per_host,
+                                     ssl=ssl.create_default_context(cafile=str(ca)))
     async with aiohttp.ClientSession(connector=connector, trust_env=False,
                                      headers={"User-Agent": AGENTS["bare"]}) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
     return time.perf_counter() - started
 
 
-def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, float, dict[str, float]]:
+def node_run(root_urls: list[str], ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, float, dict[str, float]]:
     """(Unix time of the submit, wall seconds to the node's last commit, CPU seconds of each of
     its processes)."""
     # The documentation links out (postgresql.org, wikipedia): wget --mirror stays on the host by
@@ -149,7 +157,7 @@ def node_run(root_url: str, ca: Path, data_dir: Path, extra: list[str]) -> tuple
     ])
     with node:
         cpu0, started = process_cpu_by_role(node.pid), time.time()
-        client.submit(node.url, [root_url])
+        client.submit(node.url, root_urls)
         status = node.wait_idle(timeout_s=1800, settle_polls=1, interval_s=0.2)
         wall = (status.get("last_stored_at") or time.time()) - started
         cpu = process_cpu_by_role(node.pid)  # to the poll: a few idle milliseconds more
@@ -177,6 +185,9 @@ def main() -> int:
     parser.add_argument("--docs", type=Path, help="a directory of HTML with an index.html")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--node-arg", action="append", default=[], help="extra option for crawler-node run")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="serve the set on this many ports, each an authority of its own (a crawl long enough "
+                             "to profile, and several hosts at once)")
     args = parser.parse_args()
     candidates = [*DOC_SETS, *sorted(Path("/usr/share/doc").glob("python3*/html"))]
     docs = next((d for d in ([args.docs] if args.docs else candidates) if (d / "index.html").exists()), None)
@@ -193,21 +204,22 @@ def main() -> int:
         certs = make_certificates(tmp / "certs", names=["docs.bench.invalid"], ips=[ADDRESS],
                                   expired_name="expired.invalid", selfsigned_name="self.invalid",
                                   wrong_name="wrong.invalid")
-        port = free_port(ADDRESS)
+        ports = [free_port(ADDRESS) for _ in range(args.copies)]
         prefix = tmp / "nginx"
         prefix.mkdir()
         conf = prefix / "nginx.conf"
-        conf.write_text(nginx_conf(prefix=prefix, docs=docs, port=port, cert=certs.good.cert, key=certs.good.key))
+        conf.write_text(nginx_conf(prefix=prefix, docs=docs, ports=ports, cert=certs.good.cert, key=certs.good.key))
         nginx = ServerProcess(name="nginx", command=["nginx", "-c", str(conf), "-p", str(prefix), "-e",
                                                       str(prefix / "error.log")], log=prefix / "stderr.log")
-        root_url = f"https://{ADDRESS}:{port}/"
-        urls = [root_url + path for path in urls_paths]
+        roots = [f"https://{ADDRESS}:{port}/" for port in ports]
+        urls = [root + path for path in urls_paths for root in roots]  # the copies interleaved
         log = AccessLog(prefix / "access.log")
         os.chdir(tmp)  # nodes start from a neutral working directory (see throughput.py)
         try:
-            nginx.start([(ADDRESS, port)])
-            print(f"{docs}: {len(urls)} HTML files, served at {root_url}; node per-host ceiling {ceiling}", flush=True)
-            asyncio.run(bare_loop(urls, certs.ca, ceiling))  # untimed: the files into the page cache
+            nginx.start([(ADDRESS, port) for port in ports])
+            print(f"{docs}: {len(urls_paths)} HTML files, served at {', '.join(roots)}; node per-host ceiling "
+                  f"{ceiling}", flush=True)
+            asyncio.run(bare_loop(urls, certs.ca, ceiling, len(roots)))  # untimed: the files into the page cache
             sides = ["wget", "bare-1", f"bare-{ceiling}", "node"]
             for index in range(args.rounds):
                 result: dict = {}
@@ -215,14 +227,14 @@ def main() -> int:
                     log.skip()
                     if side == "wget":
                         before = children_cpu()
-                        wall = run_wget(root_url, certs.ca, tmp / f"wget-{index}")
+                        wall = run_wget(roots, certs.ca, tmp / f"wget-{index}")
                         cpu = children_cpu() - before
                     elif side == "node":
-                        started, wall, split = node_run(root_url, certs.ca, tmp / f"node-{index}", args.node_arg)
+                        started, wall, split = node_run(roots, certs.ca, tmp / f"node-{index}", args.node_arg)
                         cpu = sum(split.values())
                     else:
                         before = time.process_time()
-                        wall = asyncio.run(bare_loop(urls, certs.ca, int(side.split("-")[1])))
+                        wall = asyncio.run(bare_loop(urls, certs.ca, int(side.split("-")[1]), len(roots)))
                         cpu = time.process_time() - before
                     records = log.since()
                     result[side] = summary(records, wall, cpu)
@@ -253,7 +265,8 @@ def main() -> int:
           + ", ".join(f"{name} {value:.2f}" for name, value in median["ratios"].items()))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "realweb.json").write_text(json.dumps(
-        {"docs": str(docs), "html_files": len(urls), "ceiling": ceiling, "node_args": args.node_arg,
+        {"docs": str(docs), "html_files": len(urls_paths), "copies": args.copies, "ceiling": ceiling,
+         "node_args": args.node_arg,
          "median": median, "rounds": rounds},
         indent=2))
     return 0

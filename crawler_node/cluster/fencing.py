@@ -18,6 +18,11 @@ with every member on one clock (loopback, or machines kept in step by NTP):
 3. **Handback.** A member whose quorum comes back after it was lost (a partition healed, a
    pause ended) waits ``handback_delay_s`` more before its first request: meanwhile its
    successors hear it again, stop leasing its hosts and finish the requests they have under way.
+   And each of its hosts with a Crawl-delay waits that delay from the moment the quorum came
+   back: the members it heard from then had heard it, so had stopped starting requests to its
+   hosts (the handback's politeness, which says exactly when their last one ended, comes
+   through the outbox and may come later than the hold ends: with the successors' outboxes
+   lingering 3 s, the owner's first request came 2.2 s after a successor's under a 4 s delay).
    A member that starts (a restart) is held by cluster.readiness instead, for the same reason.
 
 The check runs twice: in the dispatcher before a host is picked (:meth:`Fencing.blocked_until`)
@@ -73,6 +78,10 @@ class Fencing:
         self._said: str | None = None  # the reason last logged, None: leasing
         self.fenced_count = 0  # times leasing stopped for want of a quorum
         self.held_count = 0  # handback holds
+        # Told once per quorum regained, (regained_at, now), before any request after it: the
+        # node's host table spaces this member's hosts from then (node.hosts.HostTable.regained).
+        self.on_regained: Callable[[float, float], None] | None = None
+        self._regained_told: float | None = None
 
     def blocked_until(self, now: float) -> float | None:
         """None when this member may start a request now; else when to ask again."""
@@ -82,6 +91,10 @@ class Fencing:
                       membership.suspect_after_s)
             return now + FENCED_RECHECK_S
         regained = membership.quorum_regained_at
+        if regained is not None and regained != self._regained_told:
+            self._regained_told = regained
+            if self.on_regained is not None:
+                self.on_regained(regained, now)
         if regained is not None and now < regained + self._handback_delay_s:
             self._say("handback", "a majority heard again: starting requests in %.1f s, once the successors "
                       "have let go of this member's hosts", regained + self._handback_delay_s - now)

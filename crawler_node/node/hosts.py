@@ -358,6 +358,14 @@ class HostTable:
         spaced = now + state.crawl_delay if state.limiter.in_flight else 0.0
         return HostPoliteness(host, max(state.next_eligible, state.paused_until, spaced), state.crawl_delay)
 
+    def regained(self, since: float, now: float) -> None:
+        """This member's quorum came back at ``since`` (cluster.fencing rule 3): the members it
+        heard from had heard it, and started no request to its hosts after; each host with a
+        Crawl-delay waits it out from then."""
+        for state in self._hosts.values():
+            if state.crawl_delay > 0:
+                self._rotation.delay(state, since + state.crawl_delay, now)
+
     def honour(self, records: Iterable[HostPoliteness], now: float) -> None:
         """Another member's politeness for hosts this node crawls (a handback; a member that
         still crawled a host here while the two disagreed on its owner): its later

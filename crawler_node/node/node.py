@@ -190,6 +190,7 @@ class Node:
                                cookies=s.cookies == "on")
         # Asked once more just before each request: a member frozen after the dispatch sends nothing on waking.
         fenced_fetcher = FencedFetcher(self.fetcher, fencing=self.cluster.fencing)
+        self.cluster.fencing.on_regained = self.hosts.regained
         self.fetch = FetchStage(fetcher=fenced_fetcher, hosts=self.hosts, admission=self.admission, rules=rules,
                                 held=self.held, parse=self.parse, store=self.store, scope=scope,
                                 robots_max_bytes=s.robots_max_bytes, sitemaps=s.sitemaps,
