@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_helpers import get_json
 from conftest import read_crawl_log
+from site_helpers import serving
 from warcio.archiveiterator import ArchiveIterator
 
 SESSION = "dGVzdA==/x"  # a base64 session id: "=" and "/" reach the server as they were set
@@ -64,13 +65,8 @@ class _CookieSite(BaseHTTPRequestHandler):
 @pytest.fixture
 def cookie_site() -> Iterator[ThreadingHTTPServer]:
     _CookieSite.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _CookieSite)
-    thread = threading.Thread(target=server.serve_forever, name="cookie-site", daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(_CookieSite, "cookie-site") as server:
+        yield server
 
 
 def sent(path: str) -> list[str | None]:
@@ -199,13 +195,8 @@ class _CookieCheckSite(BaseHTTPRequestHandler):
 @pytest.fixture
 def cookie_check_site() -> Iterator[ThreadingHTTPServer]:
     _CookieCheckSite.seen, _CookieCheckSite.always = [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _CookieCheckSite)
-    thread = threading.Thread(target=server.serve_forever, name="cookie-check-site", daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(_CookieCheckSite, "cookie-check-site") as server:
+        yield server
 
 
 def check_crawl(start_node, site: ThreadingHTTPServer, node_id: str, *extra: str):

@@ -5,13 +5,13 @@ URL turned away left in crawl.log, with its outcome and counter."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from conftest import read_crawl_log
+from site_helpers import serving
 
 from crawler_node.testweb.graph import TRAP_ENTRY
 
@@ -136,13 +136,8 @@ class _TrapSite(BaseHTTPRequestHandler):
 @pytest.fixture
 def trap_site():
     _TrapSite.requested = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _TrapSite)
-    thread = threading.Thread(target=server.serve_forever, name="trap-site", daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(_TrapSite, "trap-site") as server:
+        yield server
 
 
 @pytest.mark.timeout(120)
