@@ -180,9 +180,11 @@ class Settings:
     suspect_after_s: float = 1.0
     down_after_s: float = 2.0  # + one heartbeat round: a dead or hung peer is routed around within 3 s
     # The longest a starting member holds its first lease (cluster.readiness): a fresh one leases
-    # once every peer answered or was found down; a restarted or joining one waits this long to
-    # receive what was fetched for it while it was away (else it fetches it again).
-    startup_grace_s: float = 3.0
+    # once every peer answered or was found down; a restarted or joining one once every peer
+    # that answered says it owes it no handback (what was fetched for it while it was away, else
+    # it fetches it again). Only a peer that keeps owing, or an old one that does not say, makes
+    # it wait this long: a whole compose cluster restarting on two cores took more than 3 s.
+    startup_grace_s: float = 30.0
     max_hops: int = 3  # times a URL may be forwarded on by a node that disagrees on its owner
     outbox_capacity: int = 50_000  # URLs owed to one peer before the parse stage must wait
     forward_batch: int = 500

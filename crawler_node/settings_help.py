@@ -178,7 +178,7 @@ HELP: dict[str, str] = {
     "suspect_after_s": "seconds of silence before a peer is suspect",
     "down_after_s": "seconds of silence before a peer is down and its hosts go to the next live member",
     "startup_grace_s": "longest a starting member holds its first lease: a fresh one leases once every peer "
-                       "answered or was found down, a restarted or joining one waits this long for its handback",
+                       "answered or was found down, a restarted or joining one once no peer owes it a handback",
     "max_hops": "times a URL may be forwarded on by nodes that disagree on its owner",
     "outbox_capacity": "URLs owed to one peer before the parse stage must wait",
     "forward_batch": "URLs per batch sent to a peer",

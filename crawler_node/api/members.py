@@ -17,7 +17,9 @@ async def get_members(request: web.Request) -> web.Response:
     """A heartbeat's answer. ``?from=ID``: the asking member, whose acknowledgement is the only
     one of ``ips.seen`` it reads; ``?known=DIGEST``: the digest of this node's member list it
     holds, and if that is still the list, the answer leaves it out (cluster.heartbeats). So an
-    answer to a member costs the same in a cluster of any size, not one entry per member."""
+    answer to a member costs the same in a cluster of any size, not one entry per member.
+    ``handback_owed``, with ``from``: whether this node may still owe that member hosts it held
+    for it (cluster.readiness rule 3)."""
     node = request.app[NODE_KEY]
     node.cluster.note_asked(request.query.get("from"))
     membership = node.cluster.membership
@@ -29,6 +31,9 @@ async def get_members(request: web.Request) -> web.Response:
             "incarnation": node.frontier.incarnation,
             # idle or not, pages fetched, paused: an idle member reads statuses only on a change
             "activity": node_activity(node).as_json()}
+    asking = request.query.get("from")
+    if asking:  # a starting member waits until nobody owes it a handback (cluster.readiness)
+        body["handback_owed"] = node.cluster.owes_handback(asking)
     if request.query.get("known") != digest:
         body["members"] = membership.view()
     return web.json_response(body)

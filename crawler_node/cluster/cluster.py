@@ -172,6 +172,14 @@ class Cluster:
         stops being idle until it has given it back."""
         return all(self._asked[peer] >= 2 for peer in self.membership.live_ids() if peer != self.node_id)
 
+    def owes_handback(self, peer: str) -> bool:
+        """This node may still owe ``peer`` hosts it held for it (cluster.readiness rule 3):
+        ``peer`` is not live in its view (its arc is crawled elsewhere, here maybe), a full
+        sweep is wanted or under way, or what its outbox held for ``peer`` at the end of the
+        last one is not all acknowledged."""
+        return (peer not in self.membership.live_ids() or self.sweeper.settling
+                or self.outboxes.owes_handback(peer))
+
     def idle(self) -> bool:
         """Nothing this node's cluster side still has to hand to a peer, or hear from one."""
         return self.outboxes.total() == 0 and self.replicas.idle() and self.heard_by_peers()

@@ -14,7 +14,9 @@ fails, it runs again, so a dead peer is always detected.
 While a starting member holds back its first lease (cluster.readiness), every answer and every
 failure is reported to its :class:`StartupHold`, and peers that have not answered yet are asked
 again every ``STARTUP_POLL_S`` instead of every ``interval_s``: a peer that starts a moment
-later is heard from at once, so the hold ends as soon as the cluster is up.
+later is heard from at once, so the hold ends as soon as the cluster is up. A member that
+may be owed a handback then asks every ``OWED_POLL_S`` until no peer says it still owes one
+(``"handback_owed"`` in the answer to it).
 
 The answers also carry each member's :class:`~crawler_node.cluster.activity.Activity` (idle,
 pages fetched, URLs known, finished, paused), kept per peer until a heartbeat to it fails: an
@@ -52,6 +54,9 @@ MEMBER_CALL_TIMEOUT_S = 2.0
 # While a start-up hold waits for a peer's first answer: ask this often (a refused connection on
 # a peer not yet listening costs next to nothing; the hold's reason to exist is time lost).
 STARTUP_POLL_S = 0.05
+# While it waits for peers that still owe it a handback: ask them this often (their sweep and
+# outbox take a moment; the answer that says they are done should not wait a whole interval).
+OWED_POLL_S = 0.2
 _DIGEST = re.compile(rf"[0-9a-f]{{{DIGEST_CHARS}}}")
 _T = TypeVar("_T")
 
@@ -112,6 +117,13 @@ def state_reported(answer: object, node_id: str) -> str | None:
             state = item.get("state")
             return state if isinstance(state, str) else None
     return None
+
+
+def handback_owed_of(answer: object) -> bool | None:
+    """Whether the answering member still owes the asking one a handback
+    (``"handback_owed"``, cluster.readiness rule 3); None when it does not say."""
+    owed = answer.get("handback_owed") if isinstance(answer, dict) else None
+    return owed if isinstance(owed, bool) else None
 
 
 def answer_part(answer: object, key: str, parse: Callable[[object], _T]) -> _T:
@@ -198,6 +210,8 @@ class Heartbeats:
         interval = self._interval_s
         if self._startup is not None and self._startup.wants_answers():
             interval = min(interval, STARTUP_POLL_S)
+        elif self._startup is not None and self._startup.owed():
+            interval = min(interval, OWED_POLL_S)
         await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     def _check_startup(self) -> None:
@@ -252,7 +266,7 @@ class Heartbeats:
         if self._membership.observe_ok(node_id, now, returning=True):
             self._on_changed(f"{node_id} is alive")
         if self._startup is not None:
-            self._startup.heard(node_id, state_reported(answer, self._node_id))
+            self._startup.heard(node_id, state_reported(answer, self._node_id), handback_owed_of(answer))
         if self._ip is not None:
             self._ip.heard(node_id, ips)
         incarnation = answer.get("incarnation") if isinstance(answer, dict) else None

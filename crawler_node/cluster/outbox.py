@@ -148,6 +148,12 @@ class Outboxes:
         self._pause: dict[str, float] = {}  # seconds the peer's sender waits before its next batch
         self.counts: dict[str, int] = {}
         self.counters: Counter[str] = Counter()
+        # peer -> the id of the last row its outbox held at the end of the last full sweep
+        # (cluster.sweep): until that row is acknowledged, a handback may still be owed to it.
+        # Ids are reused only once the highest rows are gone, so while that row is here every
+        # row put for the peer after it has a higher id: an acknowledged id at or past the
+        # mark means the mark's row was delivered too (a peer's rows go in id order).
+        self._handback: dict[str, int] = {}
 
     # ----------------------------------------------------------------- questions
     def total(self) -> int:
@@ -180,6 +186,17 @@ class Outboxes:
         (tests/test_cluster_stop.py). The senders keep going meanwhile; an acknowledgement or a
         reroute notifies ``space``, and a peer found down stops counting."""
         return await self._space.wait_until(lambda: self.owed_to_live() == 0, timeout_s)
+
+    def mark_handback(self, last_ids: Mapping[str, int]) -> None:
+        """What each peer is owed right after a full sweep: the id of its outbox's last row."""
+        for peer, last in last_ids.items():
+            if self.counts.get(peer):
+                self._handback[peer] = last
+
+    def owes_handback(self, peer: str) -> bool:
+        """Rows that were owed to ``peer`` at the end of the last full sweep are not all
+        acknowledged yet."""
+        return peer in self._handback
 
     def snapshot(self) -> dict:
         return {"counts": {peer: n for peer, n in self.counts.items() if n}, "total": self.total(),
@@ -233,6 +250,7 @@ class Outboxes:
         rows = await self._frontier.outbox_peek(peer, self._batch)
         if not rows:
             self.counts[peer] = 0
+            self._handback.pop(peer, None)
             return 0.0
         payload = msgpack.packb(encode_batch(rows))
         try:
@@ -277,12 +295,16 @@ class Outboxes:
     async def _acknowledged(self, peer: str, rows: list[OutboxRow]) -> None:
         await self._frontier.outbox_ack(peer, [(row.id, row.entry.url) for row in rows])
         self.counts[peer] = max(0, self.counts.get(peer, 0) - len(rows))
+        mark = self._handback.get(peer)
+        if mark is not None and (not self.counts[peer] or max(row.id for row in rows) >= mark):
+            del self._handback[peer]
         self._space.notify()
 
     async def reroute(self, peer: str) -> None:
         """Re-decide where a peer's pending URLs go (it is down, or no longer their owner)."""
         # What comes here is replicated to its successor, as what this node queues always is.
         result = await self._frontier.outbox_reroute(peer, self._router.route, successor_of=self._router.successor_for)
+        self._handback.pop(peer, None)  # down, or no longer the owner: what it was owed went elsewhere
         counts = await self._frontier.outbox_counts()
         moved = self.counts.get(peer, 0) - counts.get(peer, 0)
         self.counters["rerouted"] += max(0, moved)

@@ -8,6 +8,11 @@ in between, a light sweep looks only at the hosts with queued work (URLs can lan
 host owned elsewhere: a hop limit reached, a view that disagreed for a moment), and, for a
 while after a full sweep, at the hosts it found owned elsewhere: rows whose fetch was in
 flight then are handed over once it has ended.
+
+After each full sweep the outboxes learn what they held for each peer at its end
+(Outboxes.mark_handback): until that is acknowledged, and while a full sweep is wanted or
+running (``settling``), this node tells a starting member that it may still owe it a handback
+(cluster.readiness rule 3).
 """
 
 from __future__ import annotations
@@ -43,9 +48,16 @@ class Sweeper:
         self._on_swept = on_swept
         self._wanted = Wakeup()
         self._full_wanted = True  # the first sweep after start looks at every host
+        self._full_running = False
         self._recheck: set[str] = set()  # hosts the last full sweep found owned elsewhere
         self._recheck_until = 0.0
         self.counters: Counter[str] = Counter()
+
+    @property
+    def settling(self) -> bool:
+        """A full sweep is wanted or under way: what this node owes its peers is not all in
+        its outboxes yet."""
+        return self._full_wanted or self._full_running
 
     def request(self, *, full: bool = False) -> None:
         self._full_wanted = self._full_wanted or full
@@ -56,7 +68,11 @@ class Sweeper:
         if not self._full_wanted:
             await self._wanted.wait(LIGHT_SWEEP_EVERY_S)
         full, self._full_wanted = self._full_wanted, False
-        await self.sweep(full=full)
+        self._full_running = full
+        try:
+            await self.sweep(full=full)
+        finally:
+            self._full_running = False
 
     async def sweep(self, *, full: bool) -> int:
         """Hand every host held here but owned elsewhere to its owner; reroute the outboxes of
@@ -72,6 +88,9 @@ class Sweeper:
                     break
                 self._recheck.update(await self._hand_off(hosts, per_peer))
                 after = hosts[-1]
+            # Everything owed to a peer is in its outbox now, the rows left from before a
+            # restart with it: the handback it is owed ends with the last of them.
+            self._outboxes.mark_handback(await self._frontier.outbox_last_ids())
         else:
             if now > self._recheck_until:
                 self._recheck.clear()

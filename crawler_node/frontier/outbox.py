@@ -149,6 +149,15 @@ class Outbox:
         """Rows owed per peer (peers owed nothing are left out)."""
         return {peer: n for peer, n in self._counts.items() if n}
 
+    def last_ids(self) -> dict[str, int]:
+        """The id of the last row owed to each peer that is owed any (an index seek each)."""
+        found = {}
+        for peer in self.counts():
+            (last,) = self._core.conn.execute("SELECT MAX(id) FROM outbox WHERE peer = ?", (peer,)).fetchone()
+            if last is not None:
+                found[peer] = int(last)
+        return found
+
     def reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000,
                 successor_of: Callable[[str], str | None] | None = None) -> AddResult:
         """Re-decide where a peer's pending URLs go (it is down, or no longer the owner):

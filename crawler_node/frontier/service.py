@@ -196,6 +196,11 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.outbox.counts)
 
+    async def outbox_last_ids(self) -> dict[str, int]:
+        """The id of the last row owed to each peer that is owed any."""
+        thread, frontier = self._opened()
+        return await thread.call(frontier.outbox.last_ids)
+
     async def outbox_reroute(self, peer: str, route: Callable[[str], str | None], limit: int = 5000,
                              successor_of: Callable[[str], str | None] | None = None) -> AddResult:
         """The callables run on the frontier's thread: they must only read what they were given."""
