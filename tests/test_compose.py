@@ -454,7 +454,9 @@ class TestPeerDns:
         counts = served(stack)
         assert not [url for url in expected if counts.get(url, 0) == 0], "URLs lost"
         again = [url for url, n in counts_at_stop.items() if n and counts.get(url, 0) > n and url in expected]
+        holds = {ids[i]: (stack.try_node("node", "/v1/status?scope=local", i) or {}).get("queues", {})
+                 .get("fetch", {}).get("hold") for i in ids}  # why each replica began to lease
         assert len(again) <= 0.02 * len(expected), (f"{len(again)} URLs fetched before the stop were fetched again; "
-                                                    f"{refetch_report(stack, containers, again)}")
+                                                    f"holds: {holds}; {refetch_report(stack, containers, again)}")
         dup = duplicates(counts)
         assert dup <= 0.02 * len(expected), f"{dup} duplicate fetches"
