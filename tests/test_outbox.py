@@ -79,3 +79,62 @@ async def test_a_sender_that_raises_is_restarted_and_its_outbox_drains(tmp_path:
     assert sorted(received) == sorted(entry.url for entry in entries)
     assert supervisor.failures["outbox:b"] == 2 and outboxes.counters["forwarded"] == 1200
     await frontier.close()
+
+
+async def test_a_handback_is_owed_until_the_last_row_the_sweep_left_is_acknowledged(tmp_path: Path) -> None:
+    """What a sweep left for a peer (Outboxes.mark_handback, cluster.readiness rule 3): owed
+    while any of it is unacknowledged, however many batches it takes; rows put after the mark
+    do not extend it."""
+    batches: list[int] = []
+    permits: asyncio.Queue[None] = asyncio.Queue()
+
+    async def take(request: web.Request) -> web.Response:
+        body = msgpack.unpackb(await request.read())
+        await permits.get()  # each batch is answered when the test says so
+        batches.append(len(body["urls"]))
+        return web.json_response({"accepted": len(body["urls"])}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/urls", take)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
+    await frontier.open()
+    await frontier.outbox_put([("b", UrlEntry(f"http://b.test/{i}", "b.test")) for i in range(1200)])
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
+    router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
+    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
+    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+                        capacity=10_000, batch=500, linger_s=0.0, failure_pause_s=0.1,
+                        on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
+                        space=Wakeup(), clock=lambda: 0.0)
+
+    async def answered(n: int) -> None:
+        permits.put_nowait(None)
+        for _ in range(200):  # bounded: 10 s
+            if len(batches) >= n and outboxes.counts.get("b", 0) <= max(0, 1200 + 600 - 500 * n):
+                return
+            await asyncio.sleep(0.05)
+        pytest.fail(f"batch {n} not acknowledged")
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            await outboxes.start(session)
+            outboxes.mark_handback(await frontier.outbox_last_ids())
+            assert outboxes.owes_handback("b") and not outboxes.owes_handback("c")
+            await frontier.outbox_put([("b", UrlEntry(f"http://b.test/later/{i}", "b.test")) for i in range(600)])
+            outboxes.note_outboxed({"b": 600})
+            await answered(1)
+            assert outboxes.owes_handback("b"), "500 of the 1,200 rows the sweep left are acknowledged"
+            await answered(2)
+            assert outboxes.owes_handback("b"), "1,000 of them"
+            await answered(3)  # the last 200 the sweep left, and 300 put after it
+            assert not outboxes.owes_handback("b") and outboxes.counts["b"] == 300
+            await answered(4)
+            assert batches == [500, 500, 500, 300] and not outboxes.owes_handback("b")
+            await supervisor.stop()
+    finally:
+        await frontier.close()
+        await runner.cleanup()

@@ -210,3 +210,39 @@ def test_a_restarted_member_leases_once_its_peers_handed_back_what_they_fetched_
     covered_urls = covered()
     again = sorted(url for url in fetched_by_b if url in covered_urls and url not in b_before)
     assert again == [], f"{len(again)} of {len(covered_urls)} URLs a and c fetched for b were fetched again by b"
+
+
+def test_a_restarted_member_starts_no_request_to_a_host_while_a_peer_that_covered_for_it_has_one_under_way(
+        start_testweb, start_node, tmp_path):
+    """One request at a time per host (``--host-limit-ceiling 1``), pages that take 0.4 s: b is
+    killed, a and c crawl its hosts, b comes back. They saw it and stopped leasing its hosts, but
+    a request they had started goes on for up to 0.4 s, and the host's rows that request holds are
+    handed over only once it ends: until then they say they still owe b a handback. What testweb
+    saw decides: no host ever had two requests at once."""
+    web = start_testweb(hosts=9, pages=30, seed=34, profile={"site-*.test": {"latency_ms": 400}})
+    ids = ["a", "b", "c"]
+    addresses = plan(ids)
+    data_dirs = {node_id: tmp_path / f"{node_id}-data" for node_id in ids}
+    one_at_a_time = ["--host-limit-start", "1", "--host-limit-ceiling", "1"]
+    nodes = start_members(start_node, web, ids, addresses, data_dirs=data_dirs, hosts=9, extra=one_at_a_time)
+    b_hosts = {f"site-{i}.test" for i in range(9)
+               if get_json(f"{nodes['a'].url}/v1/ring?host=site-{i}.test")["owner"] == "b"}
+    assert b_hosts
+    wait_until(lambda: read_crawl_log(data_dirs["b"]), 30, "b crawled something")
+    kill_and_reap(nodes["b"])
+
+    def covered() -> int:
+        return sum(1 for node_id in ("a", "c") for line in read_crawl_log(data_dirs[node_id])
+                   if line["host"] in b_hosts)
+
+    wait_until(lambda: covered() >= 2 * len(b_hosts), 60, "a and c crawling b's hosts")
+    host, port = addresses["b"]
+    back = start_node("b", host=host, port=port, proxy=web.url, peers=peers_of(addresses), data_dir=data_dirs["b"],
+                      extra_args=[*LONG_GRACE, *one_at_a_time])
+    hold = wait_until(lambda: released(back), 40, "b's hold released")
+    assert hold["reason"] == "heard from all peers, and none owes this member a handback", hold
+    since = len(read_crawl_log(data_dirs["b"]))
+    wait_until(lambda: len(read_crawl_log(data_dirs["b"])) >= since + 2 * len(b_hosts), 60, "b crawling again")
+    stats = web.stats(hosts=sorted(b_hosts))["hosts"]
+    crowded = {h: stats[h]["peak_concurrency"] for h in b_hosts if stats[h]["peak_concurrency"] > 1}
+    assert crowded == {}, f"hosts that saw two requests at once: {crowded}"

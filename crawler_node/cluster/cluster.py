@@ -175,10 +175,11 @@ class Cluster:
     def owes_handback(self, peer: str) -> bool:
         """This node may still owe ``peer`` hosts it held for it (cluster.readiness rule 3):
         ``peer`` is not live in its view (its arc is crawled elsewhere, here maybe), a full
-        sweep is wanted or under way, or what its outbox held for ``peer`` at the end of the
-        last one is not all acknowledged."""
+        sweep is wanted or under way, a host handed to ``peer`` still has a fetch under way
+        here, or what its outbox held for ``peer`` at the end of the last sweep is not all
+        acknowledged."""
         return (peer not in self.membership.live_ids() or self.sweeper.settling
-                or self.outboxes.owes_handback(peer))
+                or self.sweeper.in_flight_for(peer) or self.outboxes.owes_handback(peer))
 
     def idle(self) -> bool:
         """Nothing this node's cluster side still has to hand to a peer, or hear from one."""

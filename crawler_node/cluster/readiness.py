@@ -22,8 +22,10 @@ hold; it is no longer a fixed wait. The rule, checked after every heartbeat answ
    frontier (node.intake.Intake.take with ``seen=True``: recorded, never fetched) and
    acknowledged. Each heartbeat answer to this member says whether that peer still owes it
    (``"handback_owed"``, cluster.cluster.Cluster.owes_handback): it does while this member is
-   not live in its view, while a full sweep is wanted or running, and until what its outbox
-   held for this member at the end of its last full sweep is acknowledged. A peer that does
+   not live in its view, while a full sweep is wanted or running, while a host it handed to
+   this member still has a fetch under way there (its last rows follow when it ends: so this
+   member's first request to a host comes after the peer's last one ended), and until what
+   its outbox held for this member after its last sweep is acknowledged. A peer that does
    not say (a member from before the field) owes until the grace runs out.
    Before this rule the grace itself was the time given to the handback, and a handback that
    came later than it (a whole compose cluster restarted on two cores) was fetched again.

@@ -10,9 +10,12 @@ while after a full sweep, at the hosts it found owned elsewhere: rows whose fetc
 flight then are handed over once it has ended.
 
 After each full sweep the outboxes learn what they held for each peer at its end
-(Outboxes.mark_handback): until that is acknowledged, and while a full sweep is wanted or
-running (``settling``), this node tells a starting member that it may still owe it a handback
-(cluster.readiness rule 3).
+(Outboxes.mark_handback): until that is acknowledged, while a full sweep is wanted or running
+(``settling``), and while a host handed to a peer still has a fetch under way here
+(``in_flight_for``: its last rows follow once it ends), this node tells a starting member that
+it may still owe it a handback (cluster.readiness rule 3). So the member's first request to
+such a host comes after this node's last one has ended, and with its politeness. While such
+fetches are under way the light sweep comes every ``IN_FLIGHT_RECHECK_S``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from crawler_node.runtime.wakeup import Wakeup
 log = logging.getLogger("crawler_node.cluster")
 
 LIGHT_SWEEP_EVERY_S = 2.0
+IN_FLIGHT_RECHECK_S = 0.25  # while a handed host still has a fetch under way here
 HOSTS_PER_PAGE = 2_000
 RECHECK_S = 60.0  # longer than the slowest fetch (fetch_timeout_s) that was in flight at a sweep
 
@@ -51,6 +55,7 @@ class Sweeper:
         self._full_running = False
         self._recheck: set[str] = set()  # hosts the last full sweep found owned elsewhere
         self._recheck_until = 0.0
+        self._in_flight: dict[str, str] = {}  # handed host with a fetch under way here -> its owner
         self.counters: Counter[str] = Counter()
 
     @property
@@ -59,6 +64,10 @@ class Sweeper:
         its outboxes yet."""
         return self._full_wanted or self._full_running
 
+    def in_flight_for(self, peer: str) -> bool:
+        """A host handed to ``peer`` still has a fetch under way here."""
+        return peer in self._in_flight.values()
+
     def request(self, *, full: bool = False) -> None:
         self._full_wanted = self._full_wanted or full
         self._wanted.notify()
@@ -66,7 +75,7 @@ class Sweeper:
     async def round(self) -> None:
         """One recurring round: wait for a request (or the light sweep's interval), sweep."""
         if not self._full_wanted:
-            await self._wanted.wait(LIGHT_SWEEP_EVERY_S)
+            await self._wanted.wait(IN_FLIGHT_RECHECK_S if self._in_flight else LIGHT_SWEEP_EVERY_S)
         full, self._full_wanted = self._full_wanted, False
         self._full_running = full
         try:
@@ -81,6 +90,7 @@ class Sweeper:
         now = time.monotonic()
         if full:
             self._recheck, self._recheck_until = set(), now + RECHECK_S
+            self._in_flight = {}
             after = ""
             while True:
                 hosts = await self._frontier.hosts_after(after, HOSTS_PER_PAGE)
@@ -88,19 +98,22 @@ class Sweeper:
                     break
                 self._recheck.update(await self._hand_off(hosts, per_peer))
                 after = hosts[-1]
-            # Everything owed to a peer is in its outbox now, the rows left from before a
-            # restart with it: the handback it is owed ends with the last of them.
-            self._outboxes.mark_handback(await self._frontier.outbox_last_ids())
         else:
             if now > self._recheck_until:
                 self._recheck.clear()
             with_work = {record.host for record in await self._frontier.hosts_with_work()} | self._recheck
+            with_work |= self._in_flight.keys()
             await self._hand_off(sorted(with_work), per_peer)
         moved = sum(per_peer.values())
         if moved:
             self.counters["handed_off"] += moved
             log.info("handed %d URLs of hosts owned elsewhere to %s", moved, dict(per_peer))
             self._outboxes.note_outboxed(per_peer)
+        if full or per_peer:
+            # What this sweep found owed to a peer is in its outbox now (after a full sweep,
+            # with the rows left there from before a restart): its handback ends with the last.
+            last = await self._frontier.outbox_last_ids()
+            self._outboxes.mark_handback(last if full else {peer: last[peer] for peer in per_peer if peer in last})
         for peer in list(self._outboxes.counts):
             member = self._membership.get(peer)
             if member is None or member.state is PeerState.DOWN:
@@ -116,9 +129,17 @@ class Sweeper:
         for host in hosts:
             target = route(host)
             if target is None:
+                self._in_flight.pop(host, None)
                 continue
             elsewhere.append(host)
             count = await self._frontier.handoff_host(host, target, politeness=self._politeness_of(host))
             if count:
                 per_peer[target] += count
+        if elsewhere:
+            leased = await self._frontier.in_flight(elsewhere)
+            for host in elsewhere:
+                if host in leased:
+                    self._in_flight[host] = route(host) or ""
+                else:
+                    self._in_flight.pop(host, None)
         return elsewhere

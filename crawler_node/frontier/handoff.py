@@ -60,6 +60,12 @@ class Handoff:
                 core.hosts.remove_row(host)  # every row of it was selected: none is left
         return len(rows)
 
+    def in_flight(self, hosts: Sequence[str]) -> dict[str, int]:
+        """Leased rows of each of ``hosts`` that has any: fetches under way, which a handoff
+        leaves here until they end."""
+        records = self._core.hosts.records
+        return {host: record.leased for host in hosts if (record := records.get(host)) is not None and record.leased}
+
     def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
         """Record URLs another node already fetched: new ones enter the seen-set as done, and
         queued copies here are finished without a fetch. Returns how many changed."""

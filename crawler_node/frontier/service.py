@@ -214,6 +214,10 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.handoff.handoff_host, host, peer, limit, politeness)
 
+    async def in_flight(self, hosts: Sequence[str]) -> dict[str, int]:
+        thread, frontier = self._opened()
+        return await thread.call(frontier.handoff.in_flight, hosts)
+
     async def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
         thread, frontier = self._opened()
         return await thread.call(frontier.handoff.mark_seen, entries)
