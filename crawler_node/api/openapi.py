@@ -122,7 +122,10 @@ def _schemas() -> dict[str, Schema]:
                                  {"members": {"type": "array", "items": _ANY_OBJECT},
                                   # cluster.activity: what an idle member decides whether to read statuses by
                                   "activity": _object({"idle": _BOOL, "fetched": _COUNT, "known": _COUNT,
-                                                       "paused": _BOOL}, {"finished": _COUNT})}),
+                                                       "paused": _BOOL}, {"finished": _COUNT}),
+                                  # cluster.readiness rule 3: with ?from=, whether this node may still
+                                  # owe that member hosts it held for it
+                                  "handback_owed": _BOOL}),
         "Command": {"type": "object", "properties": {
             "reason": {"type": "string", "maxLength": control.MAX_REASON_CHARS},
             "by": {"type": "string", "maxLength": control.MAX_REASON_CHARS}}},
@@ -295,7 +298,8 @@ def openapi_document() -> dict[str, Any]:
         "/v1/urls": _urls(),
         "/v1/members": {"get": {
             "summary": "Membership view (heartbeats)", "security": _SECURITY,
-            "parameters": [_query("from", _STR, "the asking member: ips.seen holds its acknowledgement alone"),
+            "parameters": [_query("from", _STR, "the asking member: ips.seen holds its acknowledgement alone, "
+                                                "and handback_owed says whether this node may still owe it hosts"),
                            _query("known", _STR, "the digest of this node's member list the asker holds: "
                                                  "while it is still the list, the answer leaves members out")],
             "responses": {"200": _answer("members", _ref("MembersAnswer")), **_PROTECTED, **_MEMBERS_ONLY}}},
