@@ -81,16 +81,16 @@ async def test_a_sender_that_raises_is_restarted_and_its_outbox_drains(tmp_path:
     await frontier.close()
 
 
-async def test_a_handback_is_owed_until_the_last_row_the_sweep_left_is_acknowledged(tmp_path: Path) -> None:
-    """What a sweep left for a peer (Outboxes.mark_handback, cluster.readiness rule 3): owed
-    while any of it is unacknowledged, however many batches it takes; rows put after the mark
-    do not extend it."""
+@pytest.fixture
+async def gated_peer() -> AsyncIterator[tuple[str, list[int], asyncio.Queue[None]]]:
+    """A peer that answers each batch when the test puts a permit: (its URL, the sizes of the
+    batches it answered, the permits)."""
     batches: list[int] = []
     permits: asyncio.Queue[None] = asyncio.Queue()
 
     async def take(request: web.Request) -> web.Response:
         body = msgpack.unpackb(await request.read())
-        await permits.get()  # each batch is answered when the test says so
+        await permits.get()
         batches.append(len(body["urls"]))
         return web.json_response({"accepted": len(body["urls"])}, status=202)
 
@@ -99,17 +99,32 @@ async def test_a_handback_is_owed_until_the_last_row_the_sweep_left_is_acknowled
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", batches, permits
+    finally:
+        await runner.cleanup()
+
+
+def outboxes_of(frontier: FrontierService, membership: Membership, supervisor: Supervisor) -> Outboxes:
+    router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
+    return Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+                    capacity=10_000, batch=500, linger_s=0.0, failure_pause_s=0.1,
+                    on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
+                    space=Wakeup(), clock=lambda: 0.0)
+
+
+async def test_a_handback_is_owed_until_the_last_row_the_sweep_left_is_acknowledged(tmp_path: Path,
+                                                                                     gated_peer) -> None:
+    """What a sweep left for a peer (Outboxes.mark_handback, cluster.readiness rule 3): owed
+    while any of it is unacknowledged, however many batches it takes; rows put after the mark
+    do not extend it."""
+    url, batches, permits = gated_peer
     frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
     await frontier.open()
     await frontier.outbox_put([("b", UrlEntry(f"http://b.test/{i}", "b.test")) for i in range(1200)])
     membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
-    router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
     supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
-                        capacity=10_000, batch=500, linger_s=0.0, failure_pause_s=0.1,
-                        on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
-                        space=Wakeup(), clock=lambda: 0.0)
+    outboxes = outboxes_of(frontier, membership, supervisor)
 
     async def answered(n: int) -> None:
         permits.put_nowait(None)
@@ -137,4 +152,41 @@ async def test_a_handback_is_owed_until_the_last_row_the_sweep_left_is_acknowled
             await supervisor.stop()
     finally:
         await frontier.close()
-        await runner.cleanup()
+
+
+async def test_rows_rerouted_from_a_down_peer_are_a_handback_owed_to_their_new_owner(tmp_path: Path,
+                                                                                     gated_peer) -> None:
+    """b is down: what this node owed it goes to the members that own its hosts now, c among
+    them, and c, if it is starting, waits for them as for any handback."""
+    url, batches, permits = gated_peer
+    frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
+    await frontier.open()
+    hosts = [f"h{i}.test" for i in range(60)]
+    await frontier.outbox_put([("b", UrlEntry(f"http://{host}/", host)) for host in hosts])
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": "http://127.0.0.1:9",
+                                                        "c": url}, now=0.0, suspect_after_s=1.0, down_after_s=2.0)
+    membership.observe_ok("c", 5.0)
+    membership.observe_failure("b", 5.0)
+    membership.tick(5.0)
+    assert membership.live_ids() == {"a", "c"}
+    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
+    outboxes = outboxes_of(frontier, membership, supervisor)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await outboxes.start(session)  # b's sender finds it down and reroutes its rows
+            for _ in range(200):  # bounded: 10 s
+                if outboxes.counters["rerouted"]:
+                    break
+                await asyncio.sleep(0.05)
+            to_c = outboxes.counts.get("c", 0)
+            assert to_c > 0, outboxes.counts
+            assert outboxes.owes_handback("c") and not outboxes.owes_handback("b")
+            permits.put_nowait(None)
+            for _ in range(200):  # bounded: 10 s
+                if not outboxes.counts.get("c"):
+                    break
+                await asyncio.sleep(0.05)
+            assert batches == [to_c] and not outboxes.owes_handback("c")
+            await supervisor.stop()
+    finally:
+        await frontier.close()

@@ -308,7 +308,11 @@ class Outboxes:
         counts = await self._frontier.outbox_counts()
         moved = self.counts.get(peer, 0) - counts.get(peer, 0)
         self.counters["rerouted"] += max(0, moved)
+        grown = [target for target, n in counts.items() if target != peer and n > self.counts.get(target, 0)]
         self.counts = counts
+        if grown:  # what was owed to `peer` may be a handback its new target is waiting for
+            last = await self._frontier.outbox_last_ids()
+            self.mark_handback({target: last[target] for target in grown if target in last})
         for target in counts:
             self.ensure_sender(target)
             wake = self._wake.get(target)
