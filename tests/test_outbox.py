@@ -1,5 +1,6 @@
 """Outboxes built alone, against a real peer (an aiohttp server on loopback) and a real
-frontier: a sender whose round raises unexpectedly is restarted and its outbox drains."""
+frontier: a sender whose round raises unexpectedly is restarted and its outbox drains, and a
+handback is owed to a peer until what was left for it is acknowledged."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import msgpack
 import pytest
-from aiohttp import web
+from wire_helpers import peer_server
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.outbox import Outboxes
@@ -36,22 +36,11 @@ class FlakyFrontier(FrontierService):
 async def peer() -> AsyncIterator[tuple[str, list[str]]]:
     received: list[str] = []
 
-    async def take(request: web.Request) -> web.Response:
-        body = msgpack.unpackb(await request.read())
+    async def take(body: dict) -> None:
         received.extend(item["url"] for item in body["urls"])
-        return web.json_response({"accepted": len(body["urls"])}, status=202)
 
-    app = web.Application()
-    app.router.add_post("/v1/urls", take)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}", received
-    finally:
-        await runner.cleanup()
+    async with peer_server(take) as url:
+        yield url, received
 
 
 async def test_a_sender_that_raises_is_restarted_and_its_outbox_drains(tmp_path: Path, peer) -> None:
@@ -88,21 +77,12 @@ async def gated_peer() -> AsyncIterator[tuple[str, list[int], asyncio.Queue[None
     batches: list[int] = []
     permits: asyncio.Queue[None] = asyncio.Queue()
 
-    async def take(request: web.Request) -> web.Response:
-        body = msgpack.unpackb(await request.read())
+    async def take(body: dict) -> None:
         await permits.get()
         batches.append(len(body["urls"]))
-        return web.json_response({"accepted": len(body["urls"])}, status=202)
 
-    app = web.Application()
-    app.router.add_post("/v1/urls", take)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", batches, permits
-    finally:
-        await runner.cleanup()
+    async with peer_server(take) as url:
+        yield url, batches, permits
 
 
 def outboxes_of(frontier: FrontierService, membership: Membership, supervisor: Supervisor) -> Outboxes:

@@ -171,6 +171,35 @@ def test_a_fresh_member_does_not_wait_for_a_peer_found_down(start_testweb, start
     wait_until(lambda: any(read_crawl_log(n.data_dir) for n in nodes.values()), 20, "a first page")
 
 
+def b_killed_while_crawling(start_testweb, start_node, tmp_path, *, hosts: int, pages: int, seed: int,
+                            latency_ms: int, extra: list[str]):
+    """a, b and c crawl ``hosts`` sites; once b has crawled something it is SIGKILLed. Returns
+    (testweb, nodes, addresses, data_dirs, b's hosts)."""
+    web = start_testweb(hosts=hosts, pages=pages, seed=seed,
+                        profile={"site-*.test": {"latency_ms": latency_ms}})
+    ids = ["a", "b", "c"]
+    addresses = plan(ids)
+    data_dirs = {node_id: tmp_path / f"{node_id}-data" for node_id in ids}
+    nodes = start_members(start_node, web, ids, addresses, data_dirs=data_dirs, hosts=hosts, extra=extra)
+    b_hosts = {f"site-{i}.test" for i in range(hosts)
+               if get_json(f"{nodes['a'].url}/v1/ring?host=site-{i}.test")["owner"] == "b"}
+    assert b_hosts
+    wait_until(lambda: read_crawl_log(data_dirs["b"]), 30, "b crawled something")
+    kill_and_reap(nodes["b"])
+    return web, nodes, addresses, data_dirs, b_hosts
+
+
+def b_back(start_node, web, addresses, data_dirs, extra: list[str]):
+    """b restarted on its data directory; returns it and its hold once released, which must
+    have ended because no peer owed it a handback."""
+    host, port = addresses["b"]
+    back = start_node("b", host=host, port=port, proxy=web.url, peers=peers_of(addresses), data_dir=data_dirs["b"],
+                      extra_args=[*LONG_GRACE, *extra])
+    hold = wait_until(lambda: released(back), 40, "b's hold released")
+    assert hold["reason"] == "heard from all peers, and none owes this member a handback", hold
+    return back, hold
+
+
 def test_a_restarted_member_leases_once_its_peers_handed_back_what_they_fetched_for_it(start_testweb, start_node,
                                                                                      tmp_path):
     """b is killed, a and c crawl its hosts, b comes back. Their handback (what they fetched
@@ -178,17 +207,9 @@ def test_a_restarted_member_leases_once_its_peers_handed_back_what_they_fetched_
     holds until both say they owe it nothing, not for the 60 s grace, and fetches none of
     what they fetched for it. (When the grace alone was the handback's time, a handback later
     than the grace was fetched again: a compose cluster restarted on two cores, in CI.)"""
-    web = start_testweb(hosts=30, pages=40, seed=33, profile={"site-*.test": {"latency_ms": 30}})
-    ids = ["a", "b", "c"]
-    addresses = plan(ids)
-    data_dirs = {node_id: tmp_path / f"{node_id}-data" for node_id in ids}
     linger = ["--forward-linger-s", "2"]
-    nodes = start_members(start_node, web, ids, addresses, data_dirs=data_dirs, hosts=30, extra=linger)
-    b_hosts = {f"site-{i}.test" for i in range(30)
-               if get_json(f"{nodes['a'].url}/v1/ring?host=site-{i}.test")["owner"] == "b"}
-    assert b_hosts
-    wait_until(lambda: read_crawl_log(data_dirs["b"]), 30, "b crawled something")
-    kill_and_reap(nodes["b"])
+    web, nodes, addresses, data_dirs, b_hosts = b_killed_while_crawling(
+        start_testweb, start_node, tmp_path, hosts=30, pages=40, seed=33, latency_ms=30, extra=linger)
     b_before = {line["url"] for line in read_crawl_log(data_dirs["b"])}
 
     def covered() -> set[str]:
@@ -196,11 +217,7 @@ def test_a_restarted_member_leases_once_its_peers_handed_back_what_they_fetched_
                 if line["host"] in b_hosts}
 
     wait_until(lambda: len(covered()) >= 20, 60, "a and c fetched URLs of b's hosts")
-    host, port = addresses["b"]
-    back = start_node("b", host=host, port=port, proxy=web.url, peers=peers_of(addresses), data_dir=data_dirs["b"],
-                      extra_args=[*LONG_GRACE, *linger])
-    hold = wait_until(lambda: released(back), 40, "b's hold released")
-    assert hold["reason"] == "heard from all peers, and none owes this member a handback", hold
+    back, hold = b_back(start_node, web, addresses, data_dirs, linger)
     assert hold["held_s"] < 60
     expected = set(web.expected())
     alive = [nodes["a"], back, nodes["c"]]
@@ -219,28 +236,16 @@ def test_a_restarted_member_starts_no_request_to_a_host_while_a_peer_that_covere
     a request they had started goes on for up to 0.4 s, and the host's rows that request holds are
     handed over only once it ends: until then they say they still owe b a handback. What testweb
     saw decides: no host ever had two requests at once."""
-    web = start_testweb(hosts=9, pages=30, seed=34, profile={"site-*.test": {"latency_ms": 400}})
-    ids = ["a", "b", "c"]
-    addresses = plan(ids)
-    data_dirs = {node_id: tmp_path / f"{node_id}-data" for node_id in ids}
     one_at_a_time = ["--host-limit-start", "1", "--host-limit-ceiling", "1"]
-    nodes = start_members(start_node, web, ids, addresses, data_dirs=data_dirs, hosts=9, extra=one_at_a_time)
-    b_hosts = {f"site-{i}.test" for i in range(9)
-               if get_json(f"{nodes['a'].url}/v1/ring?host=site-{i}.test")["owner"] == "b"}
-    assert b_hosts
-    wait_until(lambda: read_crawl_log(data_dirs["b"]), 30, "b crawled something")
-    kill_and_reap(nodes["b"])
+    web, nodes, addresses, data_dirs, b_hosts = b_killed_while_crawling(
+        start_testweb, start_node, tmp_path, hosts=9, pages=30, seed=34, latency_ms=400, extra=one_at_a_time)
 
     def covered() -> int:
         return sum(1 for node_id in ("a", "c") for line in read_crawl_log(data_dirs[node_id])
                    if line["host"] in b_hosts)
 
     wait_until(lambda: covered() >= 2 * len(b_hosts), 60, "a and c crawling b's hosts")
-    host, port = addresses["b"]
-    back = start_node("b", host=host, port=port, proxy=web.url, peers=peers_of(addresses), data_dir=data_dirs["b"],
-                      extra_args=[*LONG_GRACE, *one_at_a_time])
-    hold = wait_until(lambda: released(back), 40, "b's hold released")
-    assert hold["reason"] == "heard from all peers, and none owes this member a handback", hold
+    b_back(start_node, web, addresses, data_dirs, one_at_a_time)
     since = len(read_crawl_log(data_dirs["b"]))
     wait_until(lambda: len(read_crawl_log(data_dirs["b"])) >= since + 2 * len(b_hosts), 60, "b crawling again")
     stats = web.stats(hosts=sorted(b_hosts))["hosts"]

@@ -4,6 +4,8 @@ real Outboxes, decoded as that peer received them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -19,41 +21,54 @@ from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
 
+@asynccontextmanager
+async def peer_server(take: Callable[[dict], Awaitable[None]]) -> AsyncIterator[str]:
+    """A peer on loopback whose ``POST /v1/urls`` hands each decoded batch to ``take`` and then
+    acknowledges it (202); yields its URL."""
+
+    async def handle(request: web.Request) -> web.Response:
+        body = msgpack.unpackb(await request.read())
+        await take(body)
+        return web.json_response({"accepted": len(body["urls"])}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/urls", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 async def forwarded_on_the_wire(tmp_path: Path, entries: list[UrlEntry]) -> list[dict]:
     """Forward ``entries`` from node a's outbox to a peer b that keeps every URL object it is
     sent; returns them as b decoded them (bounded: 10 s)."""
     received: list[dict] = []
 
-    async def take(request: web.Request) -> web.Response:
-        body = msgpack.unpackb(await request.read())
+    async def take(body: dict) -> None:
         received.extend(body["urls"])
-        return web.json_response({"accepted": len(body["urls"])}, status=202)
 
-    app = web.Application()
-    app.router.add_post("/v1/urls", take)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    peer_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    frontier = FrontierService(path=tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0)
-    await frontier.open()
-    try:
-        await frontier.outbox_put([("b", entry) for entry in entries])
-        membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": peer_url}, now=0.0)
-        router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
-        supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-        outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
-                            capacity=1000, batch=100, linger_s=0.0, failure_pause_s=0.1,
-                            on_taken=lambda result: None, on_down=lambda peer, why: None,
-                            on_alive=lambda peer: None, space=Wakeup(), clock=lambda: 0.0)
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
-            for _ in range(200):  # bounded: 10 s
-                if len(received) >= len(entries):
-                    break
-                await asyncio.sleep(0.05)
-            await supervisor.stop()
-    finally:
-        await frontier.close()
-        await runner.cleanup()
+    async with peer_server(take) as peer_url:
+        frontier = FrontierService(path=tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0)
+        await frontier.open()
+        try:
+            await frontier.outbox_put([("b", entry) for entry in entries])
+            membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": peer_url}, now=0.0)
+            router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
+            supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
+            outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+                                capacity=1000, batch=100, linger_s=0.0, failure_pause_s=0.1,
+                                on_taken=lambda result: None, on_down=lambda peer, why: None,
+                                on_alive=lambda peer: None, space=Wakeup(), clock=lambda: 0.0)
+            async with aiohttp.ClientSession() as session:
+                await outboxes.start(session)
+                for _ in range(200):  # bounded: 10 s
+                    if len(received) >= len(entries):
+                        break
+                    await asyncio.sleep(0.05)
+                await supervisor.stop()
+        finally:
+            await frontier.close()
     return received
