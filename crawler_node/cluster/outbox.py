@@ -148,8 +148,9 @@ class Outboxes:
         self._pause: dict[str, float] = {}  # seconds the peer's sender waits before its next batch
         self.counts: dict[str, int] = {}
         self.counters: Counter[str] = Counter()
-        # peer -> the id of the last row its outbox held at the end of the last full sweep
-        # (cluster.sweep): until that row is acknowledged, a handback may still be owed to it.
+        # peer -> the id of the last row its outbox held after the last sweep that handed it
+        # something (every peer after a full one, cluster.sweep) or a reroute that sent it rows:
+        # until that row is acknowledged, a handback may still be owed to it.
         # Ids are reused only once the highest rows are gone, so while that row is here every
         # row put for the peer after it has a higher id: an acknowledged id at or past the
         # mark means the mark's row was delivered too (a peer's rows go in id order).
@@ -188,14 +189,13 @@ class Outboxes:
         return await self._space.wait_until(lambda: self.owed_to_live() == 0, timeout_s)
 
     def mark_handback(self, last_ids: Mapping[str, int]) -> None:
-        """What each peer is owed right after a full sweep: the id of its outbox's last row."""
+        """What each peer is owed right after a sweep or a reroute: the id of its outbox's last row."""
         for peer, last in last_ids.items():
             if self.counts.get(peer):
                 self._handback[peer] = last
 
     def owes_handback(self, peer: str) -> bool:
-        """Rows that were owed to ``peer`` at the end of the last full sweep are not all
-        acknowledged yet."""
+        """Rows that were owed to ``peer`` at its last mark are not all acknowledged yet."""
         return peer in self._handback
 
     def snapshot(self) -> dict:

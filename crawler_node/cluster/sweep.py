@@ -9,8 +9,8 @@ host owned elsewhere: a hop limit reached, a view that disagreed for a moment), 
 while after a full sweep, at the hosts it found owned elsewhere: rows whose fetch was in
 flight then are handed over once it has ended.
 
-After each full sweep the outboxes learn what they held for each peer at its end
-(Outboxes.mark_handback): until that is acknowledged, while a full sweep is wanted or running
+After each sweep the outboxes learn what they held for each peer it handed something to (every
+peer, after a full sweep: Outboxes.mark_handback): until that is acknowledged, while a full sweep is wanted or running
 (``settling``), and while a host handed to a peer still has a fetch under way here
 (``in_flight_for``: its last rows follow once it ends), this node tells a starting member that
 it may still owe it a handback (cluster.readiness rule 3). So the member's first request to
