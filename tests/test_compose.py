@@ -85,8 +85,9 @@ def loopback_dns_starter(start_node, proxy: str):
               "--startup-grace-s", "1", "--secret", SECRET]
     hosts = {"a": "127.0.0.1", "b": "[::1]"}
 
-    def start(node_id: str, seeds: list[str]):
-        host = hosts[node_id]
+    def start(node_id: str, seeds: list[str], *, host: str | None = None):
+        """``host``: the other loopback, as a restart that got the other member's address."""
+        host = host or hosts[node_id]
         return start_node(node_id, host=host, port=port, proxy=proxy, seeds=seeds, wait=False,
                           extra_args=[*common, "--advertise", f"http://{host}:{port}"])
 
@@ -161,6 +162,51 @@ def test_a_member_found_by_dns_remembers_its_peers_across_a_restart(start_testwe
     assert owners == {"b"}
 
 
+@pytest.mark.timeout(150)
+def test_a_handback_for_a_member_whose_address_moved_reaches_it_and_nothing_is_fetched_again(start_testweb,
+                                                                                             start_node):
+    """As after `docker compose stop` and `start`, when the network hands the replicas their
+    addresses in another order: b stops before the crawl begins and a crawls b's arc for it.
+    Both restart with each other's address: a remembers b at what is now a's own address. a's
+    first sweep hands b what it fetched for it; that batch must reach b, not whoever answers at
+    b's old address (before: a took its own batch in as a replica, and b fetched its arc again
+    once the roots were submitted again)."""
+    hosts = 10
+    web = start_testweb(hosts=hosts, pages=20, seed=5)
+    expected = set(web.expected())
+    start = loopback_dns_starter(start_node, web.url)
+
+    def members(node) -> dict[str, str]:
+        return {m["id"]: m["state"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"]}
+
+    a, b = start("a", []), start("b", [])
+    a.wait_healthy(30)
+    b.wait_healthy(30)
+    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster")
+    b_hosts = {h for i in range(hosts) if get_json(f"{a.url}/v1/ring?host={(h := f'site-{i}.test')}")["owner"] == "b"}
+    assert b_hosts, "b owns an arc"
+    assert b.stop(timeout_s=15) == 0
+    wait_until(lambda: members(a)["b"] == "down", 20, "a finds b down")
+    post_json(f"{a.url}/v1/urls", {"urls": roots(hosts)}, secret=SECRET)
+    wait_until(lambda: get_json(f"{a.url}/v1/status?scope=local&fresh=1")["idle"]  # b is down: not the cluster's
+               and all(web.stats()["urls"].get(u, 0) for u in expected), 90, "a crawled everything, b's arc too")
+    assert a.stop(timeout_s=15) == 0
+    before = dict(web.stats()["urls"])
+
+    a = start("a", [], host="[::1]")  # where b was
+    b = start("b", [], host="127.0.0.1")  # where a was
+    a.wait_healthy(30)
+    b.wait_healthy(30)
+    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster again")
+    wait_until(lambda: a.status()["cluster"]["outbox_total"] == 0, 30, "a's handback acknowledged")
+    post_json(f"{a.url}/v1/urls", {"urls": roots(hosts)}, secret=SECRET)
+    wait_until(lambda: a.status()["idle"] and b.status()["idle"], 60, "both idle again")
+    again = sorted(url for url, count in web.stats()["urls"].items() if count > before.get(url, 0))
+    assert again == [], f"{len(again)} URLs fetched again after the restarts, e.g. {again[:5]}"
+    misdirected = a.status()["cluster"]["counters"]["forward_misdirected"]
+    assert misdirected > 0, "a's first batch for b went to b's old address, which was a's own"
+
+
 # --- helpers over a stack ------------------------------------------------------------------------
 
 
@@ -218,6 +264,12 @@ def down_in_view(stack: ComposeStack, service: str, member: str, index: int = 1)
     """``member`` is down as ``service`` sees it: its arc is routed to its successors."""
     members = stack.try_node(service, "/v1/members", index)
     return bool(members) and any(m["id"] == member and m["state"] == "down" for m in members["members"])
+
+
+def addresses(stack: ComposeStack, containers: list[str]) -> dict[str, list[str]]:
+    """Each container's addresses on its networks."""
+    return {c: sorted(n.get("IPAddress", "") for n in stack.inspect(c)["NetworkSettings"]["Networks"].values())
+            for c in containers}
 
 
 def health(stack: ComposeStack, container: str) -> str:
@@ -444,12 +496,17 @@ class TestPeerDns:
         ids = node_ids(stack, 5)
         containers = [stack.container("node", i) for i in ids]
         assert fetched_share(stack, expected) < 0.9, "the crawl is unfinished when the nodes stop"
+        addresses_before = addresses(stack, containers)
         stop_nodes_and_check_exit_codes(stack, ["node"], containers)
         counts_at_stop = served(stack)
         stack.compose("start", "node", timeout=120)
         stack.forget_ports()
         assert node_ids(stack, 5) == ids, "a restarted replica keeps its id (its hostname)"
         wait_until(lambda: all(health(stack, c) == "healthy" for c in containers), 90, "replicas healthy")
+        # The network hands the addresses out again, most often in another order: what each
+        # replica remembered of its peers' addresses (members.json) is then another's.
+        moved = {c: (addresses_before[c], now) for c, now in addresses(stack, containers).items()
+                 if now != addresses_before[c]}
         wait_until(lambda: crawl_done(stack, [("node", i) for i in ids], expected), 240, "the crawl complete")
         counts = served(stack)
         assert not [url for url in expected if counts.get(url, 0) == 0], "URLs lost"
@@ -457,6 +514,7 @@ class TestPeerDns:
         holds = {ids[i]: (stack.try_node("node", "/v1/status?scope=local", i) or {}).get("queues", {})
                  .get("fetch", {}).get("hold") for i in ids}  # why each replica began to lease
         assert len(again) <= 0.02 * len(expected), (f"{len(again)} URLs fetched before the stop were fetched again; "
-                                                    f"holds: {holds}; {refetch_report(stack, containers, again)}")
+                                                    f"holds: {holds}; addresses moved: {moved}; "
+                                                    f"{refetch_report(stack, containers, again)}")
         dup = duplicates(counts)
         assert dup <= 0.02 * len(expected), f"{dup} duplicate fetches"

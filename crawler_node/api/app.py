@@ -32,6 +32,7 @@ from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
 from crawler_node.api.snapshot import Snapshots
 from crawler_node.api.status import node_status, status_snapshots
+from crawler_node.cluster.membership import ADDRESSED_TO
 from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness, peer_refresh
 from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
 from crawler_node.frontier import AddResult
@@ -268,6 +269,19 @@ async def require_token(request: web.Request, handler):
 
 
 @web.middleware
+async def misdirected_is_421(request: web.Request, handler):
+    """A peer's request meant for another member (cluster.membership.ADDRESSED_TO) is refused
+    before anything is read or done: the address the peer had for that member is this node's
+    now. 421 Misdirected Request, with this node's id so the sender can tell."""
+    to = request.headers.get(ADDRESSED_TO)
+    node_id = request.app[NODE_KEY].node_id
+    if to is not None and to != node_id:
+        return error(421, "misdirected", f"this is member {node_id[:64]!r}, not {to[:64]!r}: the address "
+                     "the sender has for that member is another member's now", node_id=node_id)
+    return await handler(request)
+
+
+@web.middleware
 async def disk_full_is_503(request: web.Request, handler):
     """A write the API needed (URLs into the frontier) found the disk full: the node stops, as
     it does when a stage meets it, and the client is told to come back (503), not shown a 500."""
@@ -286,7 +300,8 @@ async def _close_snapshots(app: web.Application) -> None:
 
 def make_app(node: Node) -> web.Application:
     # client_max_size one byte over our limit, so our own check gives the 413 with a reason.
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[disk_full_is_503, require_token])
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1,
+                          middlewares=[misdirected_is_421, disk_full_is_503, require_token])
     app[NODE_KEY] = node
     app[NODE_STATUS_KEY], app[CLUSTER_STATUS_KEY] = status_snapshots(node)
     app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].read)

@@ -29,7 +29,7 @@ import aiohttp
 from aiohttp import web
 
 from crawler_node.api.catch_up import MAX_SYNC_BYTES, SYNC, answer_sync, catch_up_ctx
-from crawler_node.cluster.membership import Member, PeerState
+from crawler_node.cluster.membership import ADDRESSED_TO, Member, PeerState
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.node.node import Node
 
@@ -114,7 +114,7 @@ class PeerCalls:
             return None, "not started"
         try:
             async with self._session.request(method, f"{member.url}{path}", params={**(params or {}), "local": "1"},
-                                             json=body) as response:
+                                             json=body, headers={ADDRESSED_TO: member.node_id}) as response:
                 try:
                     answer = await response.json(content_type=None)
                 except (ValueError, RecursionError):

@@ -26,7 +26,7 @@ from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.known_members import KNOWN_MEMBERS_FILENAME, KnownMembers
-from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.membership import ADDRESSED_TO, Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
@@ -42,7 +42,7 @@ log = logging.getLogger("crawler_node.cluster")
 
 EVENTS_KEPT = 50
 _COUNTER_KEYS = ("forwarded", "sent_seen", "forward_batches", "forward_throttled", "forward_failed",
-                 "handed_off", "rerouted", "received")
+                 "forward_misdirected", "handed_off", "rerouted", "received")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,9 +251,14 @@ class Cluster:
         new = self.membership.merge(members, now)
         for peer in new:
             self.outboxes.ensure_sender(peer)
+        # What `via` says of its own URL is its address now: the one remembered from before
+        # a restart may be another member's (members.json; docker hands addresses out again).
+        own_url = dict(members).get(via)
+        moved = via not in new and own_url is not None and self.membership.add(via, own_url, now)
         alive = self.membership.observe_ok(via, now)
-        if new or alive:
-            self._changed(f"found {', '.join(new) or via} through DNS ({via} answered)")
+        if new or alive or moved:
+            self._changed(f"found {', '.join(new) or via} through DNS ({via} answered"
+                          + (f", at {own_url} now)" if moved else ")"))
 
     def _forward_failed(self, peer: str, why: str) -> None:
         if self.membership.observe_failure(peer, self._clock()):
@@ -301,7 +306,7 @@ class Cluster:
 
         async def one(node_id: str, url: str) -> tuple[str, dict | None]:
             try:
-                async with session.get(f"{url}/v1/status", params={"scope": "local"},
+                async with session.get(f"{url}/v1/status", params={"scope": "local"}, headers={ADDRESSED_TO: node_id},
                                        timeout=aiohttp.ClientTimeout(total=2)) as response:
                     if response.status != 200:
                         return node_id, None

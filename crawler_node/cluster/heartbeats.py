@@ -43,7 +43,14 @@ import aiohttp
 
 from crawler_node.cluster.activity import Activity, parse_activity
 from crawler_node.cluster.ipshare import Announcement, parse_announcement
-from crawler_node.cluster.membership import DIGEST_CHARS, Membership, PeerState, member_problem, parse_view
+from crawler_node.cluster.membership import (
+    ADDRESSED_TO,
+    DIGEST_CHARS,
+    Membership,
+    PeerState,
+    member_problem,
+    parse_view,
+)
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.runtime.supervisor import Supervisor
 
@@ -230,7 +237,10 @@ class Heartbeats:
         if known is not None:
             params["known"] = known
         try:
-            async with self._session.get(f"{url}/v1/members", params=params, timeout=self._timeout) as response:
+            async with self._session.get(f"{url}/v1/members", params=params, headers={ADDRESSED_TO: node_id},
+                                         timeout=self._timeout) as response:
+                if response.status == 421:  # another member's address now (api.app.misdirected_is_421)
+                    raise BadPeerAnswer(f"{url} is another member's address now")
                 if response.status != 200:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
                 answer = await _json(response)
@@ -298,7 +308,8 @@ class Heartbeats:
         while time.monotonic() < deadline:
             for member in self._membership.peers():
                 try:
-                    async with self._session.post(f"{member.url}/v1/join", json=body, timeout=timeout) as response:
+                    async with self._session.post(f"{member.url}/v1/join", json=body, timeout=timeout,
+                                                  headers={ADDRESSED_TO: member.node_id}) as response:
                         if response.status == 200:
                             members, _ = parse_members_answer(await _json(response))
                             self._membership.merge(members, self._clock())

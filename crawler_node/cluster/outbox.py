@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import aiohttp
 import msgpack
 
-from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.membership import ADDRESSED_TO, Membership, PeerState
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
 from crawler_node.frontier.outbox import OutboxRow
@@ -254,7 +254,7 @@ class Outboxes:
             return 0.0
         payload = msgpack.packb(encode_batch(rows))
         try:
-            headers = {"Content-Type": MSGPACK, FORWARDED_BY: self._node_id}
+            headers = {"Content-Type": MSGPACK, FORWARDED_BY: self._node_id, ADDRESSED_TO: peer}
             async with self._session.post(f"{url}/v1/urls", data=payload, headers=headers) as response:
                 status = response.status
                 retry_after = response.headers.get("Retry-After")
@@ -285,6 +285,16 @@ class Outboxes:
                 return min(30.0, max(0.1, float(retry_after or 1)))
             except ValueError:
                 return 1.0
+        if status == 421:
+            # The address is another member's now (a restart moved addresses): nothing was
+            # taken. A failure of this peer, as a heartbeat answered by another id is; its
+            # join (peer DNS) or a member list brings its new address, and the rows wait.
+            self.counters["forward_misdirected"] += 1
+            if self.counters["forward_misdirected"] in (1, 10, 100) or self.counters["forward_misdirected"] % 1000 == 0:
+                log.warning("%s's address %s is another member's now; its batch waits for its new address "
+                            "(%d misdirected so far)", peer, url, self.counters["forward_misdirected"])
+            self._on_down(peer, "its address answers as another member")
+            return self._failure_pause_s
         if status == 400:
             log.error("%s refused a batch as malformed; dropping %d URLs", peer, len(rows))
             await self._acknowledged(peer, rows)

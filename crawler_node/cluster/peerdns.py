@@ -212,6 +212,9 @@ class PeerDns:
         try:
             async with self._session.post(f"{url}/v1/join", json=body,
                                           timeout=aiohttp.ClientTimeout(total=JOIN_TIMEOUT_S)) as response:
+                if response.status == 409:  # "same_id" (api.members.post_join): this node itself
+                    self._candidates.own_address(address)
+                    return
                 if response.status != 200:
                     raise BadPeerAnswer(f"HTTP {response.status}")
                 answer = await response.json(content_type=None)
