@@ -3,7 +3,8 @@
 Plain data, built once from the limits the handlers enforce (so a limit changed there changes
 here), and what schemathesis fuzzes a live node with in the tests (tests/test_api_fuzz.py). It
 describes what a node can answer, not what a well-behaved client meets: every operation lists
-the 503 a node past its connection bound gives (api.listener), every route that reads a body
+the 503 a node past its connection bound gives (api.listener) and the 421 a member's request meant
+for another member gets (api.app.misdirected_is_421), every route that reads a body
 its 408 (body too slow), and /v1/urls, /v1/join and /v1/leave their 413 (a crawl-control body
 over its limit is a 400, as api.control answers it). aiohttp answers ``HEAD`` on every ``GET``
 route; those operations are listed too, because the token check covers them as well.
@@ -75,6 +76,8 @@ _HOST_PATH = {"name": "host", "in": "path", "required": True, "schema": {"type":
 _ALWAYS = {
     "400": _answer("the request is malformed (a JSON error from the node, or aiohttp's plain text)",
                    content={**_json(_ref("Error")), "text/plain": {"schema": _STR}}),
+    "421": _error("misdirected: the request's X-Crawler-To names another member (a member's request reached "
+                  "an address that is no longer that member's); nothing was read or done"),
     "503": _answer("too many connections to this node: it closes this one at once", headers=_RETRY_AFTER,
                    content={"text/plain": {"schema": _STR}}),
 }
