@@ -85,11 +85,11 @@ def loopback_dns_starter(start_node, proxy: str):
               "--startup-grace-s", "1", "--secret", SECRET]
     hosts = {"a": "127.0.0.1", "b": "[::1]"}
 
-    def start(node_id: str, seeds: list[str], *, host: str | None = None):
+    def start(node_id: str, seeds: list[str], *, host: str | None = None, extra: tuple[str, ...] = ()):
         """``host``: the other loopback, as a restart that got the other member's address."""
         host = host or hosts[node_id]
         return start_node(node_id, host=host, port=port, proxy=proxy, seeds=seeds, wait=False,
-                          extra_args=[*common, "--advertise", f"http://{host}:{port}"])
+                          extra_args=[*common, *extra, "--advertise", f"http://{host}:{port}"])
 
     return start
 
@@ -193,18 +193,24 @@ def test_a_handback_for_a_member_whose_address_moved_reaches_it_and_nothing_is_f
     assert a.stop(timeout_s=15) == 0
     before = dict(web.stats()["urls"])
 
-    a = start("a", [], host="[::1]")  # where b was
-    b = start("b", [], host="127.0.0.1")  # where a was
+    # a first, where b was; b stays a member (not down) for 30 s, so a's first sweep hands it
+    # its arc, and the batch goes to the address a remembers for b: a's own now.
+    a = start("a", [], host="[::1]", extra=("--suspect-after-s", "25", "--down-after-s", "30"))
     a.wait_healthy(30)
+
+    def sent() -> dict[str, int]:
+        return a.status()["cluster"]["counters"]
+
+    wait_until(lambda: sent()["forward_misdirected"] + sent()["sent_seen"] > 0, 20, "a's first batch for b sent")
+    b = start("b", [], host="127.0.0.1")  # where a was
     b.wait_healthy(30)
     wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster again")
-    wait_until(lambda: a.status()["cluster"]["outbox_total"] == 0, 30, "a's handback acknowledged")
+    wait_until(lambda: a.status()["cluster"]["outbox_total"] == 0, 30, "a's outbox acknowledged")
     post_json(f"{a.url}/v1/urls", {"urls": roots(hosts)}, secret=SECRET)
     wait_until(lambda: a.status()["idle"] and b.status()["idle"], 60, "both idle again")
     again = sorted(url for url, count in web.stats()["urls"].items() if count > before.get(url, 0))
     assert again == [], f"{len(again)} URLs fetched again after the restarts, e.g. {again[:5]}"
-    misdirected = a.status()["cluster"]["counters"]["forward_misdirected"]
-    assert misdirected > 0, "a's first batch for b went to b's old address, which was a's own"
+    assert sent()["forward_misdirected"] > 0, "a's first batch for b went to b's old address, which was a's own"
 
 
 # --- helpers over a stack ------------------------------------------------------------------------
