@@ -106,3 +106,22 @@ def test_node_keeps_serving_after_bad_input(node):
     assert conn.getresponse().status == 200
     status = node.status()
     assert status["node_id"] == "api-node"
+
+
+def test_a_batch_addressed_to_another_member_gets_421_and_nothing_is_queued(node):
+    """A peer whose address for member "b" is this node's now (a restart moved addresses) is
+    told so, and nothing it sent is taken; the same batch addressed to this node is."""
+    batch = json.dumps({"urls": ["http://misdirected.test/only-for-b"]}).encode()
+
+    def known() -> int:  # every URL the frontier holds, whatever became of it since
+        frontier = node.status()["frontier"]
+        return sum(frontier[state] for state in ("queued", "leased", "done", "failed", "deferred"))
+
+    queued = known()
+    status, _, body = post(node, batch, headers={"X-Crawler-To": "b"})
+    assert status == 421 and json.loads(body)["error"] == "misdirected"
+    assert json.loads(body)["node_id"] == "api-node"
+    assert known() == queued
+    status, _, body = post(node, batch, headers={"X-Crawler-To": "api-node"})
+    assert status == 202 and json.loads(body)["accepted"] == 1
+    assert known() == queued + 1
