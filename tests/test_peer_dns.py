@@ -1,6 +1,7 @@
 """Peer DNS while a member holds its first lease: a member that enters DNS during the hold is
 joined within it, not at the next lookup interval (after `docker compose start` the replicas
-enter DNS one by one, and a member that leased without one crawled that one's hosts again)."""
+enter DNS one by one, and a member that leased without one crawled that one's hosts again);
+and an address that is this node's own is asked once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import aiohttp
 from aiohttp import web
 from peer_helpers import until
 
+from crawler_node.cluster import peerdns
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.peerdns import PeerDns
 from crawler_node.runtime.supervisor import Supervisor
@@ -88,3 +90,38 @@ async def test_a_member_that_enters_dns_during_the_hold_is_joined_within_it() ->
         await supervisor.stop()
         for runner in runners:
             await runner.cleanup()
+
+
+
+async def test_an_address_that_answers_with_this_nodes_own_id_is_not_asked_again(monkeypatch) -> None:
+    """`localhost`, or a name that lists this node too: the join through this node's own address
+    is refused as ``same_id`` (409, api.members.post_join). That address is this node's, not a
+    failure to ask again every round (before: 122 joins to itself in a minute on loopback)."""
+    monkeypatch.setattr(peerdns, "FIRST_ROUND_DEADLINE_S", 1.0)  # rounds every 0.1 s for 1 s
+    port = free_port_on("127.0.0.2")
+    asked: list[str] = []
+
+    async def join(request: web.Request) -> web.Response:
+        asked.append((await request.json())["id"])
+        return web.json_response({"error": "same_id", "message": "a is this node's own id"}, status=409)
+
+    app = web.Application()
+    app.router.add_post("/v1/join", join)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.2", port).start()
+    supervisor = Supervisor(on_fatal=lambda exc: None)
+    membership = Membership("a", "http://127.0.0.2:1", {}, now=time.time())
+    peer_dns = ScriptedDns(name="crawler", port=port, interval_s=0.1, node_id="a",
+                           advertise_url=f"http://127.0.0.2:{port}", membership=membership,
+                           learn=lambda members, via: None, supervisor=supervisor)
+    peer_dns.answer = {"127.0.0.2"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            await peer_dns.start(session)  # alone in DNS: rounds until the first round's deadline
+            assert peer_dns.lookups >= 5
+            assert asked == ["a"], f"asked its own address {len(asked)} times"
+            assert peer_dns.counters["join_failures"] == 0
+    finally:
+        await supervisor.stop()
+        await runner.cleanup()
