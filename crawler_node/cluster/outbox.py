@@ -287,8 +287,9 @@ class Outboxes:
                 return 1.0
         if status == 421:
             # The address is another member's now (a restart moved addresses): nothing was
-            # taken. A failure of this peer, as a heartbeat answered by another id is; its
-            # join (peer DNS) or a member list brings its new address, and the rows wait.
+            # taken. A failure of this peer, as a heartbeat answered by another id is; the rows
+            # wait for its new address, which its join or its answer to this node's join
+            # through DNS brings (a member list passed on by others changes no known URL).
             self.counters["forward_misdirected"] += 1
             if self.counters["forward_misdirected"] in (1, 10, 100) or self.counters["forward_misdirected"] % 1000 == 0:
                 log.warning("%s's address %s is another member's now; its batch waits for its new address "
