@@ -106,10 +106,7 @@ def test_nodes_found_by_dns_on_loopback_join_and_share_the_crawl(start_testweb, 
     a.wait_healthy(30)
     b.wait_healthy(30)
 
-    def alive(node) -> set[str]:
-        return {m["id"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"] if m["state"] == "alive"}
-
-    wait_until(lambda: alive(a) == alive(b) == {"a", "b"}, 20, "a and b members of one cluster")
+    wait_one_cluster(a, b, "a and b in one cluster")
     wait_until(lambda: a.status()["idle"] and b.status()["idle"]
                and all(web.stats()["urls"].get(u, 0) for u in expected), 90, "the crawl complete")
     fetched = {node.node_id: {line["host"] for line in read_crawl_log(node.data_dir)} for node in (a, b)}
@@ -132,13 +129,10 @@ def test_a_member_found_by_dns_remembers_its_peers_across_a_restart(start_testwe
     expected = set(web.expected())
     start = loopback_dns_starter(start_node, web.url)
 
-    def members(node) -> dict[str, str]:
-        return {m["id"]: m["state"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"]}
-
     a, b = start("a", roots(hosts)), start("b", [])
     a.wait_healthy(30)
     b.wait_healthy(30)
-    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster")
+    wait_one_cluster(a, b, "a and b in one cluster")
     wait_until(lambda: a.status()["idle"] and b.status()["idle"]
                and all(web.stats()["urls"].get(u, 0) for u in expected), 90, "the crawl complete")
     b_hosts = {line["host"] for line in read_crawl_log(b.data_dir)}
@@ -148,15 +142,15 @@ def test_a_member_found_by_dns_remembers_its_peers_across_a_restart(start_testwe
 
     a = start("a", [])
     a.wait_healthy(30)
-    assert "b" in members(a), f"a does not remember b: {members(a)}\n{a.log_tail(20)}"
+    assert "b" in members_of(a), f"a does not remember b: {members_of(a)}\n{a.log_tail(20)}"
     assert (tmp := a.data_dir / "members.json").exists(), tmp
-    wait_until(lambda: members(a)["b"] == "down", 20, "a finds b down")
+    wait_until(lambda: members_of(a)["b"] == "down", 20, "a finds b down")
     b = start("b", [])
     b.wait_healthy(30)
-    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "b back in the cluster")
+    wait_one_cluster(a, b, "b back in the cluster")
     post_json(f"{a.url}/v1/urls", {"urls": [f"http://site-{i}.test/" for i in range(hosts)]}, secret=SECRET)
     wait_until(lambda: a.status()["idle"] and b.status()["idle"], 60, "both idle again")
-    again = sorted(url for url, count in web.stats()["urls"].items() if count > before.get(url, 0))
+    again = fetched_again(web, before)
     assert again == [], f"{len(again)} URLs fetched again after the restarts, e.g. {again[:5]}"
     owners = {get_json(f"{a.url}/v1/ring?host={h}")["owner"] for h in b_hosts}
     assert owners == {"b"}
@@ -176,17 +170,14 @@ def test_a_handback_for_a_member_whose_address_moved_reaches_it_and_nothing_is_f
     expected = set(web.expected())
     start = loopback_dns_starter(start_node, web.url)
 
-    def members(node) -> dict[str, str]:
-        return {m["id"]: m["state"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"]}
-
     a, b = start("a", []), start("b", [])
     a.wait_healthy(30)
     b.wait_healthy(30)
-    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster")
+    wait_one_cluster(a, b, "a and b in one cluster")
     b_hosts = {h for i in range(hosts) if get_json(f"{a.url}/v1/ring?host={(h := f'site-{i}.test')}")["owner"] == "b"}
     assert b_hosts, "b owns an arc"
     assert b.stop(timeout_s=15) == 0
-    wait_until(lambda: members(a)["b"] == "down", 20, "a finds b down")
+    wait_until(lambda: members_of(a)["b"] == "down", 20, "a finds b down")
     post_json(f"{a.url}/v1/urls", {"urls": roots(hosts)}, secret=SECRET)
     wait_until(lambda: get_json(f"{a.url}/v1/status?scope=local&fresh=1")["idle"]  # b is down: not the cluster's
                and all(web.stats()["urls"].get(u, 0) for u in expected), 90, "a crawled everything, b's arc too")
@@ -204,13 +195,32 @@ def test_a_handback_for_a_member_whose_address_moved_reaches_it_and_nothing_is_f
     wait_until(lambda: sent()["forward_misdirected"] + sent()["sent_seen"] > 0, 20, "a's first batch for b sent")
     b = start("b", [], host="127.0.0.1")  # where a was
     b.wait_healthy(30)
-    wait_until(lambda: members(a) == members(b) == {"a": "alive", "b": "alive"}, 20, "a and b in one cluster again")
+    wait_one_cluster(a, b, "a and b in one cluster again")
     wait_until(lambda: a.status()["cluster"]["outbox_total"] == 0, 30, "a's outbox acknowledged")
     post_json(f"{a.url}/v1/urls", {"urls": roots(hosts)}, secret=SECRET)
     wait_until(lambda: a.status()["idle"] and b.status()["idle"], 60, "both idle again")
-    again = sorted(url for url, count in web.stats()["urls"].items() if count > before.get(url, 0))
+    again = fetched_again(web, before)
     assert again == [], f"{len(again)} URLs fetched again after the restarts, e.g. {again[:5]}"
     assert sent()["forward_misdirected"] > 0, "a's first batch for b went to b's old address, which was a's own"
+
+
+# --- helpers over loopback nodes ----------------------------------------------------------------
+
+
+def members_of(node) -> dict[str, str]:
+    """Each member `node` lists, by id, with its state."""
+    return {m["id"]: m["state"] for m in get_json(f"{node.url}/v1/members", secret=SECRET)["members"]}
+
+
+def wait_one_cluster(a, b, what: str) -> None:
+    """Until a and b each list both as alive (20 s at most)."""
+    both = {a.node_id: "alive", b.node_id: "alive"}
+    wait_until(lambda: members_of(a) == members_of(b) == both, 20, what)
+
+
+def fetched_again(web, before: dict[str, int]) -> list[str]:
+    """The URLs testweb served more often than the counts in `before`."""
+    return sorted(url for url, count in web.stats()["urls"].items() if count > before.get(url, 0))
 
 
 # --- helpers over a stack ------------------------------------------------------------------------
