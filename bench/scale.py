@@ -246,17 +246,10 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
         frontier = open_layout(layout, directory, resident_hosts=active_hosts)
         path = frontier.path
     else:
-        # as the node opens it (frontier.service): checkpoints on a thread of their own, in a
-        # tree that has them; a tree from before parking keeps every host with work in memory
-        options = {"resident_hosts": active_hosts, "background_checkpoints": True}
-        for dropped in ("background_checkpoints", "resident_hosts", None):
-            try:
-                frontier = Frontier(path, **options)
-                break
-            except TypeError:
-                options.pop(dropped or "", None)
-        else:
-            raise SystemExit(f"cannot open {path}")
+        try:
+            frontier = Frontier(path, resident_hosts=active_hosts)
+        except TypeError:  # a tree from before parking: every host with work in memory
+            frontier = Frontier(path)
     for pragma in pragmas:  # the bench reaches into the core only to try a setting before it is made
         frontier._core.conn.execute(f"PRAGMA {pragma}")
     web = Web(hosts)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawler_node.frontier.checkpointer import Checkpointer
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.handoff import Handoff
 from crawler_node.frontier.intake import Intake
@@ -66,7 +65,6 @@ class Frontier:
         max_pages_per_host: int = 0,
         resident_hosts: int = 0,
         urgent_priority: int | None = None,
-        background_checkpoints: bool = False,
     ) -> None:
         """Open (or create) the frontier at `path`, a database file or a data directory.
 
@@ -76,8 +74,6 @@ class Frontier:
         `resident_hosts`: hosts with work kept in memory at most (0: all); the others are
         parked on disk until `unpark` gives them their turn, the parked hosts given a URL of
         at least `urgent_priority` first (see hosts.HostRecords).
-        `background_checkpoints`: copy the WAL into the database on a thread of its own
-        (checkpointer.Checkpointer; the node's frontier does), stopped by `close`.
         """
         if lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
@@ -98,14 +94,8 @@ class Frontier:
         self._core.recover_leases()
         self._core.load_counts()
         self._core.hosts.unpark(resident_hosts)  # a bounded table starts with every host parked
-        self._checkpointer = Checkpointer(path) if background_checkpoints else None
-        if self._checkpointer is not None:
-            self._core.on_commit = self._checkpointer.committed
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._core.on_commit = None
-            self._checkpointer.close()
         self._core.close()
 
     def __enter__(self) -> Frontier:

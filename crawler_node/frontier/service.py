@@ -68,7 +68,7 @@ class FrontierService:
             self._frontier = await self._thread.call(
                 Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock,
                 max_pages_per_host=self._max_pages_per_host, resident_hosts=self._resident_hosts,
-                urgent_priority=self._urgent_priority, background_checkpoints=True)
+                urgent_priority=self._urgent_priority)
         except BaseException:
             self._thread.shutdown()
             self._thread = None

@@ -1,9 +1,8 @@
 """A frontier that lost what it had committed is refused at start, not silently crawled empty.
 
-The frontier is SQLite in WAL mode: a commit lives only in `frontier.sqlite3-wal` until a
-checkpoint copies it into the database file, within ~0.1 s as a rule (frontier.checkpointer),
-but for as long as any reader holds an older snapshot (a backup, an operator's sqlite3 shell).
-A `-wal` file deleted or garbled (SQLite drops WAL frames whose checksums fail, silently), or a
+The frontier is SQLite in WAL mode, checkpointed every ~32 MB of WAL (frontier.schema): most
+of what a crawl has queued since the last checkpoint lives only in `frontier.sqlite3-wal`. A
+`-wal` file deleted or garbled (SQLite drops WAL frames whose checksums fail, silently), or a
 main file truncated to nothing, opened to an older or an empty frontier: the node started, exit
 0, no message, and the URLs it had queued were never fetched.
 
@@ -13,8 +12,8 @@ handed to another node), written every few seconds while the node runs. At the n
 frontier whose highest id is below the watermark has lost committed rows; the node refuses to
 start and says how to go on (`crawler-node recover`). A SIGKILL cannot trip it: the watermark
 is only ever written from what the database already holds, so it lags behind the database,
-never ahead of it. (So what the last ~2 s committed can be lost with a `-wal` unnoticed:
-with the WAL copied as it comes, that is all a lost one takes while no reader holds it back.)
+never ahead of it. The guard also checkpoints the WAL every minute (passive: never waiting
+for the frontier's writer), which bounds what a lost `-wal` can take.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 WATERMARK_FILENAME = "frontier.watermark"
+CHECKPOINT_EVERY_S = 60.0
 
 
 class FrontierLost(RuntimeError):
@@ -100,13 +100,14 @@ def check_frontier(data_dir: Path, db_path: Path) -> None:
 class Watermark:
     """Kept up to date by the node while it runs (a recurring job, off the event loop): reads the
     frontier's highest URL id through a connection of its own (WAL lets it read while the
-    frontier writes)."""
+    frontier writes) and checkpoints the WAL now and then."""
 
     def __init__(self, data_dir: Path, db_path: Path) -> None:
         self._data_dir = data_dir
         self._db_path = db_path
         self._connection: sqlite3.Connection | None = None
         self._written = read_watermark(data_dir)
+        self._checkpointed_at = time.monotonic()
         # A round cancelled at stop goes on in its thread while the stop's own round runs:
         # one at a time (they share the connection and the scratch file).
         self._lock = threading.Lock()
@@ -124,6 +125,9 @@ class Watermark:
         if highest > self._written:
             write_watermark(self._data_dir, highest)
             self._written = highest
+        if time.monotonic() - self._checkpointed_at >= CHECKPOINT_EVERY_S:
+            self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._checkpointed_at = time.monotonic()
         return self._written
 
     def close(self) -> None:
