@@ -3,7 +3,9 @@ thread, never on the event loop's."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,29 @@ async def test_a_crawl_round_trip_through_the_service(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         await service.totals()
     assert not hasattr(service, "call")  # callers name the operation
+
+
+async def test_a_lease_behind_a_slow_call_counts_its_wait(tmp_path: Path) -> None:
+    """The crawl's calls are timed from the caller's side: a lease queued behind something
+    slow on the frontier's thread (a WAL checkpoint, a long scan; here a sleep put there)
+    shows that wait, which is what the fetchers waiting for it feel."""
+    service = FrontierService(path=tmp_path, lease_timeout_s=60.0)
+    await service.open()
+    try:
+        await service.add([entry("a.test", 1)])
+        assert service._thread is not None
+        slow = asyncio.ensure_future(service._thread.call(time.sleep, 0.3))
+        await asyncio.sleep(0.05)  # the sleep is on the thread: the lease waits behind it
+        [(leases, _)] = await service.lease_many([("a.test", 1)])
+        await slow
+        await service.apply(FrontierBatch(done=[lease.id for lease in leases]))
+        calls = service.call_snapshot()
+        lease = dict((bound, count) for bound, count in calls["lease_many"]["buckets"])
+        assert calls["lease_many"]["count"] == 1 and lease[0.1] == 0 and lease[0.5] == 1, calls["lease_many"]
+        assert calls["lease_many"]["sum"] >= 0.2
+        assert calls["apply"]["count"] == 1 and calls["take_in"]["count"] == 0
+    finally:
+        await service.close()
 
 
 async def test_close_before_open_and_twice_is_harmless(tmp_path: Path) -> None:

@@ -171,6 +171,11 @@ def test_fetch_series_count_every_page_request_testweb_saw(cluster):
         # testweb answers no sooner than LATENCY_MS: no fetch is in the first bucket
         assert value(samples, "crawler_fetch_duration_seconds_bucket", le="0.05") == 0
         assert value(samples, "crawler_fetch_duration_seconds_sum") >= LATENCY_MS / 1000 * fetches
+        # pages were leased and their outcomes stored through timed frontier calls
+        for call in ("lease_many", "apply"):
+            calls = value(samples, "crawler_frontier_call_duration_seconds_count", call=call)
+            assert calls > 0, (node.node_id, call)
+            assert value(samples, "crawler_frontier_call_duration_seconds_bucket", call=call, le="+Inf") == calls
         counted += fetches
     assert counted == page_requests
     # Bodies as received, robots.txt included, are the body bytes testweb wrote.

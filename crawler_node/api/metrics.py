@@ -132,6 +132,7 @@ class NodeCollector:
         yield from pressure_metrics(status)
         yield from cluster_metrics(status)
         yield from fetch_metrics(status["fetches"])
+        yield frontier_call_metric(status["frontier_calls"])
         build = GaugeMetricFamily("crawler_build_info", "The crawler's version (always 1)", labels=["version"])
         build.add_metric([__version__], 1)
         yield build
@@ -335,9 +336,23 @@ def fetch_metrics(fetches: dict) -> Iterator[Metric]:
                   fetches["fetched_bytes"])
 
 
+def frontier_call_metric(calls: dict[str, dict]) -> Metric:
+    """The frontier's calls on the crawl's path by call, the wait for its thread included
+    (frontier.service)."""
+    family = HistogramMetricFamily("crawler_frontier_call_duration_seconds",
+                                   "Time of each frontier call on the crawl's path, its wait for the frontier's thread "
+                                   "included", labels=["call"])
+    for call, snapshot in sorted(calls.items()):
+        family.add_metric([call], _buckets(snapshot), sum_value=snapshot["sum"])
+    return family
+
+
 def _histogram(name: str, help_text: str, snapshot: dict) -> Metric:
-    buckets = [("+Inf" if bound is None else floatToGoString(bound), count) for bound, count in snapshot["buckets"]]
-    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=snapshot["sum"])
+    return HistogramMetricFamily(name, help_text, buckets=_buckets(snapshot), sum_value=snapshot["sum"])
+
+
+def _buckets(snapshot: dict) -> list[tuple[str, int]]:
+    return [("+Inf" if bound is None else floatToGoString(bound), count) for bound, count in snapshot["buckets"]]
 
 
 class NodeMetrics:

@@ -131,6 +131,8 @@ async def node_status(node: Node) -> dict[str, Any]:
         "leases_expired": upkeep["leases_expired"],
         # page fetches: durations, body sizes (histograms), answers by status class, bytes received
         "fetches": {key: fetch[key] for key in ("fetch_seconds", "body_bytes", "responses", "fetched_bytes")},
+        # the frontier's calls on the crawl's path (histograms), the wait for its thread included
+        "frontier_calls": node.frontier.call_snapshot(),
     }
 
 

@@ -13,6 +13,9 @@ from collections.abc import Sequence
 
 # Web fetches: from a fast local answer to a slow-drip body near the fetch timeout.
 FETCH_SECONDS_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Calls on the frontier's thread, waiting for it included: a lease of a few rows in a
+# millisecond, a store batch in ~10, a WAL checkpoint in 100-300 at 10M URLs (bench/scale.py).
+FRONTIER_SECONDS_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # Response bodies as received: 1 KB .. 50 MB (the default body cap is below the last).
 BODY_BYTES_BOUNDS = (1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000, 10_000_000,
                      50_000_000)

@@ -5,6 +5,10 @@ frontier never sees two threads. There is no generic `call(fn)`: callers name th
 and so the frontier's state is never read from the event loop's thread (`snapshot()` is the
 way to see it). A write the disk has no room for is a DiskFull (runtime.datadir), whatever
 the call: the node stops on it, and the transaction it was in is rolled back.
+
+The calls on the crawl's path (`lease_many`, `apply`, `take_in`) are timed from the caller's
+side, the wait for the thread included: a checkpoint or a long scan ahead of a lease is what
+the fetchers feel (`call_seconds`, `/metrics` crawler_frontier_call_duration_seconds).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram
 from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.outbox import OutboxRow
@@ -58,6 +63,9 @@ class FrontierService:
         # The totals as the last totals() or snapshot() read them, kept on the event loop's
         # thread for what may not wait on the frontier's (a heartbeat answer, api.status).
         self.last_totals: dict[str, Any] | None = None
+        # The crawl's calls, each timed from the event loop: its wait for the thread included.
+        self.call_seconds = {name: CountingHistogram(FRONTIER_SECONDS_BOUNDS)
+                             for name in ("lease_many", "apply", "take_in")}
 
     async def open(self) -> None:
         """Open the frontier on its own thread (recovering leases, counting rows: a scan)."""
@@ -108,12 +116,13 @@ class FrontierService:
         take = partial(frontier.take_in, mine, forward, seen, replicas, queued_replicas=queued_replicas,
                        successors=successors, politeness=politeness)
         if refreshes:  # a neighbour's refresh of its replica (frontier.replica): one transaction with the rest
-            return await thread.call(frontier.replica.take_refreshed, take, refreshes, queued_replicas)
-        return await thread.call(take)
+            return await self._timed("take_in", thread, frontier.replica.take_refreshed, take, refreshes,
+                                     queued_replicas)
+        return await self._timed("take_in", thread, take)
 
     async def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
         thread, frontier = self._opened()
-        return await thread.call(frontier.lease_many, requests)
+        return await self._timed("lease_many", thread, frontier.lease_many, requests)
 
     async def expire_leases(self) -> int:
         thread, frontier = self._opened()
@@ -121,7 +130,19 @@ class FrontierService:
 
     async def apply(self, batch: FrontierBatch) -> AddResult:
         thread, frontier = self._opened()
-        return await thread.call(frontier.apply, batch)
+        return await self._timed("apply", thread, frontier.apply, batch)
+
+    async def _timed(self, name: str, thread: _FrontierThread, fn: Callable[_P, _T], /,
+                     *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        started = time.monotonic()
+        try:
+            return await thread.call(fn, *args, **kwargs)
+        finally:  # a call that failed took its time too
+            self.call_seconds[name].observe(time.monotonic() - started)
+
+    def call_snapshot(self) -> dict[str, dict]:
+        """The timed calls' histograms (core.histogram snapshots), by call."""
+        return {name: histogram.snapshot() for name, histogram in self.call_seconds.items()}
 
     # -- recrawling ------------------------------------------------------------------------
 
