@@ -147,9 +147,10 @@ async def bare_loop(urls: list[str], ca: Path, per_host: int, hosts: int = 1) ->
     return time.perf_counter() - started
 
 
-def node_run(root_urls: list[str], ca: Path, data_dir: Path, extra: list[str]) -> tuple[float, float, dict[str, float]]:
+def node_run(root_urls: list[str], ca: Path, data_dir: Path,
+             extra: list[str]) -> tuple[float, float, dict[str, float], dict[str, int]]:
     """(Unix time of the submit, wall seconds to the node's last commit, CPU seconds of each of
-    its processes)."""
+    its processes, its frontier calls by name: each a trip to the frontier's thread)."""
     # The documentation links out (postgresql.org, wikipedia): wget --mirror stays on the host by
     # default, the node is told to (--allow-host), so both crawl the same set.
     node = NodeProcess(node_id="bench", data_dir=data_dir, extra_args=[
@@ -161,7 +162,8 @@ def node_run(root_urls: list[str], ca: Path, data_dir: Path, extra: list[str]) -
         status = node.wait_idle(timeout_s=1800, settle_polls=1, interval_s=0.2)
         wall = (status.get("last_stored_at") or time.time()) - started
         cpu = process_cpu_by_role(node.pid)  # to the poll: a few idle milliseconds more
-    return started, wall, {role: seconds - cpu0.get(role, 0.0) for role, seconds in cpu.items()}
+    calls = {name: histogram["count"] for name, histogram in status.get("frontier_calls", {}).items()}
+    return started, wall, {role: seconds - cpu0.get(role, 0.0) for role, seconds in cpu.items()}, calls
 
 
 def timeline(records: list[Access], started: float, wall: float) -> dict[str, float]:
@@ -230,7 +232,7 @@ def main() -> int:
                         wall = run_wget(roots, certs.ca, tmp / f"wget-{index}")
                         cpu = children_cpu() - before
                     elif side == "node":
-                        started, wall, split = node_run(roots, certs.ca, tmp / f"node-{index}", args.node_arg)
+                        started, wall, split, calls = node_run(roots, certs.ca, tmp / f"node-{index}", args.node_arg)
                         cpu = sum(split.values())
                     else:
                         before = time.process_time()
@@ -242,6 +244,8 @@ def main() -> int:
                         result[side]["cpu_us_per_page"] = {
                             role: 1e6 * seconds / max(result[side]["pages"], 1) for role, seconds in split.items()}
                         result[side]["timeline"] = timeline(records, started, wall)
+                        result[side]["frontier_calls_per_1000_pages"] = {
+                            name: 1000 * count / max(result[side]["pages"], 1) for name, count in calls.items()}
                 node, bare, wget = result["node"], result[f"bare-{ceiling}"], result["wget"]
                 result["ratios"] = {
                     "node/bare": node["pages_per_s"] / bare["pages_per_s"],
@@ -256,7 +260,10 @@ def main() -> int:
                     + "; node per page: " + ", ".join(
                     f"{role} {us:.0f} µs" for role, us in result["node"]["cpu_us_per_page"].items())
                     + "; node's wall: " + ", ".join(
-                    f"{name} {seconds:.3f}" for name, seconds in result["node"]["timeline"].items()), flush=True)
+                    f"{name} {seconds:.3f}" for name, seconds in result["node"]["timeline"].items())
+                    + "; frontier calls per 1,000 pages: " + ", ".join(
+                    f"{name} {per:.0f}" for name, per in result["node"]["frontier_calls_per_1000_pages"].items()),
+                    flush=True)
         finally:
             nginx.stop()
     median = sorted(rounds, key=lambda r: r["ratios"]["node/bare"])[len(rounds) // 2]
