@@ -217,6 +217,10 @@ def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, ex
     forwarded = counters.get("forwarded", 0)  # discovered links sent to their owner
     sent_seen = counters.get("sent_seen", 0)  # replicas of fetched URLs for the successor
     batches = counters.get("forward_batches", 0)
+    calls: dict[str, int] = {}  # trips to the members' frontier threads on the crawl's path, summed
+    for s in statuses.values():
+        for name, histogram in s.get("frontier_calls", {}).items():
+            calls[name] = calls.get(name, 0) + histogram["count"]
     return {
         "nodes": len(ids) if cluster else f"{len(ids)}i", "pages": pages, "fetched_per_node": fetched,
         "wall_s": round(wall, 3),
@@ -228,6 +232,7 @@ def crawl_run(ids: list[str], web: TestwebProcess, workdir: Path, hosts: int, ex
         "forwarded_per_s": forwarded / wall,
         "urls_per_batch": (forwarded + sent_seen) / batches if batches else 0.0,
         "cluster_counters": counters,
+        "frontier_calls_per_1000_pages": {name: 1000 * count / pages for name, count in calls.items()},
     }
 
 
@@ -390,7 +395,9 @@ def main() -> int:
                         pair[key] = run
                         print(f"(a) round {index + 1}, {run['nodes']} node(s): {run['pages']} pages in "
                               f"{run['wall_s']:.1f}s, {run['cpu_s_per_1000']:.2f} CPU-s/1k; per page "
-                              + ", ".join(f"{role} {us:.0f} µs" for role, us in run["cpu_us_per_page"].items()),
+                              + ", ".join(f"{role} {us:.0f} µs" for role, us in run["cpu_us_per_page"].items())
+                              + "; frontier calls per 1,000 pages: " + ", ".join(
+                                  f"{name} {per:.0f}" for name, per in run["frontier_calls_per_1000_pages"].items()),
                               flush=True)
                     runs += [pair[1], pair["3i"], pair[3]]
                     pairs.append(pair)
