@@ -28,7 +28,8 @@ from pressure_helpers import get_text, post
 from prometheus_client.parser import text_string_to_metric_families
 
 from crawler_node.api.metrics import PinnedHosts
-from crawler_node.core.histogram import CountingHistogram
+from crawler_node.core.histogram import CountingHistogram, quantile_bound
+from crawler_node.tools.report import format_status
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -304,6 +305,26 @@ def test_histogram_buckets_are_prometheus_le_buckets():
         CountingHistogram([1.0, 1.0])
     with pytest.raises(ValueError):
         CountingHistogram([])
+
+
+def test_a_quantile_is_read_as_the_bound_of_its_bucket_and_status_shows_the_frontiers():
+    histogram = CountingHistogram([0.001, 0.01, 0.1])
+    for observed in [0.0005] * 97 + [0.05, 0.05, 3.0]:
+        histogram.observe(observed)
+    snapshot = histogram.snapshot()
+    assert quantile_bound(snapshot, 0.5) == 0.001
+    assert quantile_bound(snapshot, 0.99) == 0.1  # the 99th of 100 is a 0.05: within 0.1
+    assert quantile_bound(snapshot, 1.0) is None  # the slowest is past the last bound
+    assert quantile_bound(CountingHistogram([1.0]).snapshot(), 0.99) is None  # nothing observed
+    status = {"node_id": "a", "idle": True, "counters": {
+        "fetched": 0, "pages_done": 0, "failed": 0, "retries": 0, "retry_ratio": 0.0},
+        "rates": {"fetched_per_s": 0.0}, "queues": {}}
+    shown = format_status({**status, "frontier_calls": {
+        "lease_many": snapshot, "take_in": CountingHistogram([1.0]).snapshot()}})
+    assert "frontier calls since start (count, 99% within): lease_many 100 100 ms, take_in 0 -" in shown, shown
+    slow = CountingHistogram([0.001, 0.01, 0.1])
+    slow.observe(3.0)
+    assert "apply 1 over 100 ms" in format_status({**status, "frontier_calls": {"apply": slow.snapshot()}})
 
 
 def test_pinned_hosts_stay_until_they_leave_memory():

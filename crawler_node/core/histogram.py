@@ -52,3 +52,16 @@ class CountingHistogram:
             running += count
             buckets.append([bound, running])
         return {"buckets": buckets, "sum": self.sum, "count": self.count}
+
+
+def quantile_bound(snapshot: dict, q: float) -> float | None:
+    """The upper bound of the bucket that holds the ``q`` quantile of a ``snapshot`` (at most
+    that much), or None when it lies past the last bound (+Inf) or nothing was observed."""
+    count = snapshot["count"]
+    if not count:
+        return None
+    rank = q * count
+    for bound, cumulative in snapshot["buckets"]:
+        if cumulative >= rank:
+            return bound
+    return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from crawler_node.core.histogram import quantile_bound
+
 
 def format_status(status: dict) -> str:
     counters = status["counters"]
@@ -66,7 +68,18 @@ def _pressure_lines(status: dict) -> list[str]:
         lines.append(f"  shedding: {'ACTIVE' if shedding['active'] else 'off'}; deferred now "
                      f"{shedding['deferred_now']}, total {shedding['deferred_total']}, "
                      f"restored {shedding['restored_total']}")
+    calls = status.get("frontier_calls")
+    if calls:
+        lines.append("  frontier calls since start (count, 99% within): " + ", ".join(
+            f"{name} {histogram['count']} {_within(histogram)}" for name, histogram in calls.items()))
     return lines
+
+
+def _within(histogram: dict) -> str:
+    if not histogram["count"]:
+        return "-"
+    bound = quantile_bound(histogram, 0.99)
+    return f"over {histogram['buckets'][-2][0] * 1000:g} ms" if bound is None else f"{bound * 1000:g} ms"
 
 
 def progress_line(statuses: list[dict], expected: int, elapsed_s: float) -> str:
