@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -81,24 +80,35 @@ async def test_a_crawl_round_trip_through_the_service(tmp_path: Path) -> None:
 
 async def test_a_lease_behind_a_slow_call_counts_its_wait(tmp_path: Path) -> None:
     """The crawl's calls are timed from the caller's side: a lease queued behind something
-    slow on the frontier's thread (a WAL checkpoint, a long scan; here a sleep put there)
-    shows that wait, which is what the fetchers waiting for it feel."""
+    slow on the frontier's thread (a WAL checkpoint, a long scan; here a call that holds the
+    thread until the test lets it go, 0.3 s after the lease was asked for) shows that wait,
+    which is what the fetchers waiting for it feel."""
     service = FrontierService(path=tmp_path, lease_timeout_s=60.0)
     await service.open()
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(10)
+
     try:
         await service.add([entry("a.test", 1)])
         assert service._thread is not None
-        slow = asyncio.ensure_future(service._thread.call(time.sleep, 0.3))
-        await asyncio.sleep(0.05)  # the sleep is on the thread: the lease waits behind it
-        [(leases, _)] = await service.lease_many([("a.test", 1)])
-        await slow
-        await service.apply(FrontierBatch(done=[lease.id for lease in leases]))
+        held = asyncio.ensure_future(service._thread.call(hold))
+        assert await asyncio.to_thread(entered.wait, 10), "the frontier's thread is held"
+        lease = asyncio.ensure_future(service.lease_many([("a.test", 1)]))
+        await asyncio.sleep(0.3)
+        release.set()
+        [(leases, _)] = await lease
+        await held
+        await service.apply(FrontierBatch(done=[leased.id for leased in leases]))
         calls = service.call_snapshot()
-        lease = dict((bound, count) for bound, count in calls["lease_many"]["buckets"])
-        assert calls["lease_many"]["count"] == 1 and lease[0.1] == 0 and lease[0.5] == 1, calls["lease_many"]
-        assert calls["lease_many"]["sum"] >= 0.2
+        buckets = dict((bound, count) for bound, count in calls["lease_many"]["buckets"])
+        assert calls["lease_many"]["count"] == 1 and buckets[0.1] == 0, calls["lease_many"]
+        assert calls["lease_many"]["sum"] >= 0.25
         assert calls["apply"]["count"] == 1 and calls["take_in"]["count"] == 0
     finally:
+        release.set()
         await service.close()
 
 
