@@ -30,7 +30,9 @@ def counts(frontier: Frontier, host: str) -> tuple[int, int, int, int]:
     record = frontier.host(host)
     queued, leased = (record.queued, record.leased) if record is not None else (0, 0)
     with closing(sqlite3.connect(frontier.path)) as db:
-        stored = dict(db.execute("SELECT state, COUNT(*) FROM urls WHERE host = ? GROUP BY state", (host,)))
+        # a leased row stays in state 0, its lease a row of `leases` (schema, layout 8)
+        stored = dict(db.execute("SELECT CASE WHEN l.id IS NULL THEN u.state ELSE 1 END, COUNT(*) FROM urls AS u"
+                                 " LEFT JOIN leases AS l ON l.id = u.id WHERE u.host = ? GROUP BY 1", (host,)))
     assert (queued, leased) == (stored.get(0, 0), stored.get(1, 0))
     return queued, leased, stored.get(2, 0), stored.get(3, 0)
 
@@ -341,6 +343,36 @@ def test_reopen_returns_leases_and_keeps_the_seen_set(tmp_path: Path, clock: Fak
         again, _ = reopened.lease("a.test", 10)
         attempts = {lease.url: lease.attempts for lease in again}
         assert attempts == {leases[1].url: 2, leases[2].url: 2, "http://a.test/page/3": 1}
+
+
+def test_a_lease_rewrites_no_url_row_and_a_url_that_kills_the_node_runs_out_of_attempts(
+        tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / FRONTIER_FILENAME
+    with Frontier(path, clock=clock) as frontier:
+        frontier.add([entry("a.test", n) for n in range(3)])
+    with closing(sqlite3.connect(path)) as db:
+        before = db.execute("SELECT * FROM urls ORDER BY id").fetchall()
+    for crash in range(1, 4):  # each run leases the same first URL, and dies with it
+        frontier = Frontier(path, clock=clock)
+        (lease,), _ = frontier.lease("a.test", 1)
+        assert (lease.url, lease.attempts) == ("http://a.test/page/0", crash)
+        with closing(sqlite3.connect(path)) as db:
+            # the lease is a row of its own small table; the URL's row, and the pages of the
+            # big table and its indexes, are as they were (schema: no random page per lease)
+            assert db.execute("SELECT id FROM leases").fetchall() == [(lease.id,)]
+            if crash == 1:
+                assert db.execute("SELECT * FROM urls ORDER BY id").fetchall() == before
+        del frontier  # no close, no outcome: a crash
+
+    with Frontier(path, clock=clock) as frontier:
+        assert counts(frontier, "a.test") == (3, 0, 0, 0)
+        again, _ = frontier.lease("a.test", 3)
+        assert [lease.attempts for lease in again] == [4, 1, 1]  # the node gives a URL up by its attempts
+        frontier.apply(FrontierBatch(done=[again[0].id], returned=[again[1].id], retry=[(again[2].id, clock.now)]))
+    with closing(sqlite3.connect(path)) as db:
+        # counted as each lease ended: done and retried yes, returned no
+        assert db.execute("SELECT attempts FROM urls ORDER BY id").fetchall() == [(4,), (0,), (1,)]
+        assert db.execute("SELECT COUNT(*) FROM leases").fetchone() == (0,)
 
 
 _CRASH_CHILD = textwrap.dedent(

@@ -172,10 +172,11 @@ def test_only_rows_due_are_queued_again_the_longest_due_first(frontier: Frontier
 
     assert frontier.requeue_due(clock.now, 10, RECRAWL) == Counter({"a.test": 1})
     assert frontier.requeue_due(clock.now, 10, RECRAWL) == Counter()  # once: no longer due
-    assert [lease.url for lease in frontier.lease("a.test", 10)[0]] == [leases[1].url]
+    assert [(lease.url, lease.attempts) for lease in frontier.lease("a.test", 10)[0]] == [(leases[1].url, 1)]
     totals = frontier.snapshot()
     assert (totals["recrawl_scheduled"], totals["recrawl_due"], totals["leased"], totals["done"]) == (1, 0, 3, 2)
-    assert stored(frontier, leases[1].url, "due_at, enqueued_at, not_before, attempts") == (None, start + 30, 0, 1)
+    # a fresh retry budget: no attempt in the row (a lease's is counted there when it ends)
+    assert stored(frontier, leases[1].url, "due_at, enqueued_at, not_before, attempts") == (None, start + 30, 0, 0)
 
 
 def test_requeued_work_reaches_the_host_records(frontier: Frontier, clock: FakeClock) -> None:
@@ -261,7 +262,8 @@ def test_the_scheduled_count_follows_handoffs_and_rollbacks(frontier: Frontier, 
     with pytest.raises(sqlite3.IntegrityError):
         frontier.apply(FrontierBatch(done=[lease.id], recrawl=[(lease.id, clock.now, None, None)], add=[broken]))
     assert frontier.totals()["recrawl_scheduled"] == 2  # rolled back: nothing changed
-    assert stored(frontier, lease.url, "state, due_at, visits") == (1, None, 0)
+    assert stored(frontier, lease.url, "state, due_at, visits") == (0, None, 0)  # leased (`leases`) as it was
+    assert frontier.snapshot()["leased"] == 1
 
     assert frontier.handoff.handoff_host("a.test", "peer") == 2
     assert frontier.totals()["recrawl_scheduled"] == 0 and frontier.due_count(clock.now + 10) == 0
@@ -367,7 +369,7 @@ def test_a_layout_2_database_gains_via_and_the_recrawl_columns(tmp_path: Path, c
     assert columns(path, "urls")[-6:] == ["redirects", "via", "etag", "last_modified", "due_at", "visits"]
     assert columns(path, "outbox")[-6:] == ["redirects", "via", "replica", "next_eligible", "crawl_delay", "refresh"]
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert db.execute("SELECT 1 FROM sqlite_master WHERE name = 'urls_due'").fetchone() == (1,)
     with Frontier(path, clock=clock):  # migrated once: opening again changes nothing
         pass

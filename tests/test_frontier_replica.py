@@ -144,7 +144,7 @@ def test_a_layout_4_replica_migrates_its_rows_as_fetched_ones(tmp_path: Path, cl
         assert [(row.entry.url, row.seen, row.replica) for row in migrated.outbox.peek_rows("x", 10)] == [
             ("http://old.test/page/2", True, False), ("http://old.test/page/1", True, False)]
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
 
 
 def test_a_successor_back_empty_is_sent_this_nodes_queue_again(frontier: Frontier) -> None:

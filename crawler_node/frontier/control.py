@@ -16,19 +16,20 @@ from typing import TYPE_CHECKING
 
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED
-from crawler_node.frontier.statements import in_lists
+from crawler_node.frontier.statements import NOT_LEASED, in_lists
 
 if TYPE_CHECKING:
     from crawler_node.frontier.frontier import Frontier
 
 # Queued rows first in the order they would be leased, then the deferred ones in the order
 # they would be restored: the queue as the node will work through it.
-_QUEUE_SQL = """
+_QUEUE_SQL = f"""
 SELECT url, depth, priority, attempts, not_before, state, via FROM urls
-WHERE host = ? AND state = ? ORDER BY priority DESC, id LIMIT ?
+WHERE host = ? AND state = ? AND {NOT_LEASED} ORDER BY priority DESC, id LIMIT ?
 """
-_DROP_SQL = "DELETE FROM urls WHERE host = ? AND state = ?"
-_DROP_LEASED_SQL = "DELETE FROM urls WHERE state = 1 AND id IN ({})"
+_DROP_SQL = f"DELETE FROM urls WHERE host = ? AND state = ? AND {NOT_LEASED}"
+_DROP_LEASED_SQL = "DELETE FROM urls WHERE id IN ({})"
+_END_LEASES_SQL = "DELETE FROM leases WHERE id IN ({})"
 _STATE_NAMES = {QUEUED: "queued", DEFERRED: "deferred"}
 
 
@@ -118,6 +119,7 @@ class FrontierControl:
             ours = [row_id for row_id in lease_ids if (lease := core.leases.get(row_id)) and lease[0] is record]
             for placeholders, chunk in in_lists(ours):
                 core.conn.execute(_DROP_LEASED_SQL.format(placeholders), chunk)
+                core.conn.execute(_END_LEASES_SQL.format(placeholders), chunk)
             for row_id in ours:
                 del core.leases[row_id]
             if ours and record is not None:

@@ -7,9 +7,9 @@ transaction read them; a rollback rebuilds them from the database, the truth to 
 A part's own counters (deferrals, outbox sizes) change only once a transaction commits, through
 `after_commit`, so a rollback never has to undo them.
 
-Leases: the outstanding ones are kept in memory (id -> host record, expiry as stored). They
-are bounded by what the node holds in flight, and they spare the database an index of leased
-rows.
+Leases: the outstanding ones are kept in memory (id -> host record, expiry as stored) and in
+the small `leases` table (schema), never in their URLs' rows: they are bounded by what the node
+holds in flight, and a lease writes no page of the large table.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 from crawler_node.core.bounded import TwoGenerationSet
 from crawler_node.frontier.hosts import HostRecords
-from crawler_node.frontier.records import DONE, FAILED, HostQueue
+from crawler_node.frontier.records import DONE, FAILED, LEASED, QUEUED, HostQueue
 
 # Rows counted per host and state, except finished ones (only their totals are kept). A full
 # scan, but only at open and after a rollback: counters are then kept incrementally. Counted
@@ -32,7 +32,10 @@ _COUNT_SQL = "SELECT CASE WHEN state IN (2, 3) THEN NULL ELSE host END, state FR
 # GROUP BY sorts every row first), and the hosts with leased rows (few: what is in flight).
 _TOTALS_SQL = ("SELECT COALESCE(SUM(state = 0), 0), COALESCE(SUM(state = 1), 0), COALESCE(SUM(state = 2), 0),"
                " COALESCE(SUM(state = 3), 0), COALESCE(SUM(state = 4), 0) FROM urls")
-_LEASED_SQL = "SELECT host, COUNT(*) FROM urls WHERE state = 1 GROUP BY host"
+# The leased rows per host: rows of `leases` (their URLs' rows are in state 0, counted as
+# queued by the statements above).
+_LEASED_SQL = "SELECT u.host, COUNT(*) FROM leases AS l JOIN urls AS u ON u.id = l.id GROUP BY u.host"
+_LEASES_SQL = "SELECT l.id, u.host, l.expires FROM leases AS l JOIN urls AS u ON u.id = l.id"
 
 
 class FrontierCore:
@@ -139,11 +142,18 @@ class FrontierCore:
 
     def load_counts(self) -> None:
         """Rebuild the totals and the host records from the database."""
+        leased: dict[str, int] = dict(self.conn.execute(_LEASED_SQL))
         if self.hosts.bounded:
             self.totals = list(self.conn.execute(_TOTALS_SQL).fetchone())
-            self.hosts.reload_resident(self.totals, dict(self.conn.execute(_LEASED_SQL)))
+            self.totals[QUEUED] -= sum(leased.values())
+            self.totals[LEASED] += sum(leased.values())
+            self.hosts.reload_resident(self.totals, leased)
             return
         counted = Counter(self.conn.execute(_COUNT_SQL))
+        for host, rows in leased.items():
+            counted[host, QUEUED] -= rows
+            counted[host, LEASED] += rows
+        counted = +counted  # without the hosts whose queued rows were all leased
         totals = [0, 0, 0, 0, 0]
         for (_, state), rows in counted.items():
             totals[state] += rows
@@ -151,18 +161,18 @@ class FrontierCore:
         self.hosts.reload(counted)
 
     def load_leases(self) -> None:
-        """Rebuild the in-memory leases from the database (a scan: no index of leased rows)."""
+        """Rebuild the in-memory leases from the database (the `leases` table)."""
         records = self.hosts.records
-        self.leases = {
-            row_id: (records[host], lease_expires)
-            for row_id, host, lease_expires in self.conn.execute(
-                "SELECT id, host, lease_expires FROM urls WHERE state = 1")
-        }
+        self.leases = {row_id: (records[host], expires) for row_id, host, expires in self.conn.execute(_LEASES_SQL)}
 
     def recover_leases(self) -> None:
         """At open: leases cannot outlive the process that held them, whoever held them is
-        gone. Their rows return to the queue, their attempts kept (a scan, as load_counts)."""
+        gone. Their rows are queued again, each lease counted as an attempt: a URL whose fetch
+        kills the process runs out of attempts like any other. A file from before layout 8
+        has its leased rows in state 1, attempts counted (a scan, as load_counts)."""
         with self.transaction():
+            self.conn.execute("UPDATE urls SET attempts = attempts + 1 WHERE id IN (SELECT id FROM leases)")
+            self.conn.execute("DELETE FROM leases")
             self.conn.execute("UPDATE urls SET state = 0, lease_expires = NULL WHERE state = 1")
 
     def close(self) -> None:

@@ -44,9 +44,11 @@ from crawler_node.frontier.recrawl import Recrawl
 from crawler_node.frontier.replica import Replica
 from crawler_node.frontier.schema import FRONTIER_FILENAME, connect
 from crawler_node.frontier.shedding import Shedding
-from crawler_node.frontier.statements import in_lists
+from crawler_node.frontier.statements import NOT_LEASED, in_lists
 
 RECENT_URLS = 32_768  # URLs remembered as rows (FrontierCore.recent): about 8 MB at 60-char URLs
+# One probe of the urls_age index (and of `leases` per leased row met on the way).
+_OLDEST_SQL = f"SELECT enqueued_at FROM urls WHERE state = 0 AND {NOT_LEASED} ORDER BY enqueued_at LIMIT 1"
 _UNKNOWN_ROW = ("", -1)  # (host, state) of an id that matches no row
 _FINISHABLE = (QUEUED, LEASED)  # a fetch that ended after its lease expired still counts
 _STILL_LEASED = (LEASED,)
@@ -169,29 +171,24 @@ class Frontier:
         ids = [*batch.done, *batch.failed, *retry_at, *batch.returned, *postponed_to]
         with self._core.transaction():
             states = self._states(ids)
+            leased = {row_id for row_id in ids if states.get(row_id, _UNKNOWN_ROW)[1] == LEASED}
             done = self._transition(states, batch.done, _FINISHABLE, DONE)
-            self._finish(self.recrawl.finish(done, batch.recrawl), DONE)
-            self._finish(self._transition(states, batch.failed, _FINISHABLE, FAILED), FAILED)
+            self._finish(self.recrawl.finish(done, batch.recrawl, leased), DONE, leased)
+            self._finish(self._transition(states, batch.failed, _FINISHABLE, FAILED), FAILED, leased)
             refetched = self.recrawl.refetch(batch.refetch, self._core.clock()) if batch.refetch else None
             retry = self._transition(states, retry_at, _STILL_LEASED, QUEUED)
-            returned = self._transition(states, batch.returned, _STILL_LEASED, QUEUED)
+            self._transition(states, batch.returned, _STILL_LEASED, QUEUED)  # its row is queued as it was
             postponed = self._transition(states, postponed_to, _STILL_LEASED, QUEUED)
             executemany = self._core.conn.executemany
-            if postponed:
-                executemany(
-                    "UPDATE urls SET state = 0, lease_expires = NULL, not_before = ?,"
-                    " attempts = MAX(attempts - 1, 0) WHERE id = ?",
-                    [(postponed_to[row_id], row_id) for row_id in postponed],
-                )
-            if retry:
-                executemany(
-                    "UPDATE urls SET state = 0, lease_expires = NULL, not_before = ? WHERE id = ?",
-                    [(retry_at[row_id], row_id) for row_id in retry],
-                )
-            for placeholders, chunk in in_lists(returned):
-                self._core.conn.execute(
-                    "UPDATE urls SET state = 0, lease_expires = NULL, attempts = MAX(attempts - 1, 0)"
-                    f" WHERE id IN ({placeholders})", chunk)
+            if postponed:  # its attempt not counted, as a returned one's
+                executemany("UPDATE urls SET not_before = ? WHERE id = ?",
+                            [(postponed_to[row_id], row_id) for row_id in postponed])
+            if retry:  # its attempt counted
+                executemany("UPDATE urls SET not_before = ?, attempts = attempts + 1 WHERE id = ?",
+                            [(retry_at[row_id], row_id) for row_id in retry])
+            ended = [row_id for row_id in leased if states[row_id][1] != LEASED]
+            for placeholders, chunk in in_lists(ended):
+                self._core.conn.execute(f"DELETE FROM leases WHERE id IN ({placeholders})", chunk)
             self.outbox.put(batch.forward)
             result = self._intake.insert(batch.add, 0.0)
             # The links' queued replicas before the pages' fetched ones: the successor gets the
@@ -204,10 +201,13 @@ class Frontier:
                 result.refetched = refetched
             return result
 
-    def _finish(self, ids: Sequence[int], state: int) -> None:
-        for placeholders, chunk in in_lists(ids):
-            self._core.conn.execute(
-                f"UPDATE urls SET state = {state}, lease_expires = NULL WHERE id IN ({placeholders})", chunk)
+    def _finish(self, ids: Sequence[int], state: int, leased: set[int]) -> None:
+        """Rows done or failed; those of `leased` (ending a lease, not one that expired, whose
+        attempt is counted already) count their attempt."""
+        for attempt in (1, 0):
+            for placeholders, chunk in in_lists([row_id for row_id in ids if (row_id in leased) == attempt]):
+                self._core.conn.execute(f"UPDATE urls SET state = {state}, attempts = attempts + {attempt}"
+                                        f" WHERE id IN ({placeholders})", chunk)
 
     def _states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """id -> (host, state) for the ids that exist: leased ones from memory, the rest (a
@@ -334,5 +334,5 @@ class Frontier:
     def _oldest_queued_age_s(self) -> float:
         # One probe of the urls_age index. The age counts from first enqueue, so a URL
         # waiting for its retry keeps ageing: it is still work not done.
-        row = self._core.conn.execute("SELECT MIN(enqueued_at) FROM urls WHERE state = 0").fetchone()
-        return 0.0 if row[0] is None else max(0.0, self._core.clock() - row[0])
+        row = self._core.conn.execute(_OLDEST_SQL).fetchone()
+        return 0.0 if row is None else max(0.0, self._core.clock() - row[0])

@@ -11,10 +11,12 @@ from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.outbox import Outbox
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, UrlEntry
 from crawler_node.frontier.recrawl import Recrawl
+from crawler_node.frontier.statements import NOT_LEASED
 
+# Leased rows (state 1 in a file before layout 8) stay.
 _HOST_ROWS_SQL = (
     "SELECT id, url, depth, priority, hops, redirects, via, state, due_at IS NOT NULL FROM urls"
-    " WHERE host = ? AND state != ? LIMIT ?"
+    f" WHERE host = ? AND state != ? AND {NOT_LEASED} LIMIT ?"
 )
 
 

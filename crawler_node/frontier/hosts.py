@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from crawler_node.frontier.parked_scan import next_parked, with_deferred
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, HostQueue, snapshot
-from crawler_node.frontier.statements import in_lists, value_rows
+from crawler_node.frontier.statements import NOT_LEASED, in_lists, value_rows
 
 _POLITENESS_COLUMNS = "host, next_eligible, crawl_delay, backoff_level, last_throttle"
 # next_eligible named: the first layout of the table has no default for it.
@@ -54,7 +54,7 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 
 
 # A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred).
-_COUNT_STATE_SQL = "SELECT COUNT(*) FROM urls WHERE host = ? AND state = ?"
+_COUNT_STATE_SQL = f"SELECT COUNT(*) FROM urls WHERE host = ? AND state = ? AND {NOT_LEASED}"
 URGENT_MAX = 10_000  # parked hosts remembered as given urgent work (a seed), unparked first
 
 

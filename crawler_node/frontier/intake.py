@@ -16,7 +16,7 @@ from crawler_node.core.urls import host_of
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.records import DEFERRED, DONE, QUEUED, AddResult, UrlEntry
 from crawler_node.frontier.shedding import Shedding
-from crawler_node.frontier.statements import IN_LIST_MAX, INSERT_CHUNKS, chunk_sizes, in_lists
+from crawler_node.frontier.statements import IN_LIST_MAX, INSERT_CHUNKS, NOT_LEASED, chunk_sizes, in_lists
 
 # ON CONFLICT(url) rather than INSERT OR IGNORE: only a seen URL is skipped; a malformed
 # entry (NULL url) still fails the batch instead of silently counting as a duplicate.
@@ -26,6 +26,8 @@ from crawler_node.frontier.statements import IN_LIST_MAX, INSERT_CHUNKS, chunk_s
 _INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
 _INSERT_ROW_PARAMS = _INSERT_ROW.count("?")
 _INSERT_COLUMNS = "url, host, depth, priority, hops, redirects, via, state, attempts, not_before, enqueued_at"
+# A queued row another node fetched is done here too; a leased one ends as its lease does.
+_MARK_SEEN_SQL = f"UPDATE urls SET state = 2 WHERE url = ? AND state = 0 AND {NOT_LEASED} RETURNING host"
 _INSERT_SEEN_SQL = (
     f"INSERT INTO urls ({_INSERT_COLUMNS})"
     " VALUES (?, ?, ?, ?, ?, ?, ?, 2, 0, 0, ?) ON CONFLICT(url) DO NOTHING"
@@ -189,7 +191,7 @@ class Intake:
                     new_hosts[entry.host] += 1
                     changed += 1
                     continue
-                row = conn.execute("UPDATE urls SET state = 2 WHERE url = ? AND state = 0 RETURNING host",
+                row = conn.execute(_MARK_SEEN_SQL,
                                    (entry.url,)).fetchone()
                 if row is not None:
                     core.count(row[0], QUEUED, -1)

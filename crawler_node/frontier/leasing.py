@@ -1,7 +1,9 @@
-"""Leases: the frontier hands out rows (lease id == row id) and marks them leased with an
-expiry. A lease that is neither finished nor returned goes back to the queue at expiry
-(`expire_leases`) or at the next open (FrontierCore.recover_leases), so a crashed worker or a
-crashed process never holds work forever (at-least-once)."""
+"""Leases: the frontier hands out rows (lease id == row id) and records each in `leases` with
+an expiry (schema: the URL's row stays queued, its attempt counted when the lease ends). A
+lease that is neither finished nor returned goes back to the queue at expiry (`expire_leases`)
+or at the next open (FrontierCore.recover_leases), so a crashed worker or a crashed process
+never holds work forever (at-least-once), and a URL that crashes the node each time it is
+fetched runs out of attempts all the same."""
 
 from __future__ import annotations
 
@@ -9,17 +11,24 @@ from collections.abc import Sequence
 
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.records import LEASED, QUEUED, HostQueue, Lease
-from crawler_node.frontier.statements import in_lists
+from crawler_node.frontier.statements import NOT_LEASED
 
-# Leasing reads the rows in lease order, then marks them by id. Cheaper than one UPDATE ...
-# RETURNING, whose rows come back in no particular order and cost a copy each.
-_LEASE_SELECT_SQL = """
+# A host's queued rows in lease order, but for those leased (a leased row stays in state 0):
+# urls_ready holds the id, so a leased row costs a probe of the small `leases` table, not a
+# read of its row.
+_LEASE_SELECT_SQL = f"""
 SELECT id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits FROM urls
-WHERE host = ? AND state = 0 AND not_before <= ?
+WHERE host = ? AND state = 0 AND not_before <= ? AND {NOT_LEASED}
 ORDER BY priority DESC, id
 LIMIT ?
 """
-_LEASE_UPDATE_SQL = "UPDATE urls SET state = 1, attempts = attempts + 1, lease_expires = ? WHERE id IN ({})"
+_LEASE_INSERT_SQL = "INSERT INTO leases (id, expires) VALUES (?, ?)"
+# When a host's next queued row is ready, if none is now: those waiting have not_before in the
+# future (a leased row was ready when leased, so it is not among them).
+_NEXT_READY_SQL = "SELECT MIN(not_before) FROM urls WHERE host = ? AND state = 0 AND not_before > ?"
+# An expired lease's attempt stays counted: in its row, as its lease ends.
+_EXPIRE_SQL = "UPDATE urls SET attempts = attempts + 1 WHERE id = ?"
+_END_LEASE_SQL = "DELETE FROM leases WHERE id = ?"
 
 
 class Leasing:
@@ -40,20 +49,24 @@ class Leasing:
             return [([], None) for _ in requests]
         expires = now + self._lease_timeout_s
         results: list[tuple[list[Lease], float | None]] = []
-        # The rows picked for every host are marked leased by one statement at the end.
+        # The rows picked for every host go into `leases` by one statement at the end.
         picked: list[int] = []
         picked_hosts: set[str] = set()
         with core.transaction():
             for host, n, record in wanted:
-                if host in picked_hosts:  # asked twice: mark the first pick, or it is picked again
-                    self._mark_leased(picked, expires)
+                if host in picked_hosts:  # asked twice: record the first pick, or it is picked again
+                    self._record(picked, expires)
                     picked, picked_hosts = [], set()
                 picked_hosts.add(host)
                 leases, next_ready_at = self._lease(host, n, record, now, expires)
                 picked += [lease.id for lease in leases]
                 results.append((leases, next_ready_at))
-            self._mark_leased(picked, expires)
+            self._record(picked, expires)
         return results
+
+    def _record(self, ids: Sequence[int], expires: float) -> None:
+        if ids:
+            self._core.conn.executemany(_LEASE_INSERT_SQL, [(row_id, expires) for row_id in ids])
 
     def _lease(
         self, host: str, n: int, record: HostQueue | None, now: float, expires: float,
@@ -64,10 +77,10 @@ class Leasing:
         core = self._core
         rows = core.conn.execute(_LEASE_SELECT_SQL, (host, now, n)).fetchall()
         if not rows:
-            return [], self._next_ready_at(host)
+            return [], self._next_ready_at(host, now)
         core.count_record(record, QUEUED, -len(rows))
         core.count_record(record, LEASED, len(rows))
-        # attempts + 1: this attempt, which _mark_leased counts in the row
+        # attempts + 1: this attempt, counted in the row when the lease ends
         leases = [
             Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects, via, etag, last_modified, visits)
             for row_id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits in rows
@@ -75,14 +88,8 @@ class Leasing:
         core.leases.update(dict.fromkeys([lease.id for lease in leases], (record, expires)))
         return leases, None
 
-    def _mark_leased(self, ids: Sequence[int], expires: float) -> None:
-        for placeholders, chunk in in_lists(ids):
-            self._core.conn.execute(_LEASE_UPDATE_SQL.format(placeholders), [expires, *chunk])
-
-    def _next_ready_at(self, host: str) -> float | None:
-        row = self._core.conn.execute(
-            "SELECT MIN(not_before) FROM urls WHERE host = ? AND state = 0", (host,)
-        ).fetchone()
+    def _next_ready_at(self, host: str, now: float) -> float | None:
+        row = self._core.conn.execute(_NEXT_READY_SQL, (host, now)).fetchone()
         return row[0]
 
     def expire_leases(self) -> int:
@@ -93,10 +100,8 @@ class Leasing:
         if not expired:
             return 0
         with core.transaction():
-            core.conn.executemany(
-                "UPDATE urls SET state = 0, lease_expires = NULL WHERE id = ?",
-                [(row_id,) for row_id in expired],
-            )
+            core.conn.executemany(_EXPIRE_SQL, [(row_id,) for row_id in expired])
+            core.conn.executemany(_END_LEASE_SQL, [(row_id,) for row_id in expired])
             for row_id in expired:
                 record, _ = core.leases.pop(row_id)
                 core.count_record(record, LEASED, -1)

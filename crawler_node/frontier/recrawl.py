@@ -14,7 +14,7 @@ transaction that moved them commits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 
 from crawler_node.frontier.core import FrontierCore
@@ -24,8 +24,8 @@ from crawler_node.frontier.shedding import Shedding
 # One statement per recorded row, and it is the row's only one: `finish` leaves these rows out
 # of the plain done update.
 _FINISH_SQL = (
-    "UPDATE urls SET state = 2, lease_expires = NULL, due_at = ?, etag = ?, last_modified = ?,"
-    " visits = visits + 1 WHERE id = ?"
+    "UPDATE urls SET state = 2, due_at = ?, etag = ?, last_modified = ?, visits = visits + 1,"
+    " attempts = attempts + ? WHERE id = ?"
 )
 # Both conditions of the urls_due index are repeated, or SQLite does not use it; the index
 # keeps equal due times in id order, so the ORDER BY costs no sort.
@@ -57,10 +57,11 @@ class Recrawl:
         return self._scheduled
 
     def finish(self, done: Sequence[int], recorded: Sequence[tuple[int, float | None, str | None, str | None]],
-               ) -> Sequence[int]:
+               leased: Collection[int] = ()) -> Sequence[int]:
         """In the caller's transaction: finish the rows of `done` (ids that are moving to done
         now) that `recorded` lists, (id, due_at, etag, last_modified), keeping what their fetch
-        left. Returns the other ids of `done`, for the caller to finish plainly."""
+        left, and counting the attempt of those ending a lease (`leased`). Returns the other ids
+        of `done`, for the caller to finish plainly."""
         if not recorded:
             return done
         finishing = set(done)
@@ -68,8 +69,8 @@ class Recrawl:
         if not kept:
             return done
         self._core.conn.executemany(
-            _FINISH_SQL, [(due_at, etag, last_modified, row_id) for row_id, due_at, etag, last_modified
-                          in kept.values()])
+            _FINISH_SQL, [(due_at, etag, last_modified, int(row_id in leased), row_id)
+                          for row_id, due_at, etag, last_modified in kept.values()])
         scheduled = sum(1 for _, due_at, _, _ in kept.values() if due_at is not None)
         if scheduled:
             self._core.after_commit(partial(self._count, scheduled))

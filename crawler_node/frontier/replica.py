@@ -75,10 +75,10 @@ _ADD_POLITENESS_SQL = (
 _QUEUED_HOSTS_SQL = "SELECT host FROM replica_queued_hosts WHERE host > ? ORDER BY host LIMIT ?"
 _QUEUED_ROWS_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM replica"
                     " WHERE host = ? AND state = 0")
+# Queued (leased ones among them: schema) and deferred rows.
 _UNFINISHED_SQL = ("SELECT url, depth, priority, hops, redirects, via FROM urls WHERE host = ? AND state = 0"
                    " UNION ALL"
                    " SELECT url, depth, priority, hops, redirects, via FROM urls WHERE host = ? AND state = 4")
-_LEASED_SQL = "SELECT url, host, depth, priority, hops, redirects, via FROM urls WHERE id IN ({}) AND state = 1"
 _FINISHED_PAGE_SQL = ("SELECT id, url, host, state, depth, priority, hops, redirects, via FROM urls"
                       " WHERE id > ? ORDER BY id LIMIT ?")
 _PAGE_SQL = ("SELECT url, host, state, depth, priority, hops, redirects, via FROM replica"
@@ -236,17 +236,12 @@ class Replica:
         hosts = core.hosts.after(after, limit)
         owed: list[UrlEntry] = []
         wanted = {host for host in hosts if successor_of(host) == peer}
-        for host in sorted(wanted):  # queued and deferred rows: a probe of each partial index
+        # queued (leased ones too: a fetch under way ends, and is replicated as fetched, unless
+        # this node dies first) and deferred rows, a probe of each partial index
+        for host in sorted(wanted):
             rows = core.conn.execute(_UNFINISHED_SQL, (host, host))
             owed += [UrlEntry(url, host, depth, priority, hops, redirects, via)
                      for url, depth, priority, hops, redirects, via in rows]
-        # leased rows (no index of them; the frontier's leases know them): a fetch under way
-        # ends, and is replicated as fetched, unless this node dies first
-        leased = [row_id for row_id, (record, _) in core.leases.items() if record.host in wanted]
-        for placeholders, chunk in in_lists(leased):
-            rows = core.conn.execute(_LEASED_SQL.format(placeholders), chunk)
-            owed += [UrlEntry(url, host, depth, priority, hops, redirects, via)
-                     for url, host, depth, priority, hops, redirects, via in rows]
         with core.transaction():
             self._outbox.put([(peer, entry) for entry in owed], replica=True, refresh=refresh)
             if refresh is not None:

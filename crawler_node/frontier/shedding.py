@@ -13,14 +13,15 @@ from functools import partial
 from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.records import DEFERRED, QUEUED
+from crawler_node.frontier.statements import NOT_LEASED
 
 RESTORED = "restored"
 # The lowest priority first, and among equals the newest (the deepest links of the latest
 # pages) first. Seeds are protected by the caller's priority bound.
-_DEFER_SQL = """
+_DEFER_SQL = f"""
 UPDATE urls SET state = 4
 WHERE id IN (
-    SELECT id FROM urls WHERE state = 0 AND priority < ?
+    SELECT id FROM urls WHERE state = 0 AND priority < ? AND {NOT_LEASED}
     ORDER BY priority ASC, id DESC
     LIMIT ?
 )

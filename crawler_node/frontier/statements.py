@@ -16,6 +16,9 @@ T = TypeVar("T")
 # An `IN (...)` list holds at most this many values (a power of two: lists are padded to one,
 # see in_lists). A multi-row insert holds at most the largest of INSERT_CHUNKS rows.
 IN_LIST_MAX = 256
+# A condition on a row of `urls`: it is not leased (a leased row stays in state 0, its lease a
+# row of `leases`: schema). One probe of that small table's key per row.
+NOT_LEASED = "NOT EXISTS (SELECT 1 FROM leases WHERE leases.id = urls.id)"
 # Statement sizes in rows: a batch is cut into these (see chunk_sizes).
 INSERT_CHUNKS = (32, 16, 8, 4, 2, 1)
 
