@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 # Row states. They appear as literals in the frontier's SQL because SQLite only uses a partial
 # index when the query's WHERE clause repeats the index's condition literally.
 QUEUED = 0
-LEASED = 1
+LEASED = 1  # in memory and in the counts; stored as state 0 with a row in `leases` (layout 8)
 DONE = 2
 FAILED = 3
 DEFERRED = 4  # parked by load shedding: in the seen-set, not leased, restored later
