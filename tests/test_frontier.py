@@ -206,6 +206,18 @@ def test_waiting_urls_do_not_block_ready_ones(frontier: Frontier, clock: FakeClo
     assert lease.url == "http://a.test/page/2" and next_ready is None
 
 
+def test_a_host_with_its_ready_urls_leased_says_when_its_waiting_one_is_ready(
+        frontier: Frontier, clock: FakeClock) -> None:
+    frontier.add([entry("a.test", 1), entry("a.test", 2)])
+    (retried,), _ = frontier.lease("a.test", 1)
+    frontier.apply(FrontierBatch(retry=[(retried.id, clock.now + 30.0)]))
+    (out,), _ = frontier.lease("a.test", 1)  # leased rows stay queued on disk (schema, layout 8)
+
+    assert frontier.lease("a.test", 1) == ([], clock.now + 30.0)  # not "now", for the leased one
+    frontier.apply(FrontierBatch(returned=[out.id]))
+    assert [lease.id for lease in frontier.lease("a.test", 5)[0]] == [out.id]
+
+
 def test_add_with_not_before(frontier: Frontier, clock: FakeClock) -> None:
     frontier.add([entry("a.test", 1)], not_before=clock.now + 5.0)
 
