@@ -29,7 +29,6 @@ WHERE host = ? AND state = ? AND {NOT_LEASED} ORDER BY priority DESC, id LIMIT ?
 """
 _DROP_SQL = f"DELETE FROM urls WHERE host = ? AND state = ? AND {NOT_LEASED}"
 _DROP_LEASED_SQL = "DELETE FROM urls WHERE id IN ({})"
-_END_LEASES_SQL = "DELETE FROM leases WHERE id IN ({})"
 _STATE_NAMES = {QUEUED: "queued", DEFERRED: "deferred"}
 
 
@@ -119,7 +118,7 @@ class FrontierControl:
             ours = [row_id for row_id in lease_ids if (lease := core.leases.get(row_id)) and lease[0] is record]
             for placeholders, chunk in in_lists(ours):
                 core.conn.execute(_DROP_LEASED_SQL.format(placeholders), chunk)
-                core.conn.execute(_END_LEASES_SQL.format(placeholders), chunk)
+            core.end_leases(ours)
             for row_id in ours:
                 del core.leases[row_id]
             if ours and record is not None:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from crawler_node.core.bounded import TwoGenerationSet
 from crawler_node.frontier.hosts import HostRecords
 from crawler_node.frontier.records import DONE, FAILED, LEASED, QUEUED, HostQueue
+from crawler_node.frontier.statements import in_lists
 
 # Rows counted per host and state, except finished ones (only their totals are kept). A full
 # scan, but only at open and after a rollback: counters are then kept incrementally. Counted
@@ -164,6 +165,12 @@ class FrontierCore:
         """Rebuild the in-memory leases from the database (the `leases` table)."""
         records = self.hosts.records
         self.leases = {row_id: (records[host], expires) for row_id, host, expires in self.conn.execute(_LEASES_SQL)}
+
+    def end_leases(self, ids: Sequence[int]) -> None:
+        """Delete the `leases` rows of `ids` (leases that ended: the caller counts their rows
+        and attempts), in the caller's transaction."""
+        for placeholders, chunk in in_lists(ids):
+            self.conn.execute(f"DELETE FROM leases WHERE id IN ({placeholders})", chunk)
 
     def recover_leases(self) -> None:
         """At open: leases cannot outlive the process that held them, whoever held them is

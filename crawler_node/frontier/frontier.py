@@ -186,9 +186,7 @@ class Frontier:
             if retry:  # its attempt counted
                 executemany("UPDATE urls SET not_before = ?, attempts = attempts + 1 WHERE id = ?",
                             [(retry_at[row_id], row_id) for row_id in retry])
-            ended = [row_id for row_id in leased if states[row_id][1] != LEASED]
-            for placeholders, chunk in in_lists(ended):
-                self._core.conn.execute(f"DELETE FROM leases WHERE id IN ({placeholders})", chunk)
+            self._core.end_leases([row_id for row_id in leased if states[row_id][1] != LEASED])
             self.outbox.put(batch.forward)
             result = self._intake.insert(batch.add, 0.0)
             # The links' queued replicas before the pages' fetched ones: the successor gets the

@@ -53,7 +53,8 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 """
 
 
-# A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred).
+# A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred;
+# a parked host has no leases, a probe of `leases` each finds nothing).
 _COUNT_STATE_SQL = f"SELECT COUNT(*) FROM urls WHERE host = ? AND state = ? AND {NOT_LEASED}"
 URGENT_MAX = 10_000  # parked hosts remembered as given urgent work (a seed), unparked first
 

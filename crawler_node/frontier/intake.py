@@ -191,8 +191,7 @@ class Intake:
                     new_hosts[entry.host] += 1
                     changed += 1
                     continue
-                row = conn.execute(_MARK_SEEN_SQL,
-                                   (entry.url,)).fetchone()
+                row = conn.execute(_MARK_SEEN_SQL, (entry.url,)).fetchone()
                 if row is not None:
                     core.count(row[0], QUEUED, -1)
                     core.count(row[0], DONE, 1)

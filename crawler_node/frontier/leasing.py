@@ -28,7 +28,6 @@ _LEASE_INSERT_SQL = "INSERT INTO leases (id, expires) VALUES (?, ?)"
 _NEXT_READY_SQL = "SELECT MIN(not_before) FROM urls WHERE host = ? AND state = 0 AND not_before > ?"
 # An expired lease's attempt stays counted: in its row, as its lease ends.
 _EXPIRE_SQL = "UPDATE urls SET attempts = attempts + 1 WHERE id = ?"
-_END_LEASE_SQL = "DELETE FROM leases WHERE id = ?"
 
 
 class Leasing:
@@ -101,7 +100,7 @@ class Leasing:
             return 0
         with core.transaction():
             core.conn.executemany(_EXPIRE_SQL, [(row_id,) for row_id in expired])
-            core.conn.executemany(_END_LEASE_SQL, [(row_id,) for row_id in expired])
+            core.end_leases(expired)
             for row_id in expired:
                 record, _ = core.leases.pop(row_id)
                 core.count_record(record, LEASED, -1)
