@@ -32,6 +32,7 @@ import hashlib
 import sqlite3
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,6 +258,27 @@ class ClusteredFrontier(_Prototype):
         self.conn.close()
 
 
+@dataclass(frozen=True, slots=True)
+class LsmSettings:
+    """The lsm layout's RocksDB settings that were measured (README "Frontier at scale")."""
+
+    compress: bool = False  # Snappy on every file (RocksDB's default)
+    block_kb: int = 4  # data block size (RocksDB's default)
+    cache_mb: int = 0  # block cache (0: RocksDB's default, 32 MB)
+    partitioned: bool = False  # indexes and filters partitioned, in the block cache
+
+    @classmethod
+    def parse(cls, settings: Sequence[str]) -> LsmSettings:
+        values: dict[str, object] = {}
+        for setting in settings:
+            name, _, value = setting.partition("=")
+            if name not in cls.__dataclass_fields__:
+                raise ValueError(f"the lsm layout has no setting {name!r} ({', '.join(cls.__dataclass_fields__)})")
+            kind = type(getattr(cls(), name))
+            values[name] = value.lower() in ("1", "true", "yes") if kind is bool else int(value)
+        return cls(**values)  # type: ignore[arg-type]
+
+
 class LsmFrontier(_Prototype):
     """RocksDB: the same keys, in a log-structured merge tree. Keys (bytes, sorted):
     b"s" + hash: the seen-set; b"q" + hash(host) + host + 0 + (priority, descending) + id: a
@@ -264,10 +286,21 @@ class LsmFrontier(_Prototype):
     are a fixed prefix with a bloom filter: a host's queue is found without reading the files
     that hold none of it (turns go in the order of the hosts' hashes)."""
 
-    def __init__(self, directory: Path, resident_hosts: int) -> None:
+    def __init__(self, directory: Path, resident_hosts: int, settings: Sequence[str] = ()) -> None:
         super().__init__(resident_hosts)
-        from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, SliceTransform, WriteBatch
+        from rocksdict import (
+            BlockBasedIndexType,
+            BlockBasedOptions,
+            Cache,
+            DBCompressionType,
+            Options,
+            Rdict,
+            ReadOptions,
+            SliceTransform,
+            WriteBatch,
+        )
 
+        tuning = LsmSettings.parse(settings)
         self._write_batch = WriteBatch
         self.path = directory / "lsm"
         options = Options(raw_mode=True)
@@ -279,8 +312,22 @@ class LsmFrontier(_Prototype):
         # 210 (x0.11 of a fresh 100k's pages/s).
         options.set_write_buffer_size(16 * 1024 * 1024)
         options.set_max_write_buffer_number(2)
+        # Uncompressed: at 10M the seeks and gets read blocks of files past the block cache, and
+        # Snappy's unpacking of each made the page's CPU 165 µs against 103-119 without (pages/s
+        # x0.71 of a fresh 100k's against x0.81-0.84), for 70 bytes per URL on disk against 188.
+        if not tuning.compress:
+            options.set_compression_type(DBCompressionType.none())
         table = BlockBasedOptions()
         table.set_bloom_filter(10, False)
+        table.set_block_size(tuning.block_kb * 1024)
+        if tuning.cache_mb:
+            table.set_block_cache(Cache(tuning.cache_mb * 1024 * 1024))
+        if tuning.partitioned:  # indexes and filters in partitions, through the block cache
+            table.set_index_type(BlockBasedIndexType.two_level_index_search())
+            table.set_partition_filters(True)
+            table.set_cache_index_and_filter_blocks(True)
+            table.set_pin_top_level_index_and_filter(True)
+            table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(table)
         options.set_prefix_extractor(SliceTransform.create_fixed_prefix(PREFIX))
         options.set_memtable_prefix_bloom_ratio(0.1)
@@ -392,9 +439,10 @@ class LsmFrontier(_Prototype):
         self.db.close()
 
 
-def open_layout(name: str, directory: Path, *, resident_hosts: int) -> _Prototype:
+def open_layout(name: str, directory: Path, *, resident_hosts: int, settings: Sequence[str] = ()) -> _Prototype:
+    """`settings`: NAME=VALUE of the lsm layout's LsmSettings (bench/scale.py --pragma)."""
     if name == "clustered":
         return ClusteredFrontier(directory, resident_hosts)
     if name == "lsm":
-        return LsmFrontier(directory, resident_hosts)
+        return LsmFrontier(directory, resident_hosts, settings)
     raise ValueError(f"layout must be one of {LAYOUTS}, got {name!r}")

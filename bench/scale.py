@@ -23,7 +23,9 @@ written per URL, and how long filling took.
 Each frontier runs in a child process of its own (`--child`), with the node's malloc and GC settings;
 the checkpoints are measured on the way up, so the fill to 10M is paid once. `--pragma` sets a
 PRAGMA on the frontier's connection after it opens (a fix measured before it is made in
-frontier/schema.py). Data goes under --tmp (default /tmp) and is deleted afterwards.
+frontier/schema.py); with --layout lsm, one of the prototype's settings instead
+(`--pragma compress=1`: bench/frontier_layouts.py LsmSettings). Data goes under --tmp (default
+/tmp) and is deleted afterwards.
 """
 
 from __future__ import annotations
@@ -243,8 +245,9 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
     if layout != "current":  # a prototype of what could replace the frontier's layout
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from frontier_layouts import open_layout
-        frontier = open_layout(layout, directory, resident_hosts=active_hosts)
+        frontier = open_layout(layout, directory, resident_hosts=active_hosts, settings=pragmas)
         path = frontier.path
+        pragmas = []  # they were the prototype's settings
     else:
         try:
             frontier = Frontier(path, resident_hosts=active_hosts)
@@ -406,7 +409,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="lease rounds at each checkpoint")
     parser.add_argument("--blocks", type=int, default=BLOCKS, help="blocks the rounds alternate in")
     parser.add_argument("--hosts", type=int, default=HOSTS, help="host names the links are drawn from")
-    parser.add_argument("--pragma", action="append", default=[], help="PRAGMA to set on the connection")
+    parser.add_argument("--pragma", action="append", default=[],
+                        help="PRAGMA to set on the connection (--layout lsm: NAME=VALUE of LsmSettings)")
     parser.add_argument("--active-hosts", type=int, default=ACTIVE_HOSTS,
                         help="hosts with work kept in memory, the rest parked (0: all, as before parking)")
     parser.add_argument("--layout", choices=["current", "clustered", "lsm"], default="current",
