@@ -13,7 +13,8 @@ pages finished in store batches of STORE_BATCH (node/store_stage.py), each done 
 its page had (LINKS_PER_PAGE, NEW_PER_PAGE of them new). Reported per checkpoint: pages/s
 (leases finished per second of lease + apply time, the frontier's side only), lease-round and
 apply latency p50/p99, the process's RSS, the SQLite files (main + WAL) per URL row, bytes
-written per URL, and how long filling took.
+written per URL, how long filling took, and how long the file takes to open again after the
+rounds, as a node killed with a lease round out is started (the frontier then goes on from it).
 
     python bench/scale.py                       # 100k and 1M
     python bench/scale.py --max 10000000 --json # and 10M; writes bench/results/scale.json
@@ -235,6 +236,22 @@ def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
             "cpu_s": time.process_time() - cpu, "gc_s": gc_clock.seconds - in_gc}
 
 
+def reopen(frontier, path: Path, active_hosts: int) -> tuple:
+    """A node killed with a lease round out, started again: the frontier dropped without its
+    close, opened anew (its leases queued again, its counts and active hosts rebuilt from the
+    file); how long the open and the first lease round then take."""
+    frontier.lease_many([(record.host, LEASE_PER_HOST) for record in frontier.hosts_with_work()[:REFILL_HOSTS]])
+    frontier._core.conn.close()  # the bench reaches into the core: a kill closes nothing
+    started = time.perf_counter()
+    try:
+        frontier = Frontier(path, resident_hosts=active_hosts)
+    except TypeError:  # a tree from before parking
+        frontier = Frontier(path)
+    opened = time.perf_counter()
+    frontier.lease_many([(record.host, LEASE_PER_HOST) for record in frontier.hosts_with_work()[:REFILL_HOSTS]])
+    return frontier, {"open_s": opened - started, "first_lease_ms": (time.perf_counter() - opened) * 1e3}
+
+
 def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int, layout: str) -> None:
     """Answer the parent's commands, one JSON line each: `fill N` (to N queued), `rounds N`,
     `stats`."""
@@ -268,6 +285,11 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
                       "fill_windows_us_per_url": windows, "fill_written_kb_per_url": wrote / added / 1e3}
         elif command == "rounds":
             answer = lease_rounds(frontier, web, int(argument), gc_clock)
+        elif command == "reopen":
+            if layout != "current":
+                answer = {"open_s": None, "first_lease_ms": None}
+            else:
+                frontier, answer = reopen(frontier, path, active_hosts)
         else:
             totals = frontier.totals()
             main_db, wal = db_bytes(path)
@@ -360,7 +382,7 @@ def measure(tree: Path, checkpoints: list[int], pragmas: list[str], hosts: int, 
             after = big.ask("stats")  # files and memory after the rounds; the queue as filled
             row = {"checkpoint": checkpoint, **after, "queued": before["queued"], "queued_after": after["queued"],
                    "hosts_with_work": before["hosts_with_work"], **fill, "fill_total_s": filled_s,
-                   **summary(ours)}
+                   **summary(ours), **big.ask("reopen")}
             reference_summary = summary(theirs)
             row["reference"] = {**reference_stats, "queued": reference_before["queued"],
                                 "queued_after": reference_stats["queued"], **reference_summary}
@@ -373,7 +395,7 @@ def measure(tree: Path, checkpoints: list[int], pragmas: list[str], hosts: int, 
 
 HEADER = (f"{'queued':>10} {'hosts':>7} {'fill s':>7} {'fill µs':>8} {'pages/s':>8} {'vs ref':>6} {'lease p50':>9}"
           f" {'p99 ms':>7} {'µs/URL':>7} {'apply p50':>9} {'p99 ms':>7} {'RSS MB':>7} {'vs ref':>6} {'db MB':>8}"
-          f" {'B/URL':>6} {'main':>5} {'wr KB/p':>7} {'CPU µs/p':>8} {'GC µs/p':>7}")
+          f" {'B/URL':>6} {'main':>5} {'wr KB/p':>7} {'CPU µs/p':>8} {'GC µs/p':>7} {'open s':>6}")
 
 
 def print_row(row: dict) -> None:
@@ -384,7 +406,8 @@ def print_row(row: dict) -> None:
           f" {row['lease_round_ms_p99']:>7.1f} {row['lease_us_per_url']:>7.1f} {row['apply_ms_p50']:>9.1f}"
           f" {row['apply_ms_p99']:>7.1f} {row['rss_mb']:>7.1f} {vs_rss:>6.2f} {row['db_mb'] + row['wal_mb']:>8.0f}"
           f" {row['db_bytes_per_url']:>6.0f} {row['main_bytes_per_url']:>5.0f} {row['written_kb_per_page']:>7.1f}"
-          f" {row['cpu_us_per_page']:>8.0f} {row['gc_us_per_page']:>7.1f}", flush=True)
+          f" {row['cpu_us_per_page']:>8.0f} {row['gc_us_per_page']:>7.1f}"
+          f" {'-' if row['open_s'] is None else format(row['open_s'], '.2f'):>6}", flush=True)
     reference = row["reference"]
     print(f"{'':>10} reference at {reference['queued']:,}: {reference['pages_per_s']:,.0f} pages/s, lease p50"
           f" {reference['lease_round_ms_p50']:.1f} ms, apply p50 {reference['apply_ms_p50']:.1f} ms,"
@@ -445,7 +468,8 @@ def main() -> None:
           f" (done + {LINKS_PER_PAGE} links, {NEW_PER_PAGE} new); vs ref: median of the blocks' ratios to the"
           " reference, a fresh frontier of the first checkpoint's size, its blocks alternating with these;"
           " B/URL: main + WAL per row (main: without the WAL); wr KB/p: bytes written per page;"
-          " CPU µs/p: the process's CPU per page in the rounds; GC µs/p: of it, in the cyclic collector")
+          " CPU µs/p: the process's CPU per page in the rounds; GC µs/p: of it, in the cyclic collector;"
+          " open s: opening the file again after the rounds, as a node killed with a lease round out")
     if args.json:
         RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
         RESULTS_PATH.write_text(json.dumps({"pragmas": args.pragma, "hosts": args.hosts, "zipf_s": ZIPF_S,

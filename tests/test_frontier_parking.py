@@ -118,6 +118,33 @@ def test_a_reopened_frontier_holds_the_bound_with_exact_counts(tmp_path: Path, c
         assert active(unbounded) == {host: host_number(host) + 1 for host in HOSTS}
 
 
+def test_a_reopened_frontier_counts_every_state_as_its_rows_say(tmp_path: Path, clock: FakeClock) -> None:
+    # At open the totals come from indexes, not a scan of urls: each state must still be exact,
+    # finished rows being what the others leave of COUNT(*).
+    with open_bounded(tmp_path, clock) as frontier:
+        frontier.add([entry(host, n) for host in HOSTS for n in range(4)])
+        done, _ = frontier.lease("h00.test", 3)
+        failed, _ = frontier.lease("h01.test", 2)
+        frontier.apply(FrontierBatch(done=[lease.id for lease in done], failed=[lease.id for lease in failed]))
+        assert sum(frontier.shedding.defer_lowest(5, below_priority=100).values()) == 5
+        frontier.lease("h02.test", 2)  # left leased: queued again at the reopen
+    with sqlite3.connect(tmp_path / FRONTIER_FILENAME) as db:  # as a node of layout 7 leaves a lease
+        (stale_id,) = db.execute("SELECT id FROM urls WHERE host = 'h03.test' AND state = 0 LIMIT 1").fetchone()
+        db.execute("UPDATE urls SET state = 1, attempts = 1, lease_expires = 1e9 WHERE id = ?", (stale_id,))
+    db.close()
+
+    with open_bounded(tmp_path, clock) as reopened:
+        totals = reopened.totals()
+    with sqlite3.connect(tmp_path / FRONTIER_FILENAME) as db:
+        by_state = dict(db.execute("SELECT state, COUNT(*) FROM urls GROUP BY state"))
+        stale = db.execute("SELECT state, attempts FROM urls WHERE id = ?", (stale_id,)).fetchone()
+    db.close()
+    assert by_state == {0: 48 - 3 - 2 - 5, 2: 3, 3: 2, 4: 5}
+    assert (totals["queued"], totals["leased"], totals["done"], totals["failed"], totals["deferred"]) == (
+        38, 0, 3, 2, 5)
+    assert stale == (0, 1)  # queued again, its attempt kept
+
+
 def host_number(host: str) -> int:
     return int(host[1:3])
 

@@ -29,10 +29,11 @@ from crawler_node.frontier.statements import in_lists
 # in Python rather than with GROUP BY, whose sorter held ~60 MB at 1M rows; this holds
 # O(hosts with work).
 _COUNT_SQL = "SELECT CASE WHEN state IN (2, 3) THEN NULL ELSE host END, state FROM urls"
-# With a bound on the active hosts: the rows per state in one scan, in constant memory (a
-# GROUP BY sorts every row first), and the hosts with leased rows (few: what is in flight).
-_TOTALS_SQL = ("SELECT COALESCE(SUM(state = 0), 0), COALESCE(SUM(state = 1), 0), COALESCE(SUM(state = 2), 0),"
-               " COALESCE(SUM(state = 3), 0), COALESCE(SUM(state = 4), 0) FROM urls")
+# With a bound on the active hosts: the rows per state, each from the smallest index that has
+# them (a partial index per state but finished: those are all rows less the others, and
+# COUNT(*) reads the narrowest full index, the URLs'), instead of a scan of the table's rows.
+_STATE_COUNT_SQL = {state: f"SELECT COUNT(*) FROM urls WHERE state = {state}" for state in (0, 1, 3, 4)}
+_ROWS_SQL = "SELECT COUNT(*) FROM urls"
 # The leased rows per host: rows of `leases` (their URLs' rows are in state 0, counted as
 # queued by the statements above).
 _LEASED_SQL = "SELECT u.host, COUNT(*) FROM leases AS l JOIN urls AS u ON u.id = l.id GROUP BY u.host"
@@ -145,7 +146,7 @@ class FrontierCore:
         """Rebuild the totals and the host records from the database."""
         leased: dict[str, int] = dict(self.conn.execute(_LEASED_SQL))
         if self.hosts.bounded:
-            self.totals = list(self.conn.execute(_TOTALS_SQL).fetchone())
+            self.totals = self._count_totals()
             self.totals[QUEUED] -= sum(leased.values())
             self.totals[LEASED] += sum(leased.values())
             self.hosts.reload_resident(self.totals, leased)
@@ -160,6 +161,14 @@ class FrontierCore:
             totals[state] += rows
         self.totals = totals
         self.hosts.reload(counted)
+
+    def _count_totals(self) -> list[int]:
+        """Rows per state (QUEUED ... DEFERRED), leased ones counted as queued."""
+        totals = [0, 0, 0, 0, 0]
+        for state, statement in _STATE_COUNT_SQL.items():
+            totals[state] = self.conn.execute(statement).fetchone()[0]
+        totals[DONE] = self.conn.execute(_ROWS_SQL).fetchone()[0] - sum(totals)
+        return totals
 
     def load_leases(self) -> None:
         """Rebuild the in-memory leases from the database (the `leases` table)."""

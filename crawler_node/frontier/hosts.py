@@ -55,7 +55,11 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 
 # A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred;
 # a parked host has no leases, a probe of `leases` each finds nothing).
-_COUNT_STATE_SQL = f"SELECT COUNT(*) FROM urls WHERE host = ? AND state = ? AND {NOT_LEASED}"
+# Rows per host in a state (queued or deferred), not leased, for many hosts in one statement
+# (the IN list walks the state's partial index host by host): with a statement per host and
+# state, bringing in 10,000 hosts at open took 1.1 s at 10M URLs, 0.25 s so.
+_COUNT_HOSTS_SQL = {state: f"SELECT host, COUNT(*) FROM urls WHERE host IN ({{}}) AND state = {state} AND {NOT_LEASED}"
+                    " GROUP BY host" for state in (QUEUED, DEFERRED)}
 URGENT_MAX = 10_000  # parked hosts remembered as given urgent work (a seed), unparked first
 
 
@@ -177,11 +181,10 @@ class HostRecords:
         leased rows, which only a rollback's reload has to count)."""
         self._make_records(hosts, look_up=True)
         made = []
-        execute = self._conn.execute
+        on_disk = {state: self._count_hosts(hosts, state) for state in _COUNT_HOSTS_SQL}
         for host in hosts:
             record = self.records[host]
-            queued = execute(_COUNT_STATE_SQL, (host, QUEUED)).fetchone()[0]
-            deferred = execute(_COUNT_STATE_SQL, (host, DEFERRED)).fetchone()[0]
+            queued, deferred = on_disk[QUEUED].get(host, 0), on_disk[DEFERRED].get(host, 0)
             self.parked_queued -= queued
             self.parked_deferred -= deferred
             if queued:
@@ -193,6 +196,12 @@ class HostRecords:
             made.append(record)
         self._drop_idle()  # a record that found no rows after all (no transaction to wait for)
         return made
+
+    def _count_hosts(self, hosts: Sequence[str], state: int) -> dict[str, int]:
+        counted: dict[str, int] = {}
+        for placeholders, chunk in in_lists(hosts):
+            counted.update(self._conn.execute(_COUNT_HOSTS_SQL[state].format(placeholders), chunk))
+        return counted
 
     def park(self, hosts: Sequence[str]) -> list[str]:
         """Make active `hosts` parked (the node ended their turn): their records leave memory,
@@ -223,9 +232,7 @@ class HostRecords:
 
     def on_disk(self, host: str) -> tuple[int, int]:
         """A host's (queued, deferred) rows as the database has them (a parked host's)."""
-        execute = self._conn.execute
-        return (execute(_COUNT_STATE_SQL, (host, QUEUED)).fetchone()[0],
-                execute(_COUNT_STATE_SQL, (host, DEFERRED)).fetchone()[0])
+        return (self._count_hosts([host], QUEUED).get(host, 0), self._count_hosts([host], DEFERRED).get(host, 0))
 
     def ensure_rows(self, hosts: Iterable[str]) -> None:
         """Give a `hosts` row to hosts that get only finished rows (no record needed)."""
