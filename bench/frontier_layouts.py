@@ -266,6 +266,18 @@ class LsmSettings:
     block_kb: int = 4  # data block size (RocksDB's default)
     cache_mb: int = 0  # block cache (0: RocksDB's default, 32 MB)
     partitioned: bool = False  # indexes and filters partitioned, in the block cache
+    bloom_bits: int = 10  # bloom filter bits per key
+    # The queue's files without filters in their last level (optimize_filters_for_hits): a host
+    # leased has rows there, so its prefix filter answers nothing a seek needs
+    last_level_filters: bool = False
+    # The seen-set and the hosts' counts (point gets), the queue (prefix seeks) and the finished
+    # rows (never read here) in column families of their own, each with the filter its reads use
+    # (queue_block_kb: the queue's blocks), one block cache and one memtable budget among them.
+    # In one family every queue key had a whole-key filter entry no read asks: at 10M the files'
+    # indexes and filters held 50 MB of heap, 22 with these defaults (README "Frontier at scale")
+    families: bool = True
+    queue_block_kb: int = 16
+    points_bloom_bits: int = 10  # with families: the seen-set's filter, bits per key
 
     @classmethod
     def parse(cls, settings: Sequence[str]) -> LsmSettings:
@@ -281,10 +293,12 @@ class LsmSettings:
 
 class LsmFrontier(_Prototype):
     """RocksDB: the same keys, in a log-structured merge tree. Keys (bytes, sorted):
-    b"s" + hash: the seen-set; b"q" + hash(host) + host + 0 + (priority, descending) + id: a
-    queued URL; b"f" + id: a finished one; b"h" + host: its accepted count. The first 9 bytes
-    are a fixed prefix with a bloom filter: a host's queue is found without reading the files
-    that hold none of it (turns go in the order of the hosts' hashes)."""
+    b"q" + hash(host) + host + 0 + (priority, descending) + id: a queued URL, in the default
+    column family, whose first 9 bytes are a fixed prefix with a bloom filter: a host's queue is
+    found without reading the files that hold none of it (turns go in the order of the hosts'
+    hashes); b"s" + hash: the seen-set and b"h" + host: its accepted count, in "points" (a
+    whole-key filter); b"f" + id: a finished one, in "finished" (no filter). With `families`
+    off (LsmSettings) all of them in the default family, as first measured."""
 
     def __init__(self, directory: Path, resident_hosts: int, settings: Sequence[str] = ()) -> None:
         super().__init__(resident_hosts)
@@ -317,20 +331,45 @@ class LsmFrontier(_Prototype):
         # x0.71 of a fresh 100k's against x0.81-0.84), for 70 bytes per URL on disk against 188.
         if not tuning.compress:
             options.set_compression_type(DBCompressionType.none())
-        table = BlockBasedOptions()
-        table.set_bloom_filter(10, False)
-        table.set_block_size(tuning.block_kb * 1024)
-        if tuning.cache_mb:
-            table.set_block_cache(Cache(tuning.cache_mb * 1024 * 1024))
-        if tuning.partitioned:  # indexes and filters in partitions, through the block cache
-            table.set_index_type(BlockBasedIndexType.two_level_index_search())
-            table.set_partition_filters(True)
-            table.set_cache_index_and_filter_blocks(True)
-            table.set_pin_top_level_index_and_filter(True)
-            table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        options.set_block_based_table_factory(table)
+        cache = Cache((tuning.cache_mb or 32) * 1024 * 1024) if tuning.cache_mb or tuning.families else None
+
+        def table(bloom_bits: int, block_kb: int) -> BlockBasedOptions:
+            made = BlockBasedOptions()
+            if bloom_bits:
+                made.set_bloom_filter(bloom_bits, False)
+            made.set_block_size(block_kb * 1024)
+            if cache is not None:  # one cache for every family (each would make its own of 32 MB)
+                made.set_block_cache(cache)
+            if tuning.partitioned:  # indexes and filters in partitions, through the block cache
+                made.set_index_type(BlockBasedIndexType.two_level_index_search())
+                made.set_partition_filters(True)
+                made.set_cache_index_and_filter_blocks(True)
+                made.set_pin_top_level_index_and_filter(True)
+                made.set_pin_l0_filter_and_index_blocks_in_cache(True)
+            return made
+
+        if not tuning.last_level_filters:
+            options.set_optimize_filters_for_hits(True)
+        options.set_block_based_table_factory(table(tuning.bloom_bits, tuning.queue_block_kb if tuning.families
+                                                    else tuning.block_kb))
         options.set_prefix_extractor(SliceTransform.create_fixed_prefix(PREFIX))
         options.set_memtable_prefix_bloom_ratio(0.1)
+        families: dict[str, Options] = {}
+        if tuning.families:
+            # A whole-key filter on the queue's keys is never asked (a lease seeks a host's
+            # prefix), so point gets go to a family whose filter is theirs alone; the queue
+            # family keeps the prefix filter. The memtables of all three share one budget.
+            options.set_db_write_buffer_size(32 * 1024 * 1024)
+            options.create_missing_column_families(True)
+            for name, bloom_bits, block_kb in (("points", tuning.points_bloom_bits, tuning.block_kb),
+                                               ("finished", 0, 16)):
+                family = Options(raw_mode=True)
+                family.set_write_buffer_size(8 * 1024 * 1024)
+                family.set_max_write_buffer_number(2)
+                if not tuning.compress:
+                    family.set_compression_type(DBCompressionType.none())
+                family.set_block_based_table_factory(table(bloom_bits, block_kb))
+                families[name] = family
         self._host_reads = ReadOptions()
         self._host_reads.set_prefix_same_as_start(True)
         self._ordered_reads = ReadOptions()  # across hosts (the turns' cursor)
@@ -339,7 +378,13 @@ class LsmFrontier(_Prototype):
         # stay in the tree as tombstones until a compaction drops them, and a seek from the
         # host's first key would step over every one (the lease rounds at 10M were x3.5).
         self._resume: dict[str, bytes] = {}
-        self.db = Rdict(str(self.path), options)
+        self.db = Rdict(str(self.path), options, column_families=families or None)
+        # where the seen-set and counts are (`_points`) and finished rows go (`_finished_cf`,
+        # None: the default family, with the queue)
+        self._points = self.db.get_column_family("points") if families else self.db
+        self._points_cf = self.db.get_column_family_handle("points") if families else None
+        self._finished_cf = self.db.get_column_family_handle("finished") if families else None
+        self._families = [self.db, self._points, self.db.get_column_family("finished")] if families else [self.db]
         self._batch = WriteBatch(raw_mode=True)
 
     def _left(self, host: str) -> None:
@@ -364,14 +409,14 @@ class LsmFrontier(_Prototype):
     def _insert(self, fresh: list[UrlEntry]) -> list[tuple[int, UrlEntry]]:
         by_key = {b"s" + struct.pack(">q", url_hash(entry.url)): entry for entry in fresh}
         keys = list(by_key)
-        found = self.db.get(keys)
+        found = self._points.get(keys)
         added = [by_key[key] for key, value in zip(keys, found, strict=True) if value is None]
         rows = list(zip(self._ids(len(added)), added, strict=True))
         batch = self._batch
         now = time.time()
         new_keys = [key for key, value in zip(keys, found, strict=True) if value is None]
         for (row_id, entry), key in zip(rows, new_keys, strict=True):
-            batch.put(key, b"")
+            batch.put(key, b"", self._points_cf)
             queue_key = self._queue_key(entry.host, entry.priority, row_id)
             batch.put(queue_key, msgpack.packb((entry.url, entry.depth, entry.via, 0, now)))
             resume = self._resume.get(entry.host)
@@ -381,8 +426,8 @@ class LsmFrontier(_Prototype):
         for _, entry in rows:
             per_host[entry.host] = per_host.get(entry.host, 0) + 1
         host_keys = [b"h" + host.encode() for host in per_host]
-        for key, count, value in zip(host_keys, per_host.values(), self.db.get(host_keys), strict=True):
-            batch.put(key, struct.pack(">Q", count + (struct.unpack(">Q", value)[0] if value else 0)))
+        for key, count, value in zip(host_keys, per_host.values(), self._points.get(host_keys), strict=True):
+            batch.put(key, struct.pack(">Q", count + (struct.unpack(">Q", value)[0] if value else 0)), self._points_cf)
         return rows
 
     def _read(self, host: str, n: int, skip: set[int]) -> list[Lease]:
@@ -410,7 +455,8 @@ class LsmFrontier(_Prototype):
         now = time.time()
         for lease in leases:
             self._batch.delete(self._queue_key(lease.host, lease.priority, lease.id))
-            self._batch.put(b"f" + struct.pack(">Q", lease.id), msgpack.packb((lease.url, lease.host, 2, now)))
+            self._batch.put(b"f" + struct.pack(">Q", lease.id), msgpack.packb((lease.url, lease.host, 2, now)),
+                            self._finished_cf)
 
     def _count(self, host: str) -> int:
         prefix = self._host_prefix(host)
@@ -433,6 +479,19 @@ class LsmFrontier(_Prototype):
         if not key.startswith(b"q"):
             return None
         return key[PREFIX:key.index(b"\x00", PREFIX)].decode()
+
+    def memory_mb(self) -> dict[str, float]:
+        """What RocksDB holds in memory: the indexes and filters of its files (on the heap
+        unless `partitioned`), its memtables, its block cache."""
+        def megabytes(name: str, families: list) -> float:
+            return sum(family.property_int_value(f"rocksdb.{name}") or 0 for family in families) / 1e6
+        per_family = {}
+        if len(self._families) > 1:
+            per_family = {f"table_readers_{name}": megabytes("estimate-table-readers-mem", [family])
+                          for name, family in zip(("queue", "points", "finished"), self._families, strict=True)}
+        return {"table_readers": megabytes("estimate-table-readers-mem", self._families), **per_family,
+                "memtables": megabytes("cur-size-all-mem-tables", self._families),
+                "block_cache": megabytes("block-cache-usage", self._families[:1])}
 
     def close(self) -> None:
         self._commit()

@@ -12,7 +12,8 @@ URLs each (node/hosts.py: lease_size with the default host_limit_start of 1), th
 pages finished in store batches of STORE_BATCH (node/store_stage.py), each done with the links
 its page had (LINKS_PER_PAGE, NEW_PER_PAGE of them new). Reported per checkpoint: pages/s
 (leases finished per second of lease + apply time, the frontier's side only), lease-round and
-apply latency p50/p99, the process's RSS, the SQLite files (main + WAL) per URL row, bytes
+apply latency p50/p99, the process's RSS (as it is, and trimmed: the heap's free pages handed
+back as the node's upkeep does every 30 s while hosts leave memory), the SQLite files (main + WAL) per URL row, bytes
 written per URL, how long filling took, and how long the file takes to open again after the
 last checkpoint's rounds, as a node killed with a lease round out is started.
 
@@ -70,6 +71,11 @@ if "--child" in sys.argv:  # only the child needs the frontier: its tree is on P
     from crawler_node.frontier.frontier import Frontier, FrontierBatch, Lease, UrlEntry
     from crawler_node.runtime.gctune import tune_for_throughput
     from crawler_node.runtime.malloctune import keep_heap_for_reuse
+    try:
+        from crawler_node.runtime.malloctune import release_free_heap
+    except ImportError:  # a tree from before it
+        def release_free_heap() -> bool:
+            return False
 
 
 # ----------------------------------------------------------------------------- the generator
@@ -294,12 +300,17 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
             totals = frontier.totals()
             main_db, wal = db_bytes(path)
             rss, hwm = rss_mb()
+            # and as the node's upkeep leaves it every 30 s while hosts leave memory: the heap's
+            # free pages handed back (malloc_trim), which the rounds' freed memory held
+            trimmed = rss_mb()[0] if release_free_heap() else rss
             rows = sum(totals[state] for state in ("queued", "leased", "done", "failed", "deferred"))
             answer = {"queued": totals["queued"], "hosts_with_work": totals["hosts_with_work"],
                       "parked_queued": totals.get("parked_queued", 0),
                       "hosts": totals["hosts"], "rows": rows, "rss_mb": rss, "peak_rss_mb": hwm,
+                      "rss_trimmed_mb": trimmed,
                       "db_mb": main_db / 1e6, "wal_mb": wal / 1e6, "db_bytes_per_url": (main_db + wal) / rows,
-                      "main_bytes_per_url": main_db / rows}
+                      "main_bytes_per_url": main_db / rows,
+                      "engine_mb": frontier.memory_mb() if hasattr(frontier, "memory_mb") else {}}
         print(json.dumps(answer), flush=True)
     frontier.close()
 
@@ -413,8 +424,13 @@ def print_row(row: dict) -> None:
     reference = row["reference"]
     print(f"{'':>10} reference at {reference['queued']:,}: {reference['pages_per_s']:,.0f} pages/s, lease p50"
           f" {reference['lease_round_ms_p50']:.1f} ms, apply p50 {reference['apply_ms_p50']:.1f} ms,"
-          f" RSS {reference['rss_mb']:.1f} MB, CPU {reference['cpu_us_per_page']:.0f} µs/page,"
-          f" GC {reference['gc_us_per_page']:.1f} µs/page", flush=True)
+          f" RSS {reference['rss_mb']:.1f} MB ({reference.get('rss_trimmed_mb', 0):.1f} trimmed),"
+          f" CPU {reference['cpu_us_per_page']:.0f} µs/page,"
+          f" GC {reference['gc_us_per_page']:.1f} µs/page; this RSS trimmed {row['rss_trimmed_mb']:.1f} MB", flush=True)
+    for label, engine in (("", row.get("engine_mb")), ("reference ", reference.get("engine_mb"))):
+        if engine:  # a prototype's store (--layout lsm): where its memory is
+            print(f"{'':>10} {label}engine MB: " + ", ".join(f"{name} {mb:.1f}" for name, mb in engine.items()),
+                  flush=True)
 
 
 def print_ratios(first: dict, last: dict) -> None:
@@ -425,7 +441,9 @@ def print_ratios(first: dict, last: dict) -> None:
           f" x{percentile(last['pages_per_s_vs_reference'], 0.5):.2f};"
           f" target >= 0.8), CPU per page x{ratio('cpu_us_per_page'):.2f},"
           f" lease round p50 x{ratio('lease_round_ms_p50'):.2f}, RSS x{ratio('rss_mb'):.2f}"
-          f" (target <= 1.3); filled in {last['fill_total_s']:.0f} s")
+          f" (target <= 1.3; side by side x{last['rss_mb'] / last['reference']['rss_mb']:.2f}, trimmed as the"
+          f" node's upkeep does x{last['rss_trimmed_mb'] / last['reference']['rss_trimmed_mb']:.2f});"
+          f" filled in {last['fill_total_s']:.0f} s")
 
 
 def main() -> None:
