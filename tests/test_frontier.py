@@ -464,6 +464,7 @@ def test_opens_a_database_of_the_earlier_layout(tmp_path: Path, clock: FakeClock
     db.close()
     assert "urls_leased" not in indexes and "urls_ready" in indexes
     assert {"urls_failed", "urls_leased_before_8"} <= indexes  # built once: later opens count from them
+    assert "urls_shed" in indexes  # load shedding's steps read the lowest priorities from it
     assert page_size == 4096  # an existing database keeps its pages
 
 

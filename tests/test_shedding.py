@@ -6,11 +6,13 @@ import pytest
 
 from crawler_node.core.shedding import (
     ARRIVED_WHILE_SHEDDING,
+    DEFER_STEP_MAX,
     QUEUE_OVER_HIGH_WATER,
     ShedAction,
     ShedPolicy,
 )
 from crawler_node.frontier import Frontier, FrontierBatch, UrlEntry
+from crawler_node.frontier.shedding import _DEFER_SQL
 
 SEED = 100
 
@@ -40,6 +42,27 @@ def test_policy_sheds_only_after_the_queue_stayed_high_and_stops_at_the_low_mark
     assert policy.activations == 1
 
 
+def test_a_deep_queue_is_deferred_in_bounded_steps_down_to_the_middle_of_the_marks() -> None:
+    # A node restarted on a queue far over the mark: each step is one frontier transaction,
+    # and the steps go on below the high mark until the middle is reached.
+    high, low = 10 * DEFER_STEP_MAX, 2 * DEFER_STEP_MAX
+    policy = ShedPolicy(high_water=high, low_water=low, after_s=0.0)
+    middle = policy.midpoint
+    queued, steps = 100 * DEFER_STEP_MAX, []
+    for second in range(200):
+        action = policy.observe(queued=queued, deferred=0, now=float(second))
+        assert action.active
+        if not action.defer:
+            break
+        steps.append(action.defer)
+        queued -= action.defer
+    assert queued == middle and max(steps) == DEFER_STEP_MAX and len(steps) == -(-(100 * DEFER_STEP_MAX - middle)
+                                                                                  // DEFER_STEP_MAX)
+    # arrivals after the last step are not deferred below the high mark (hysteresis, as before)
+    assert policy.observe(queued=high, deferred=0, now=300.0) == ShedAction(active=True)
+    assert policy.activations == 1
+
+
 def test_a_disabled_policy_gives_everything_back() -> None:
     policy = ShedPolicy(high_water=0, low_water=0, after_s=0.0)
     assert policy.observe(queued=10**9, deferred=7, now=0.0) == ShedAction(active=False, restore=7)
@@ -65,6 +88,15 @@ def test_frontier_defers_the_lowest_priority_newest_first_and_never_seeds(tmp_pa
         assert frontier.shedding.defer_lowest(100, below_priority=SEED) == {"b.test": 1}  # the seed stays
         assert frontier.shedding.cut == -1
         assert frontier.shedding.counts() == {QUEUE_OVER_HIGH_WATER: 5}
+
+
+def test_a_deferral_step_reads_only_the_rows_it_defers(tmp_path) -> None:
+    # At 10M queued URLs a step that scanned and sorted every queued row held the frontier's
+    # thread for minutes; the lowest priorities, newest first, come from an index in order.
+    with Frontier(tmp_path) as frontier:
+        frontier.add(entries("a.test", [-1, -2, -3]))
+        plan = " / ".join(row[3] for row in frontier._core.conn.execute(f"EXPLAIN QUERY PLAN {_DEFER_SQL}", (SEED, 2)))
+    assert "USING INDEX urls_shed" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_while_shedding_new_urls_at_or_below_the_cut_are_parked_on_arrival(tmp_path) -> None:

@@ -26,6 +26,11 @@ QUEUE_OVER_HIGH_WATER = "queue_over_high_water"  # was queued, moved aside
 ARRIVED_WHILE_SHEDDING = "arrived_while_shedding"  # parked on arrival
 
 RESTORE_STEP_MAX = 50_000  # URLs per restore step: one frontier transaction stays short
+# URLs per deferral step, for the same reason: a step rewrites each row and three index entries.
+# The queue of a node restarted with 10M URLs over the high-water mark was deferred in one
+# statement of ~9M rows, and the frontier's thread answered nothing for minutes (no lease, no
+# status). Over the cap, the next rounds (every second at most) go on to the middle of the marks.
+DEFER_STEP_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,7 @@ class ShedPolicy:
         self.after_s = after_s
         self.active = False
         self._over_since: float | None = None
+        self._deferring = False  # the last deferral step was capped: the next goes on
         self.activations = 0
 
     @property
@@ -69,10 +75,16 @@ class ShedPolicy:
             if now - self._over_since >= self.after_s:
                 if not self.active:
                     self.activations += 1
-                self.active = True
-                return ShedAction(active=True, defer=queued - self.midpoint)
+                self.active = self._deferring = True
+        else:
+            self._over_since = None
+        if self._deferring:
+            wanted = queued - self.midpoint
+            self._deferring = wanted > DEFER_STEP_MAX
+            if wanted > 0:
+                return ShedAction(active=True, defer=min(wanted, DEFER_STEP_MAX))
+        if queued > self.high_water:
             return ShedAction(active=self.active)
-        self._over_since = None
         if self.active and queued > self.low_water:
             return ShedAction(active=True)
         self.active = False

@@ -53,11 +53,11 @@ ON CONFLICT(host) DO UPDATE SET next_eligible = excluded.next_eligible, crawl_de
 """
 
 
-# A parked host's rows, counted when it becomes active (index ranges of urls_ready, urls_deferred;
-# a parked host has no leases, a probe of `leases` each finds nothing).
-# Rows per host in a state (queued or deferred), not leased, for many hosts in one statement
-# (the IN list walks the state's partial index host by host): with a statement per host and
-# state, bringing in 10,000 hosts at open took 1.1 s at 10M URLs, 0.25 s so.
+# A parked host's rows in a state (queued or deferred), not leased, counted when it becomes
+# active, for many hosts in one statement: the IN list walks the state's partial index
+# (urls_ready, urls_deferred) host by host, and a parked host has no leases, so each probe of
+# `leases` finds nothing. With a statement per host and state, bringing in 10,000 hosts at
+# open took 1.1 s at 10M URLs, 0.25 s so.
 _COUNT_HOSTS_SQL = {state: f"SELECT host, COUNT(*) FROM urls WHERE host IN ({{}}) AND state = {state} AND {NOT_LEASED}"
                     " GROUP BY host" for state in (QUEUED, DEFERRED)}
 URGENT_MAX = 10_000  # parked hosts remembered as given urgent work (a seed), unparked first

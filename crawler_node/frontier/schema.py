@@ -102,6 +102,12 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 -- Makes the oldest queued age a single index probe instead of a scan.
 CREATE INDEX IF NOT EXISTS urls_age ON urls(enqueued_at) WHERE state = 0;
+-- Load shedding defers the lowest priority first, newest first among equals
+-- (frontier.shedding): without this a step scanned every queued row through urls_age and
+-- sorted them, minutes at 10M queued with the frontier's thread held (no lease, no status).
+-- A new row's entry goes to the hot start of its priority's range; a file without it builds it
+-- once at open.
+CREATE INDEX IF NOT EXISTS urls_shed ON urls(priority, id DESC) WHERE state = 0;
 -- Deferred rows come back per host, highest priority first; only deferred rows pay for this.
 CREATE INDEX IF NOT EXISTS urls_deferred ON urls(host, priority DESC, id) WHERE state = 4;
 -- Failed rows (few), and the leased rows a file from before layout 8 may hold (none since, an

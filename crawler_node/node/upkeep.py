@@ -198,10 +198,13 @@ class Upkeep:
         if action.defer:
             # Seeds and submitted URLs (SEED_PRIORITY) are never deferred.
             per_host = await self._frontier.defer_lowest(action.defer, below_priority=SEED_PRIORITY)
+            # one warning when it starts; the steps that follow (core.shedding.DEFER_STEP_MAX) at debug
+            log.log(logging.DEBUG if self._shed_active_in_frontier else logging.WARNING,
+                    "load shedding: queue over %d for %.0f s; deferred %d lowest-priority URLs"
+                    " (on to %d queued, in steps)", policy.high_water, policy.after_s, sum(per_host.values()),
+                    policy.midpoint)
             self._shed_active_in_frontier = True
             self._hosts.deferred(per_host)
-            log.warning("load shedding: queue over %d for %.0f s; deferred %d lowest-priority URLs",
-                        policy.high_water, policy.after_s, sum(per_host.values()))
         if not action.active and self._shed_active_in_frontier:
             await self._frontier.stop_shedding()
             self._shed_active_in_frontier = False
