@@ -180,6 +180,21 @@ def test_shed_rows_of_parked_hosts_come_back_and_wait_their_turn(tmp_path: Path,
         assert {r.host: r.queued for r in frontier.unpark(100)} == {"h02.test": 2, "h03.test": 2}
 
 
+def test_a_restore_step_over_many_parked_hosts_gives_back_its_share_of_each(tmp_path: Path,
+                                                                            clock: FakeClock) -> None:
+    # A big crawl's deferred rows sit a few per parked host: a step that looked at 256 hosts
+    # gave back a fiftieth of what it was asked at 10M queued (frontier.shedding).
+    many = [f"p{n:04d}.test" for n in range(1500)]
+    with open_bounded(tmp_path, clock, resident=2) as frontier:
+        frontier.add([entry(host, n) for host in many for n in range(2)])
+        assert sum(frontier.shedding.defer_lowest(3000, below_priority=100).values()) == 3000
+        frontier.shedding.restore(2000)  # the 2 active hosts and 500 parked ones, a share of 4 each
+        totals = frontier.totals()
+        assert (totals["deferred"], totals["parked_queued"]) == (3000 - 4 - 1000, 1000)  # (256 hosts: 2484, 512)
+        frontier.shedding.restore(100_000)  # at most PARKED_RESTORE_HOSTS_MAX hosts: here, all
+        assert frontier.totals()["deferred"] == 0
+
+
 def test_a_parked_host_is_shown_and_dropped_from_disk(tmp_path: Path, clock: FakeClock) -> None:
     from crawler_node.frontier.control import FrontierControl
 

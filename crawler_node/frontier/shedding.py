@@ -33,7 +33,13 @@ WHERE id IN (SELECT id FROM urls WHERE host = ? AND state = 4 ORDER BY priority 
 """
 
 
-PARKED_RESTORE_HOSTS = 256  # parked hosts with deferred rows a restore looks at, at most
+# Parked hosts with deferred rows a restore step looks at: a quarter of the step's URLs, within
+# these bounds (an index seek and an UPDATE each). A parked host has few deferred rows, so with
+# 256 a step of 50,000 gave back ~1,100 (its share per host is all a host had): 9M rows deferred
+# at 10M queued would have taken hours to come back. With 4,096 a step gives back ~16,500 in
+# 0.28 s there (12,500 hosts: 28,300 in 1.45 s, too long a hold of the frontier's thread).
+PARKED_RESTORE_HOSTS = 256
+PARKED_RESTORE_HOSTS_MAX = 4096
 
 
 class Shedding:
@@ -89,7 +95,7 @@ class Shedding:
         hosts = [record.host for record in sorted(records.values(), key=lambda r: -r.deferred) if record.deferred]
         if core.hosts.parked_deferred:
             # Parked hosts' rows come back as parked queued work: it waits its turn on disk.
-            hosts += core.hosts.unpark_deferred(PARKED_RESTORE_HOSTS)
+            hosts += core.hosts.unpark_deferred(min(max(PARKED_RESTORE_HOSTS, n // 4), PARKED_RESTORE_HOSTS_MAX))
         if not hosts:
             return Counter()
         share = -(-n // len(hosts))
