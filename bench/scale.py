@@ -13,9 +13,10 @@ pages finished in store batches of STORE_BATCH (node/store_stage.py), each done 
 its page had (LINKS_PER_PAGE, NEW_PER_PAGE of them new). Reported per checkpoint: pages/s
 (leases finished per second of lease + apply time, the frontier's side only), lease-round and
 apply latency p50/p99, the process's RSS (as it is, and trimmed: the heap's free pages handed
-back as the node's upkeep does every 30 s while hosts leave memory), the SQLite files (main + WAL) per URL row, bytes
-written per URL, how long filling took, and how long the file takes to open again after the
-last checkpoint's rounds, as a node killed with a lease round out is started.
+back as the node's upkeep does every 30 s while hosts leave memory), the SQLite files (main +
+WAL) per URL row, bytes written per URL, how long filling took, and how long the file takes to
+open again after the last checkpoint's rounds, as a node killed with a lease round out is
+started.
 
     python bench/scale.py                       # 100k and 1M
     python bench/scale.py --max 10000000 --json # and 10M; writes bench/results/scale.json
@@ -424,7 +425,7 @@ def print_row(row: dict) -> None:
     reference = row["reference"]
     print(f"{'':>10} reference at {reference['queued']:,}: {reference['pages_per_s']:,.0f} pages/s, lease p50"
           f" {reference['lease_round_ms_p50']:.1f} ms, apply p50 {reference['apply_ms_p50']:.1f} ms,"
-          f" RSS {reference['rss_mb']:.1f} MB ({reference.get('rss_trimmed_mb', 0):.1f} trimmed),"
+          f" RSS {reference['rss_mb']:.1f} MB ({reference['rss_trimmed_mb']:.1f} trimmed),"
           f" CPU {reference['cpu_us_per_page']:.0f} µs/page,"
           f" GC {reference['gc_us_per_page']:.1f} µs/page; this RSS trimmed {row['rss_trimmed_mb']:.1f} MB", flush=True)
     for label, engine in (("", row.get("engine_mb")), ("reference ", reference.get("engine_mb"))):
