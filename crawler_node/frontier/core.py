@@ -57,6 +57,7 @@ class FrontierCore:
         self.recent = TwoGenerationSet(recent_urls)
         self._recent_pending: list[str] = []  # known once the transaction that saw them commits
         self._after_commit: list[Callable[[], None]] = []
+        self.on_commit: Callable[[], None] | None = None  # after every commit (checkpointer.Checkpoints)
         self._depth = 0  # nesting of transaction(): only the outermost one commits
         self._closed = False
 
@@ -103,6 +104,8 @@ class FrontierCore:
         self._recent_pending.clear()
 
     def _committed(self) -> None:
+        if self.on_commit is not None:
+            self.on_commit()
         self.hosts.committed()
         if self._recent_pending:
             self.recent.update(self._recent_pending)

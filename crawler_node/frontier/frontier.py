@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from crawler_node.frontier.checkpointer import Checkpoints
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.handoff import Handoff
 from crawler_node.frontier.intake import Intake
@@ -67,6 +68,7 @@ class Frontier:
         max_pages_per_host: int = 0,
         resident_hosts: int = 0,
         urgent_priority: int | None = None,
+        background_checkpoints_from: int | None = None,
     ) -> None:
         """Open (or create) the frontier at `path`, a database file or a data directory.
 
@@ -76,6 +78,9 @@ class Frontier:
         `resident_hosts`: hosts with work kept in memory at most (0: all); the others are
         parked on disk until `unpark` gives them their turn, the parked hosts given a URL of
         at least `urgent_priority` first (see hosts.HostRecords).
+        `background_checkpoints_from`: once the file is this many bytes, its WAL is copied into
+        it on a thread of its own (checkpointer.Checkpoints; the node's frontier does this from
+        checkpointer.FROM_BYTES); None: by the writer only, as SQLite does.
         """
         if lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
@@ -96,8 +101,15 @@ class Frontier:
         self._core.recover_leases()
         self._core.load_counts()
         self._core.hosts.unpark(resident_hosts)  # a bounded table starts with every host parked
+        self._checkpoints: Checkpoints | None = None
+        if background_checkpoints_from is not None:
+            self._checkpoints = Checkpoints(self._core.conn, path, background_checkpoints_from)
+            self._core.on_commit = self._checkpoints.committed
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._core.on_commit = None
+            self._checkpoints.close()
         self._core.close()
 
     def __enter__(self) -> Frontier:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram
+from crawler_node.frontier import checkpointer
 from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.outbox import OutboxRow
@@ -76,7 +77,7 @@ class FrontierService:
             self._frontier = await self._thread.call(
                 Frontier, self._path, lease_timeout_s=self._lease_timeout_s, clock=self._clock,
                 max_pages_per_host=self._max_pages_per_host, resident_hosts=self._resident_hosts,
-                urgent_priority=self._urgent_priority)
+                urgent_priority=self._urgent_priority, background_checkpoints_from=checkpointer.FROM_BYTES)
         except BaseException:
             self._thread.shutdown()
             self._thread = None
