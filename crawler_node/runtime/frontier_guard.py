@@ -1,7 +1,8 @@
 """A frontier that lost what it had committed is refused at start, not silently crawled empty.
 
-The frontier is SQLite in WAL mode, checkpointed every ~32 MB of WAL (frontier.schema): most
-of what a crawl has queued since the last checkpoint lives only in `frontier.sqlite3-wal`. A
+The frontier is SQLite in WAL mode, checkpointed every ~32 MB of WAL (frontier.schema; past
+256 MB of file, every ~0.5 s from a thread of its own: frontier.checkpointer): most of what a
+crawl has queued since the last checkpoint lives only in `frontier.sqlite3-wal`. A
 `-wal` file deleted or garbled (SQLite drops WAL frames whose checksums fail, silently), or a
 main file truncated to nothing, opened to an older or an empty frontier: the node started, exit
 0, no message, and the URLs it had queued were never fetched.
