@@ -107,9 +107,14 @@ class Checkpoints:
                 return
             if size < self._from_bytes:
                 return
-            page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
-            self._conn.execute(f"PRAGMA wal_autocheckpoint = {BACKGROUND_WAL_AUTOCHECKPOINT_BYTES // page_size}")
-            self.thread = CheckpointThread(self._path, self._interval_s)
+            try:
+                page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+                self._conn.execute(f"PRAGMA wal_autocheckpoint = {BACKGROUND_WAL_AUTOCHECKPOINT_BYTES // page_size}")
+                self.thread = CheckpointThread(self._path, self._interval_s)
+            except (sqlite3.Error, RuntimeError) as exc:  # the commit stands; the writer checkpoints as before
+                log.warning("frontier WAL checkpoints stay with the writer: %s", exc)
+                self._from_bytes = 2**63  # not tried again at every commit
+                return
             log.info("frontier file at %d MB: WAL checkpoints on a thread of their own", size // (1024 * 1024))
         self.thread.committed()
 

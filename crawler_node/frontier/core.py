@@ -104,8 +104,6 @@ class FrontierCore:
         self._recent_pending.clear()
 
     def _committed(self) -> None:
-        if self.on_commit is not None:
-            self.on_commit()
         self.hosts.committed()
         if self._recent_pending:
             self.recent.update(self._recent_pending)
@@ -113,6 +111,8 @@ class FrontierCore:
         actions, self._after_commit = self._after_commit, []
         for action in actions:
             action()
+        if self.on_commit is not None:
+            self.on_commit()
 
     def _roll_back(self) -> None:
         self._recent_pending.clear()
