@@ -11,7 +11,7 @@ behind it waited as long (2.4-2.9 s for a status read in `bench/node_scale.py`).
 
 So once the file passes `from_bytes`, a second connection copies the frames passively
 (`PRAGMA wal_checkpoint(PASSIVE)`: it never blocks the writer, nor waits for it), a pass at
-most every `interval_s` after a commit, and the writer's own threshold goes up to
+most every INTERVAL_S after a commit, and the writer's own threshold goes up to
 BACKGROUND_WAL_AUTOCHECKPOINT_BYTES: a pass can never finish a WAL that is always written to,
 so the writer's checkpoint stays as the one that lets the WAL start over, and then finds
 nearly every frame copied already. Below `from_bytes` nothing changes: passes that often would
@@ -47,9 +47,8 @@ BACKGROUND_WAL_AUTOCHECKPOINT_BYTES = 128 * 1024 * 1024
 class CheckpointThread:
     """The second connection's passes, on a thread of its own."""
 
-    def __init__(self, path: Path, interval_s: float) -> None:
+    def __init__(self, path: Path) -> None:
         self._path = path
-        self._interval_s = interval_s
         self._committed = threading.Event()  # frames to copy since the last pass
         self._stopping = threading.Event()
         self.passes = 0
@@ -78,7 +77,7 @@ class CheckpointThread:
                     self.passes += 1
                 except sqlite3.Error as exc:  # the writer's own checkpoint remains
                     log.warning("frontier checkpoint failed: %s", exc)
-                if self._stopping.wait(self._interval_s):
+                if self._stopping.wait(INTERVAL_S):
                     return
         finally:
             conn.close()
@@ -88,19 +87,20 @@ class Checkpoints:
     """Told of every commit on the frontier's thread (`committed`); starts the thread, and
     raises the writer's threshold on `conn`, once the file at `path` passes `from_bytes`."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, from_bytes: int, *,
-                 interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: Path, from_bytes: int) -> None:
         if from_bytes < 0:
             raise ValueError(f"from_bytes must be >= 0, got {from_bytes}")
         self._conn = conn
         self._path = path
         self._from_bytes = from_bytes
-        self._interval_s = interval_s
+        self._given_up = False  # the thread could not start: not tried again at every commit
         self.thread: CheckpointThread | None = None
         self.committed()  # a file already big starts with it
 
     def committed(self) -> None:
         if self.thread is None:
+            if self._given_up:
+                return
             try:
                 size = self._path.stat().st_size
             except OSError:
@@ -110,10 +110,10 @@ class Checkpoints:
             try:
                 page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
                 self._conn.execute(f"PRAGMA wal_autocheckpoint = {BACKGROUND_WAL_AUTOCHECKPOINT_BYTES // page_size}")
-                self.thread = CheckpointThread(self._path, self._interval_s)
+                self.thread = CheckpointThread(self._path)
             except (sqlite3.Error, RuntimeError) as exc:  # the commit stands; the writer checkpoints as before
                 log.warning("frontier WAL checkpoints stay with the writer: %s", exc)
-                self._from_bytes = 2**63  # not tried again at every commit
+                self._given_up = True
                 return
             log.info("frontier file at %d MB: WAL checkpoints on a thread of their own", size // (1024 * 1024))
         self.thread.committed()
