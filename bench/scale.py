@@ -16,7 +16,10 @@ apply latency p50/p99, the process's RSS (as it is, and trimmed: the heap's free
 back as the node's upkeep does every 30 s while hosts leave memory), the SQLite files (main +
 WAL) per URL row, bytes written per URL, how long filling took, and how long the file takes to
 open again after the last checkpoint's rounds, as a node killed with a lease round out is
-started.
+started. The frontier opens as the node's FrontierService opens it: once the file passes 256 MB
+its WAL checkpoints run on a thread of their own (frontier/checkpointer.py), whose time is in
+CPU µs/p but not in pages/s, the frontier thread's; `--writer-checkpoints` leaves them all to
+the writer's commits, as SQLite does.
 
     python bench/scale.py                       # 100k and 1M
     python bench/scale.py --max 10000000 --json # and 10M; writes bench/results/scale.json
@@ -70,6 +73,10 @@ _HOST_MULTIPLIER = 7919  # prime, so coprime with the host count: rank -> name i
 
 if "--child" in sys.argv:  # only the child needs the frontier: its tree is on PYTHONPATH
     from crawler_node.frontier.frontier import Frontier, FrontierBatch, Lease, UrlEntry
+    try:
+        from crawler_node.frontier.checkpointer import FROM_BYTES as BACKGROUND_CHECKPOINTS_FROM
+    except ImportError:  # a tree from before them: the writer checkpoints
+        BACKGROUND_CHECKPOINTS_FROM = None
     from crawler_node.runtime.gctune import tune_for_throughput
     from crawler_node.runtime.malloctune import keep_heap_for_reuse
     try:
@@ -243,25 +250,36 @@ def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
             "cpu_s": time.process_time() - cpu, "gc_s": gc_clock.seconds - in_gc}
 
 
-def reopen(frontier, path: Path, active_hosts: int) -> tuple:
+def open_frontier(path: Path, active_hosts: int, checkpoints_from: int | None):
+    """The frontier as the node's FrontierService opens it (frontier.service), in this tree."""
+    if checkpoints_from is not None:
+        return Frontier(path, resident_hosts=active_hosts, background_checkpoints_from=checkpoints_from)
+    try:
+        return Frontier(path, resident_hosts=active_hosts)
+    except TypeError:  # a tree from before parking
+        return Frontier(path)
+
+
+def reopen(frontier, path: Path, active_hosts: int, checkpoints_from: int | None) -> tuple:
     """A node killed with a lease round out, started again: the frontier dropped without its
     close, opened anew (its leases queued again, its counts and active hosts rebuilt from the
     file); how long the open and the first lease round then take."""
     frontier.lease_many([(record.host, LEASE_PER_HOST) for record in frontier.hosts_with_work()[:REFILL_HOSTS]])
     frontier._core.conn.close()  # the bench reaches into the core: a kill closes nothing
+    if getattr(frontier, "_checkpoints", None) is not None:  # ... and ends the checkpoint thread with it
+        frontier._checkpoints.close()
     started = time.perf_counter()
-    try:
-        frontier = Frontier(path, resident_hosts=active_hosts)
-    except TypeError:  # a tree from before parking
-        frontier = Frontier(path)
+    frontier = open_frontier(path, active_hosts, checkpoints_from)
     opened = time.perf_counter()
     frontier.lease_many([(record.host, LEASE_PER_HOST) for record in frontier.hosts_with_work()[:REFILL_HOSTS]])
     return frontier, {"open_s": opened - started, "first_lease_ms": (time.perf_counter() - opened) * 1e3}
 
 
-def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int, layout: str) -> None:
+def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int, layout: str,
+              writer_checkpoints: bool) -> None:
     """Answer the parent's commands, one JSON line each: `fill N` (to N queued), `rounds N`,
     `stats`."""
+    checkpoints_from = None if writer_checkpoints else BACKGROUND_CHECKPOINTS_FROM
     keep_heap_for_reuse()  # as in a node's process (crawler_node.daemon), which holds the frontier
     tune_for_throughput()
     gc_clock = GcClock()
@@ -273,10 +291,7 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
         path = frontier.path
         pragmas = []  # they were the prototype's settings
     else:
-        try:
-            frontier = Frontier(path, resident_hosts=active_hosts)
-        except TypeError:  # a tree from before parking: every host with work in memory
-            frontier = Frontier(path)
+        frontier = open_frontier(path, active_hosts, checkpoints_from)
     for pragma in pragmas:  # the bench reaches into the core only to try a setting before it is made
         frontier._core.conn.execute(f"PRAGMA {pragma}")
     web = Web(hosts)
@@ -296,7 +311,7 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
             if layout != "current":
                 answer = {"open_s": None, "first_lease_ms": None}
             else:
-                frontier, answer = reopen(frontier, path, active_hosts)
+                frontier, answer = reopen(frontier, path, active_hosts, checkpoints_from)
         else:
             totals = frontier.totals()
             main_db, wal = db_bytes(path)
@@ -322,12 +337,14 @@ class Child:
     """One frontier in a process of its own (its tree on PYTHONPATH), in a temporary directory."""
 
     def __init__(self, tree: Path, pragmas: list[str], hosts: int, tmp: Path, active_hosts: int,
-                 layout: str) -> None:
+                 layout: str, writer_checkpoints: bool) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="frontier-scale-", dir=tmp))
         command = [sys.executable, str(Path(__file__).resolve()), "--child", str(self.directory),
                    "--hosts", str(hosts), "--active-hosts", str(active_hosts), "--layout", layout]
         for pragma in pragmas:
             command += ["--pragma", pragma]
+        if writer_checkpoints:
+            command.append("--writer-checkpoints")
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                          cwd="/", env=dict(os.environ, PYTHONPATH=str(tree)))
 
@@ -368,17 +385,17 @@ def summary(blocks: list[dict]) -> dict:
 
 
 def measure(tree: Path, checkpoints: list[int], pragmas: list[str], hosts: int, rounds: int, blocks: int,
-            tmp: Path, active_hosts: int, layout: str) -> Iterator[dict]:
+            tmp: Path, active_hosts: int, layout: str, writer_checkpoints: bool) -> Iterator[dict]:
     """Fill one frontier checkpoint by checkpoint; at each, its rounds alternate block by block
     with those of a fresh frontier of the first checkpoint's size (the reference, side by side)."""
-    big = Child(tree, pragmas, hosts, tmp, active_hosts, layout)
+    big = Child(tree, pragmas, hosts, tmp, active_hosts, layout, writer_checkpoints)
     filled_s = 0.0
     try:
         for checkpoint in checkpoints:
             fill = big.ask(f"fill {checkpoint}")
             filled_s += fill["fill_s"]
             before = big.ask("stats")
-            reference = Child(tree, pragmas, hosts, tmp, active_hosts, layout)
+            reference = Child(tree, pragmas, hosts, tmp, active_hosts, layout, writer_checkpoints)
             try:
                 reference.ask(f"fill {checkpoints[0]}")
                 reference_before = reference.ask("stats")
@@ -459,13 +476,16 @@ def main() -> None:
                         help="hosts with work kept in memory, the rest parked (0: all, as before parking)")
     parser.add_argument("--layout", choices=["current", "clustered", "lsm"], default="current",
                         help="the frontier (current), or a prototype of another layout (bench/frontier_layouts.py)")
+    parser.add_argument("--writer-checkpoints", action="store_true",
+                        help="leave every WAL checkpoint to the writer's commits, as SQLite does; by default a"
+                             " big file's run on a thread of their own as in the node (frontier/checkpointer.py)")
     parser.add_argument("--other-tree", type=Path, help="run another checkout's frontier the same way after")
     parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--json", action="store_true", help=f"write {RESULTS_PATH.relative_to(TREE)}")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run_child(args.child, args.pragma, args.hosts, args.active_hosts, args.layout)
+        run_child(args.child, args.pragma, args.hosts, args.active_hosts, args.layout, args.writer_checkpoints)
         return
     checkpoints = [size for size in CHECKPOINTS if size <= args.max] or [args.max]
     trees = {"this": TREE}
@@ -473,13 +493,13 @@ def main() -> None:
         trees[f"other ({args.other_tree})"] = args.other_tree.resolve()
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs;"
           f" pragmas: {args.pragma or 'none'}; {args.hosts:,} hosts; active hosts {args.active_hosts or 'all'};"
-          f" layout {args.layout}")
+          f" layout {args.layout}; WAL checkpoints {'by the writer' if args.writer_checkpoints else 'as the node'}")
     runs: dict[str, list[dict]] = {}
     for name, tree in trees.items():
         print(f"{name}:\n{HEADER}", flush=True)
         runs[name] = []
         for row in measure(tree, checkpoints, args.pragma, args.hosts, args.rounds, args.blocks, args.tmp,
-                           args.active_hosts, args.layout):
+                           args.active_hosts, args.layout, args.writer_checkpoints):
             row["load_average"] = os.getloadavg()[0]
             runs[name].append(row)
             print_row(row)
