@@ -16,7 +16,8 @@ from conftest import wait_until
 from frontier_helpers import entry
 
 from crawler_node.frontier import FRONTIER_FILENAME, Frontier
-from crawler_node.frontier.checkpointer import BACKGROUND_WAL_AUTOCHECKPOINT_BYTES
+from crawler_node.frontier.checkpointer import BACKGROUND_JOURNAL_SIZE_LIMIT_BYTES, BACKGROUND_WAL_AUTOCHECKPOINT_BYTES
+from crawler_node.frontier.schema import JOURNAL_SIZE_LIMIT_BYTES
 
 
 def rows_in_main_file(db: Path, scratch: Path) -> int:
@@ -95,6 +96,7 @@ def test_the_thread_starts_once_the_file_passes_its_size_and_raises_the_writers_
         assert frontier.path.stat().st_size < threshold
         assert not checkpoint_threads(), "a small file keeps SQLite's own checkpoints"
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 64
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == JOURNAL_SIZE_LIMIT_BYTES
         for batch in range(100):
             if frontier.path.stat().st_size >= threshold:
                 break
@@ -104,6 +106,7 @@ def test_the_thread_starts_once_the_file_passes_its_size_and_raises_the_writers_
         assert len(checkpoint_threads()) == 1
         pages = BACKGROUND_WAL_AUTOCHECKPOINT_BYTES // conn.execute("PRAGMA page_size").fetchone()[0]
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == pages
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == BACKGROUND_JOURNAL_SIZE_LIMIT_BYTES
         frontier.add([entry("later.test", 0)])
         assert len(checkpoint_threads()) == 1, "started once"
 

@@ -12,7 +12,8 @@ behind it waited as long (2.4-2.9 s for a status read in `bench/node_scale.py`).
 So once the file passes `from_bytes`, a second connection copies the frames passively
 (`PRAGMA wal_checkpoint(PASSIVE)`: it never blocks the writer, nor waits for it), a pass at
 most every INTERVAL_S after a commit, syncing the database file after each, and the writer's
-own threshold goes up to BACKGROUND_WAL_AUTOCHECKPOINT_BYTES. A pass that ends between two
+own threshold goes up to BACKGROUND_WAL_AUTOCHECKPOINT_BYTES (and the WAL file's size limit
+with it). A pass that ends between two
 commits lets the next one start the WAL over; under a writer that is never idle none does, and
 the writer's checkpoint is the one that lets the WAL start over: it then finds nearly every
 frame copied and synced already. Below `from_bytes` nothing changes: passes that often would
@@ -48,6 +49,11 @@ INTERVAL_S = 0.1
 # The writer's own threshold once passes run: above what passes leave behind, so it seldom
 # has frames left to copy when it runs.
 BACKGROUND_WAL_AUTOCHECKPOINT_BYTES = 128 * 1024 * 1024
+# ... and the size the WAL file is cut back to when it starts over (schema.JOURNAL_SIZE_LIMIT_BYTES,
+# 64 MB, otherwise): the first commit after each start paid an ftruncate of the 64 MB above it
+# (strace: 80 ms), and a lease round was often that commit (bench/scale.py's rounds at 10M: lease
+# round p99 59-76 ms with 64 MB, 8.6-10.5 ms with this; store batches alike).
+BACKGROUND_JOURNAL_SIZE_LIMIT_BYTES = 2 * BACKGROUND_WAL_AUTOCHECKPOINT_BYTES
 
 
 class CheckpointThread:
@@ -131,6 +137,7 @@ class Checkpoints:
             try:
                 page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
                 self._conn.execute(f"PRAGMA wal_autocheckpoint = {BACKGROUND_WAL_AUTOCHECKPOINT_BYTES // page_size}")
+                self._conn.execute(f"PRAGMA journal_size_limit = {BACKGROUND_JOURNAL_SIZE_LIMIT_BYTES}")
                 self.thread = CheckpointThread(self._path)
             except (sqlite3.Error, RuntimeError) as exc:  # the commit stands; the writer checkpoints as before
                 log.warning("frontier WAL checkpoints stay with the writer: %s", exc)
