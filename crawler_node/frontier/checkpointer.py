@@ -13,13 +13,12 @@ So once the file passes `from_bytes`, a second connection copies the frames pass
 (`PRAGMA wal_checkpoint(PASSIVE)`: it never blocks the writer, nor waits for it), a pass at
 most every INTERVAL_S after a commit, syncing the database file after each, and the writer's
 own threshold goes up to BACKGROUND_WAL_AUTOCHECKPOINT_BYTES (and the WAL file's size limit
-with it). A pass that ends between two
-commits lets the next one start the WAL over; under a writer that is never idle none does, and
-the writer's checkpoint is the one that lets the WAL start over: it then finds nearly every
-frame copied and synced already. Below `from_bytes` nothing changes: passes that often would
-copy a small file's hot pages more often than the writer does (pages/s x0.96 on
-`bench/throughput.py`'s 20k-URL crawl in two runs of 4 rounds with the thread always on; x0.997
-in 6 rounds with it off there, as it is).
+with it). A pass that ends between two commits lets the next one start the WAL over; under a
+writer that is never idle none does, and the writer's checkpoint is the one that lets the WAL
+start over: it then finds nearly every frame copied and synced already. Below `from_bytes`
+nothing changes: passes that often would copy a small file's hot pages more often than the
+writer does (pages/s x0.96 on `bench/throughput.py`'s 20k-URL crawl in two runs of 4 rounds
+with the thread always on; x0.997 in 6 rounds with it off there, as it is).
 
 Durability is the same: a checkpoint only moves committed pages into the database file, and
 the thread's fdatasync only writes them to disk sooner.
@@ -63,7 +62,6 @@ class CheckpointThread:
         self._path = path
         self._committed = threading.Event()  # frames to copy since the last pass
         self._stopping = threading.Event()
-        self.passes = 0
         self._thread = threading.Thread(target=self._run, name="frontier-checkpoint", daemon=True)
         self._thread.start()
 
@@ -105,7 +103,6 @@ class CheckpointThread:
         thread always busy). Synced here they are not the writer's to wait for; when SQLite
         synced already, this one finds nothing to write."""
         busy, _, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        self.passes += 1
         if not busy and copied > 0:
             os.fdatasync(database)
 

@@ -1,7 +1,7 @@
 """A frontier that lost what it had committed is refused at start, not silently crawled empty.
 
 The frontier is SQLite in WAL mode, checkpointed every ~32 MB of WAL (frontier.schema; past
-256 MB of file, every ~0.5 s from a thread of its own: frontier.checkpointer): most of what a
+256 MB of file, every ~0.1 s from a thread of its own: frontier.checkpointer): most of what a
 crawl has queued since the last checkpoint lives only in `frontier.sqlite3-wal`. A
 `-wal` file deleted or garbled (SQLite drops WAL frames whose checksums fail, silently), or a
 main file truncated to nothing, opened to an older or an empty frontier: the node started, exit
