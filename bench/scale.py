@@ -67,6 +67,7 @@ FETCHED_RING = 4096  # the pages leased lately that pages link to again (old row
 ROUNDS = 80
 ACTIVE_HOSTS = 10_000  # the node's default --active-hosts: hosts with work in memory, the rest parked
 UNPARK_BATCH = 1000  # node/upkeep.py: parked hosts made active per round, at most
+SLOWEST_SHOWN = 3  # lease rounds per checkpoint printed with what they met
 BLOCKS = 10  # the rounds alternate with the reference's in this many blocks
 FILL_WINDOW = 100_000  # URLs per window of the fill's timing, to see it slow down
 _HOST_MULTIPLIER = 7919  # prime, so coprime with the host count: rank -> name is a permutation
@@ -228,15 +229,21 @@ def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
     unpark = getattr(frontier, "unpark", None)  # a tree from before parking has none
     lease_s: list[float] = []
     apply_s: list[float] = []
+    rounds_seen: list[dict] = []  # what each lease round met, to tell its slow ones apart
     leased = 0
     wrote, cpu, in_gc = written_bytes(), time.process_time(), gc_clock.seconds
-    for _ in range(rounds):
+    for index in range(rounds):
+        wal_before, in_gc_before = wal_mb(frontier), gc_clock.seconds
         started = time.perf_counter()
         if unpark is not None:
             rotation.extend(record.host for record in unpark(UNPARK_BATCH))
+        unparked = time.perf_counter()
         wanted = [rotation.popleft() for _ in range(min(REFILL_HOSTS, len(rotation)))]
         results = frontier.lease_many([(host, LEASE_PER_HOST) for host in wanted])
         lease_s.append(time.perf_counter() - started)
+        rounds_seen.append({"ms": lease_s[-1] * 1e3, "round": index, "unpark_ms": (unparked - started) * 1e3,
+                            "gc_ms": (gc_clock.seconds - in_gc_before) * 1e3,
+                            "wal_mb": [wal_before, wal_mb(frontier)]})
         rotation.extend(host for host, (got, ready_at) in zip(wanted, results, strict=True) if got or ready_at)
         leases = [lease for got, _ in results for lease in got]
         leased += len(leases)
@@ -247,7 +254,17 @@ def lease_rounds(frontier, web: Web, rounds: int, gc_clock: GcClock) -> dict:
             frontier.apply(FrontierBatch(done=[lease.id for lease in pages], add=add))
             apply_s.append(time.perf_counter() - started)
     return {"pages": leased, "lease_s": lease_s, "apply_s": apply_s, "written": written_bytes() - wrote,
+            "slowest_rounds": sorted(rounds_seen, key=lambda seen: -seen["ms"])[:SLOWEST_SHOWN],
             "cpu_s": time.process_time() - cpu, "gc_s": gc_clock.seconds - in_gc}
+
+
+def wal_mb(frontier) -> float:
+    """The frontier's WAL file as it is (a prototype layout has none)."""
+    path = getattr(frontier, "path", None)
+    try:
+        return os.stat(f"{path}-wal").st_size / 1e6 if path is not None else 0.0
+    except OSError:
+        return 0.0
 
 
 def open_frontier(path: Path, active_hosts: int, checkpoints_from: int | None):
@@ -381,6 +398,9 @@ def summary(blocks: list[dict]) -> dict:
         # CPU of the whole process (SQLite included) per page: less moved by other jobs than pages/s
         "cpu_us_per_page": sum(block["cpu_s"] for block in blocks) / pages * 1e6,
         "gc_us_per_page": sum(block["gc_s"] for block in blocks) / pages * 1e6,
+        "slowest_rounds": sorted((dict(seen, block=number) for number, block in enumerate(blocks)
+                                  for seen in block.get("slowest_rounds", [])),
+                                 key=lambda seen: -seen["ms"])[:SLOWEST_SHOWN],
     }
 
 
@@ -445,6 +465,11 @@ def print_row(row: dict) -> None:
           f" RSS {reference['rss_mb']:.1f} MB ({reference['rss_trimmed_mb']:.1f} trimmed),"
           f" CPU {reference['cpu_us_per_page']:.0f} µs/page,"
           f" GC {reference['gc_us_per_page']:.1f} µs/page; this RSS trimmed {row['rss_trimmed_mb']:.1f} MB", flush=True)
+    for label, slowest in (("", row["slowest_rounds"]), ("reference's ", reference["slowest_rounds"])):
+        print(f"{'':>10} {label}slowest lease rounds: " + "; ".join(
+            f"{seen['ms']:.0f} ms (block {seen['block']} round {seen['round']}, unpark {seen['unpark_ms']:.0f} ms,"
+            f" GC {seen['gc_ms']:.0f} ms, WAL {seen['wal_mb'][0]:.0f} -> {seen['wal_mb'][1]:.0f} MB)"
+            for seen in slowest), flush=True)
     for label, engine in (("", row.get("engine_mb")), ("reference ", reference.get("engine_mb"))):
         if engine:  # a prototype's store (--layout lsm): where its memory is
             print(f"{'':>10} {label}engine MB: " + ", ".join(f"{name} {mb:.1f}" for name, mb in engine.items()),
