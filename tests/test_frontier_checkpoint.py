@@ -5,7 +5,6 @@ ends with the frontier."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
 import threading
@@ -52,22 +51,6 @@ def test_a_commit_reaches_the_database_file_without_waiting_for_the_wal_to_fill(
         else:
             # The writer's own checkpoint waits for ~32 MB of WAL: the file alone holds none of them.
             assert rows_in_main_file(db, scratch) in (-1, 0)
-
-
-def test_a_pass_syncs_the_database_file_it_copied_into(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SQLite syncs the file only in a checkpoint that leaves no frame behind; a pass syncs it
-    itself, so that the writer's own checkpoint does not wait for what passes copied."""
-    synced: list[str] = []
-    sync = os.fdatasync
-
-    def recording_fdatasync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        sync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
-    with Frontier(tmp_path / FRONTIER_FILENAME, background_checkpoints_from=0) as frontier:
-        frontier.add([entry(f"h{n % 7}.test", n) for n in range(500)])
-        wait_until(lambda: str(frontier.path.resolve()) in synced, 10, "the database file synced by a pass")
 
 
 def test_the_wal_starts_over_while_commits_keep_coming(tmp_path: Path) -> None:

@@ -11,23 +11,24 @@ behind it waited as long (2.4-2.9 s for a status read in `bench/node_scale.py`).
 
 So once the file passes `from_bytes`, a second connection copies the frames passively
 (`PRAGMA wal_checkpoint(PASSIVE)`: it never blocks the writer, nor waits for it), a pass at
-most every INTERVAL_S after a commit, syncing the database file after each, and the writer's
-own threshold goes up to BACKGROUND_WAL_AUTOCHECKPOINT_BYTES (and the WAL file's size limit
-with it). A pass that ends between two commits lets the next one start the WAL over; under a
-writer that is never idle none does, and the writer's checkpoint is the one that lets the WAL
-start over: it then finds nearly every frame copied and synced already. Below `from_bytes`
+most every INTERVAL_S after a commit, and the writer's own threshold goes up to
+BACKGROUND_WAL_AUTOCHECKPOINT_BYTES (and the WAL file's size limit with it). A pass that ends
+between two commits lets the next one start the WAL over, SQLite having synced the file in it;
+under a writer that is never idle none does, and the writer's checkpoint is the one that lets
+the WAL start over: it then finds nearly every frame copied, and syncs them. Below `from_bytes`
 nothing changes: passes that often would copy a small file's hot pages more often than the
 writer does (pages/s x0.96 on `bench/throughput.py`'s 20k-URL crawl in two runs of 4 rounds
 with the thread always on; x0.997 in 6 rounds with it off there, as it is).
 
-Durability is the same: a checkpoint only moves committed pages into the database file, and
-the thread's fdatasync only writes them to disk sooner.
+A pass leaves the sync to SQLite (see CheckpointThread._pass for what syncing after each
+pass cost).
+
+Durability is the same: a checkpoint only moves committed pages into the database file.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -40,10 +41,10 @@ log = logging.getLogger(__name__)
 # hosts); the slowest status read 0.09-0.24 s against 2-3 s.
 FROM_BYTES = 256 * 1024 * 1024
 # A pass at most this often while commits keep coming. What a pass leaves is the writer's to
-# copy and sync when its own checkpoint comes: bench/scale.py's rounds at 10M (the frontier's
-# thread always busy, ~160 MB of WAL a second) waited 0.35-0.40 s in it at 0.1 s with passes
-# synced, 0.68-0.71 s unsynced, 0.65-0.96 s at 0.5 s (p99 of 200 store batches). In the node at
-# 10M a crawl writes ~40 MB a second, and 0.1 or 0.5 s measured alike (bench/node_scale.py).
+# copy when its own checkpoint comes: bench/scale.py's rounds at 10M with the frontier's thread
+# always busy (~160 MB of WAL a second) waited 0.68-0.71 s in it at 0.1 s, 0.65-0.96 s at
+# 0.5 s (p99 of 200 store batches). In the node at 10M a crawl writes ~40 MB a second, and 0.1
+# or 0.5 s measured alike (bench/node_scale.py).
 INTERVAL_S = 0.1
 # The writer's own threshold once passes run: above what passes leave behind, so it seldom
 # has frames left to copy when it runs.
@@ -76,7 +77,6 @@ class CheckpointThread:
 
     def _run(self) -> None:
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
-        database = os.open(self._path, os.O_RDONLY)  # to sync what a pass copied (below)
         try:
             while True:
                 self._committed.wait()
@@ -84,27 +84,29 @@ class CheckpointThread:
                     return
                 self._committed.clear()
                 try:
-                    self._pass(conn, database)
-                except (sqlite3.Error, OSError) as exc:  # the writer's own checkpoint remains
+                    self._pass(conn)
+                except sqlite3.Error as exc:  # the writer's own checkpoint remains
                     log.warning("frontier checkpoint failed: %s", exc)
                 if self._stopping.wait(INTERVAL_S):
                     return
         finally:
-            os.close(database)
             conn.close()
 
-    def _pass(self, conn: sqlite3.Connection, database: int) -> None:
-        """Copy the WAL's frames into the database file, and sync the file.
+    @staticmethod
+    def _pass(conn: sqlite3.Connection) -> None:
+        """Copy the WAL's frames into the database file; SQLite syncs the file when the pass
+        leaves no frame behind.
 
-        SQLite syncs the database file only in a checkpoint that leaves no frame behind, and
-        while the writer keeps committing a pass seldom does: the pages passes copied stayed
-        unsynced until the writer's own checkpoint at 128 MB, whose fdatasync of them then took
-        0.4-0.7 s of the frontier's thread (strace of bench/scale.py's rounds at 10M, the
-        thread always busy). Synced here they are not the writer's to wait for; when SQLite
-        synced already, this one finds nothing to write."""
-        busy, _, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        if not busy and copied > 0:
-            os.fdatasync(database)
+        Not synced here after every pass, as it was for a day: under a writer never idle the
+        writer's own checkpoint then had less to sync (store batch p99 0.53-0.61 s against
+        0.77-1.12 s, pages/s alike), but in the rounds of bench/scale.py, where the frontier's
+        thread rests between blocks as a node's does between commits, it cost pages/s x0.70-0.88
+        and a lease round's p99 89-140 ms against 17-26 (3 paired runs on a copy of a 10M file).
+        The sync writes back the pages the pass just copied, which are the pages the writer
+        reads next, and the writer's reads waited on them (perf: `pread64` in
+        `folio_wait_bit_common` while the pass's `fdatasync` was throttled by the block layer's
+        writeback throttling)."""
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
 
 class Checkpoints:
