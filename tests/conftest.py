@@ -13,6 +13,14 @@ from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools.node_process import NodeProcess
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files with a slow test first: the two workers (pyproject's addopts, a file to a
+    worker) then start the long ones while other files are left to share, instead of one
+    worker finishing alone with test_memory_hosts.py's ~5 minutes. Otherwise in file order."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort
+
+
 @pytest.fixture
 def start_testweb(tmp_path: Path):
     started: list[TestwebProcess] = []

@@ -10,7 +10,7 @@ leaves in memory has to be (nearly) nothing; its durable part stays on disk.
 testweb answers with `Connection: close` here, so the node's sockets stay out of the measure
 (the node bounds its idle ones by --keepalive-hosts: tests/test_idle_connections.py).
 
-Run with `pytest -s -m slow tests/test_memory_hosts.py` to see the numbers.
+Run with `pytest -n 0 -s -m slow tests/test_memory_hosts.py` to see the numbers.
 """
 
 from __future__ import annotations
