@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -11,10 +12,11 @@ import msgpack
 import pytest
 
 
-def post(node, body: bytes, content_type: str = "application/json", headers: dict | None = None):
+def post(node, body: bytes, content_type: str = "application/json", headers: dict | None = None,
+         path: str = "/v1/urls"):
     conn = http.client.HTTPConnection(node.host, node.port, timeout=30)
     try:
-        conn.putrequest("POST", "/v1/urls")
+        conn.putrequest("POST", path)
         conn.putheader("Content-Type", content_type)
         conn.putheader("Content-Length", str(len(body)))
         for key, value in (headers or {}).items():
@@ -115,15 +117,59 @@ def test_a_batch_addressed_to_another_member_gets_421_and_nothing_is_queued(node
     told so, and nothing it sent is taken; the same batch addressed to this node is."""
     batch = json.dumps({"urls": ["http://misdirected.test/only-for-b"]}).encode()
 
-    def known() -> int:  # every URL the frontier holds, whatever became of it since
-        frontier = node.status()["frontier"]
-        return sum(frontier[state] for state in ("queued", "leased", "done", "failed", "deferred"))
-
-    queued = known()
+    queued = known(node)
     status, _, body = post(node, batch, headers={"X-Crawler-To": "b"})
     assert status == 421 and json.loads(body)["error"] == "misdirected"
     assert json.loads(body)["node_id"] == "api-node"
-    assert known() == queued
+    assert known(node) == queued
     status, _, body = post(node, batch, headers={"X-Crawler-To": "api-node"})
     assert status == 202 and json.loads(body)["accepted"] == 1
-    assert known() == queued + 1
+    assert known(node) == queued + 1
+
+
+def test_a_gzip_body_is_taken_as_its_content(node):
+    """Members send their batches gzip'd (cluster.outbox); any client may."""
+    packed = msgpack.packb({"urls": [{"url": f"http://gz.test/{i}", "depth": 1, "via": "http://gz.test/"}
+                                     for i in range(50)]})
+    body = gzip.compress(packed)
+    assert len(body) < len(packed) / 3
+    held = known(node)
+    status, _, answer = post(node, body, "application/msgpack", {"Content-Encoding": "gzip"})
+    assert status == 202 and json.loads(answer)["accepted"] == 50
+    assert known(node) == held + 50
+
+
+@pytest.mark.parametrize(
+    "body, encoding, status, expected_reason",
+    [
+        (b"this is not gzip", "gzip", 400, "bad_body"),
+        (b"x\x9c this is not deflate", "deflate", 400, "bad_body"),
+        (b'{"urls": ["http://a.test/br"]}', "br", 415, "unsupported_encoding"),
+        (b'{"urls": ["http://a.test/compress"]}', "compress", 415, "unsupported_encoding"),
+        (gzip.compress(b'{"urls": ["http://a.test/twice"]}'), "gzip, gzip", 415, "unsupported_encoding"),
+        # 40 KB that decode to 40 MB: stopped at the body limit, not decoded whole
+        (gzip.compress(b"[" * (40 * 1024 * 1024)), "gzip", 413, "too_large"),
+    ],
+)
+def test_bodies_in_a_bad_or_unknown_coding_get_a_4xx_with_a_reason(node, body, encoding, status, expected_reason):
+    before = node.status()["counters"]["submitted"]
+    got_status, headers, got_body = post(node, body, "application/json", {"Content-Encoding": encoding})
+    assert got_status == status and reason(got_body) == expected_reason
+    if status == 415:
+        assert headers["Accept-Encoding"] == "gzip, deflate"
+    assert node.status()["counters"]["submitted"] == before
+
+
+def test_a_control_body_that_does_not_decode_is_400_and_changes_nothing(node):
+    for encoding in ("gzip", "br"):
+        status, _, answer = post(node, b"not a body", "application/json", {"Content-Encoding": encoding},
+                                 path="/v1/control/pause")
+        assert status == 400 and "content-encoding" in json.loads(answer)["message"], answer
+    assert node.status()["paused"] is False
+
+
+
+def known(node) -> int:
+    """Every URL the frontier holds, whatever became of it since."""
+    frontier = node.status()["frontier"]
+    return sum(frontier[state] for state in ("queued", "leased", "done", "failed", "deferred"))

@@ -160,6 +160,8 @@ async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) ->
                 raw += chunk
     except TimeoutError as exc:
         raise SlowBody() from exc
+    except web.RequestPayloadError as exc:  # gzip that is not gzip, a coding aiohttp lacks ("br")
+        raise BadQuery(f"body could not be read: {str(exc).strip()[:200]}") from exc
     if len(raw) > limit:
         raise BadQuery(f"body over {limit} bytes")
     if not raw.strip():

@@ -22,25 +22,33 @@ MAX_VIA_LENGTH = 8192  # characters of an item's "via", the page its URL was fou
 _MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "max_ext_len": 0,
                    "max_array_len": MAX_URLS_PER_REQUEST, "max_map_len": 16}
 MSGPACK = "application/msgpack"
+# The content codings a body may come in, which aiohttp decodes before a handler reads it (a
+# member's batches come gzip'd: cluster.outbox). Any other would reach the decoders as it is
+# (aiohttp passes a coding it does not know through, and fails inside the read on "br").
+BODY_CODINGS = ("gzip", "deflate")
+_IDENTITY = frozenset({"", "identity", *BODY_CODINGS})
 NODE_KEY = web.AppKey("node", Node)
 READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)  # for a body, once its headers are in
 
 
-def error(status: int, reason: str, message: str, **extra: Any) -> web.Response:
+def error(status: int, reason: str, message: str, *, headers: dict[str, str] | None = None,
+          **extra: Any) -> web.Response:
     body = {"error": reason, "message": message, **extra}
-    return web.json_response(body, status=status)
+    return web.json_response(body, status=status, headers=headers)
 
 
 class BadRequest(Exception):
-    def __init__(self, reason: str, message: str, *, status: int = 400, **extra: Any) -> None:
+    def __init__(self, reason: str, message: str, *, status: int = 400, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
         self.status = status
+        self.headers = headers
         self.extra = extra
 
     def response(self) -> web.Response:
-        return error(self.status, self.reason, self.message, **self.extra)
+        return error(self.status, self.reason, self.message, headers=self.headers, **self.extra)
 
 
 def authorised(request: web.Request, secret: str | None) -> bool:
@@ -69,7 +77,14 @@ def decode_body(body: bytes, content_type: str) -> Any:
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The body, read within the API's read timeout (a client dripping it slowly holds a
-    connection and a handler); BadRequest when it is too large or too slow."""
+    connection and a handler); BadRequest when it is too large (decoded: a gzip bomb stops at
+    `limit`), too slow, or in a content coding that is not one of BODY_CODINGS or does not
+    decode."""
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in _IDENTITY:
+        raise BadRequest("unsupported_encoding", f"Content-Encoding {coding[:40]!r} is not supported: "
+                         f"send the body as it is, or in {' or '.join(BODY_CODINGS)}", status=415,
+                         headers={"Accept-Encoding": ", ".join(BODY_CODINGS)})
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest("too_large", f"body of {request.content_length} bytes exceeds {limit}", status=413)
     try:
@@ -79,6 +94,8 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         raise BadRequest("too_large", f"body exceeds {limit} bytes", status=413) from exc
     except TimeoutError as exc:
         raise BadRequest("too_slow", "the body did not arrive within the read timeout", status=408) from exc
+    except web.RequestPayloadError as exc:  # a gzip body that is not gzip, a broken chunked body
+        raise BadRequest("bad_body", f"the body could not be read: {str(exc).strip()[:200]}") from exc
     if len(body) > limit:
         raise BadRequest("too_large", f"body of {len(body)} bytes exceeds {limit}", status=413)
     return body

@@ -5,7 +5,7 @@ here), and what schemathesis fuzzes a live node with in the tests (tests/test_ap
 describes what a node can answer, not what a well-behaved client meets: every operation lists
 the 503 a node past its connection bound gives (api.listener) and the 421 a member's request meant
 for another member gets (api.app.misdirected_is_421), every route that reads a body
-its 408 (body too slow), and /v1/urls, /v1/join and /v1/leave their 413 (a crawl-control body
+its 408 (body too slow), and /v1/urls, /v1/join and /v1/leave their 413 and 415 (a crawl-control body
 over its limit is a 400, as api.control answers it). aiohttp answers ``HEAD`` on every ``GET``
 route; those operations are listed too, because the token check covers them as well.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from crawler_node.api import catch_up, control
-from crawler_node.api.http import MAX_BODY_BYTES, MAX_URLS_PER_REQUEST, MAX_VIA_LENGTH
+from crawler_node.api.http import BODY_CODINGS, MAX_BODY_BYTES, MAX_URLS_PER_REQUEST, MAX_VIA_LENGTH
 from crawler_node.api.members import MAX_MEMBER_BODY_BYTES
 from crawler_node.cluster.membership import MAX_ID_CHARS, MAX_URL_CHARS
 from crawler_node.core.urls import MAX_URL_LENGTH
@@ -84,7 +84,11 @@ _ALWAYS = {
 _PROTECTED = {"401": _error("the cluster token is missing or wrong (only where the node has one: --secret)")}
 _MEMBERS_ONLY = {"403": _error("not_clustered: this node runs alone (no --peer, no --peer-dns)")}
 _BODY_READ = {"408": _error("too_slow: the body did not arrive within --api-read-timeout-s"),
-              "413": _error("too_large: the body is over the route's limit")}
+              "413": _error("too_large: the body is over the route's limit (as decoded, for a gzip body)"),
+              "415": _answer(f"unsupported_encoding: a Content-Encoding other than {' or '.join(BODY_CODINGS)}",
+                             _ref("Error"), headers={"Accept-Encoding": {
+                                 "description": "the content codings a body may come in",
+                                 "schema": {"type": "string"}}})}
 _SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}, {"clusterToken": []}]
 
 
