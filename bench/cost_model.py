@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,11 @@ class Params:
     # all of them for each progress line, and an idle member every 5 s.) A status lists every member.
     status_fixed: float = 4_360.0  # request and answer on the wire, less the member list
     status_per_member: float = 180.0  # (5,031 - 4,674) / 2: the exchange with 5 members and with 3
+    # A batch's body is gzip'd from gzip_from_bytes of msgpack (cluster.outbox.gzipped): gzip'd
+    # bytes per msgpack byte at a batch's rows, (rows, ratio) points measured on real rows
+    # (gzip_curve); between them, by log(rows). Empty: bodies as they are (an upper bound).
+    gzip_curve: tuple[tuple[float, float], ...] = ()
+    gzip_from_bytes: float = 128.0  # cluster.outbox.GZIP_FROM_BYTES
 
     def share_owned(self) -> float:
         return 1.0 / self.nodes if self.own_share is None else self.own_share
@@ -130,14 +136,39 @@ def politeness_per_page(p: Params) -> float:
     return min(1.0, hosts_per_link / fetched_rows) if fetched_rows else 0.0
 
 
-def wire_bytes(payload: float, rows: float, p: Params) -> float:
-    """Bytes on the wire for ``rows`` rows of ``payload`` msgpack bytes in all, sent in batches
-    of rows_per_batch: each batch's fixed HTTP part, and TCP/IP headers on every segment and on
-    an ACK for every second one."""
+def gzip_ratio(p: Params, rows: float) -> float:
+    """gzip'd bytes per msgpack byte of a batch of ``rows`` rows (p.gzip_curve; 1.0 without)."""
+    curve = sorted(p.gzip_curve)
+    if not curve:
+        return 1.0
+    if rows <= curve[0][0]:
+        return curve[0][1]
+    for (r0, g0), (r1, g1) in zip(curve, curve[1:], strict=False):
+        if rows <= r1:
+            return g0 + (g1 - g0) * (math.log(rows) - math.log(r0)) / (math.log(r1) - math.log(r0))
+    return curve[-1][1]
+
+
+def body_bytes(payload: float, rows: float, p: Params) -> float:
+    """What ``rows`` rows of ``payload`` msgpack bytes in all weigh as batch bodies: gzip'd
+    where a batch's msgpack reaches gzip_from_bytes (cluster.outbox.gzipped)."""
     if rows <= 0:
         return 0.0
-    segments = payload / MSS
-    return payload + 1.5 * segments * PACKET_OVERHEAD + (rows / rows_per_batch(p)) * p.post_fixed
+    per_batch = rows_per_batch(p)
+    if payload / rows * per_batch < p.gzip_from_bytes:
+        return payload
+    return payload * gzip_ratio(p, per_batch)
+
+
+def wire_bytes(payload: float, rows: float, p: Params) -> float:
+    """Bytes on the wire for ``rows`` rows of ``payload`` msgpack bytes in all, sent in batches
+    of rows_per_batch: the bodies (gzip'd: body_bytes), each batch's fixed HTTP part, and
+    TCP/IP headers on every segment and on an ACK for every second one."""
+    if rows <= 0:
+        return 0.0
+    body = body_bytes(payload, rows, p)
+    segments = body / MSS
+    return body + 1.5 * segments * PACKET_OVERHEAD + (rows / rows_per_batch(p)) * p.post_fixed
 
 
 def forward_bytes_per_page(p: Params) -> float:
@@ -291,6 +322,41 @@ def row_sizes(urls: list[str], vias: list[str]) -> dict[str, float]:
                                  - len(msgpack.packb({"hosts": []})) + 1) / len(hosts)
     sizes["mean_url_chars"] = sum(map(len, urls)) / len(urls)
     return sizes
+
+
+def gzip_curve(urls: list[str], vias: list[str], mix: tuple[float, float, float],
+               batches: tuple[int, ...] = (1, 2, 3, 5, 10, 30, 100, 300, 500)) -> tuple[tuple[float, float], ...]:
+    """(rows, gzip'd bytes per msgpack byte) of batches of real rows, as cluster.outbox.gzipped
+    sends them: rows of the three kinds in the proportions ``mix`` (forwarded, queued replica,
+    fetched replica), the sample shuffled (a batch's rows share hosts and vias only by chance:
+    a real batch holds a page's links together, so this errs on the large side)."""
+    import random
+
+    import msgpack
+
+    from crawler_node.cluster.outbox import encode_batch, gzipped
+    from crawler_node.core.urls import host_of
+    from crawler_node.frontier.outbox import OutboxRow
+    from crawler_node.frontier.records import UrlEntry
+
+    pairs = list(zip(urls, vias, strict=True))
+    random.Random(18).shuffle(pairs)
+    urls, vias = [u for u, _ in pairs], [v for _, v in pairs]
+    flags = ({"seen": False}, {"seen": False, "replica": True}, {"seen": True, "replica": True})
+    total = sum(mix)
+    kinds = [k for k, share in enumerate(mix) for _ in range(round(share / total * 100))]
+    curve = []
+    for size in batches:
+        packed = sent = 0
+        for start in range(0, len(urls) - size + 1, max(size, len(urls) // 20)):
+            rows = [OutboxRow(i, UrlEntry(url, host_of(url), depth=3, via=via), **flags[kinds[i % len(kinds)]])
+                    for i, (url, via) in enumerate(zip(urls[start:start + size], vias[start:start + size],
+                                                       strict=True))]
+            body = msgpack.packb(encode_batch(rows))
+            packed += len(body)
+            sent += len(gzipped(body)[0])
+        curve.append((float(size), sent / packed))
+    return tuple(curve)
 
 
 # ====================================================================== the testweb graph
@@ -526,7 +592,8 @@ def _summarise(size, names, idle, idle_wall, crawl, wall, start, end, *, answer_
     idle_packets = sum(n for _, n in idle.values())
     exchanges = size * (size - 1) * idle_wall / 0.5  # the default heartbeat_interval_s
     counters = {key: _cluster_counter(end, key) - _cluster_counter(start, key)
-                for key in ("forwarded", "sent_seen", "sent_replica", "sent_bytes", "forward_batches", "received")}
+                for key in ("forwarded", "sent_seen", "sent_replica", "sent_bytes", "sent_msgpack_bytes",
+                            "forward_batches", "received")}
     fetched = sum(s["counters"]["fetched"] - start[n]["counters"]["fetched"] for n, s in end.items())
     crawl_bytes = sum(b for b, _ in crawl.values())
     heartbeat_during = idle_bytes / idle_wall * wall
@@ -543,7 +610,8 @@ def _summarise(size, names, idle, idle_wall, crawl, wall, start, end, *, answer_
         "mesh_bytes_per_page": crawl_bytes / fetched, "data_bytes_per_page": (crawl_bytes - heartbeat_during) / fetched,
         "forwarded_per_page": counters["forwarded"] / fetched,
         "replica_rows_per_page": (counters["sent_seen"] + counters["sent_replica"]) / fetched,
-        "payload_bytes_per_page": counters["sent_bytes"] / fetched,
+        "payload_bytes_per_page": counters["sent_msgpack_bytes"] / fetched,
+        "body_bytes_per_page": counters["sent_bytes"] / fetched,
         "rows_per_batch": (counters["forwarded"] + counters["sent_seen"] + counters["sent_replica"])
         / max(1, counters["forward_batches"]),
         "per_link_bytes": per_link,
@@ -563,16 +631,19 @@ def request_bytes(method: str, path: str, host: str, headers: dict[str, str], bo
     return len(lines) + len(CLIENT_DEFAULT_HEADERS) + 2
 
 
-def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int) -> Params:
+def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int,
+              curve: tuple[tuple[float, float], ...] = ()) -> Params:
     """The model's parameters for a measured run: the graph's links, the row sizes of real
-    rows, the HTTP sizes of the run's own answers, its pages/s; nothing fitted."""
+    rows and their gzip ``curve``, the HTTP sizes of the run's own answers, its pages/s;
+    nothing fitted."""
     n = run["nodes"]
     auth = {"Authorization": f"Bearer {SECRET}"}
     host = f"10.77.{n}.10:{PORT}"
     heartbeat_request = request_bytes("GET", heartbeat_path("n1"), host, auth)
     answer_fixed = run["members_answer_body_bytes"] - n * run["members_answer_per_member"]
     post_request = request_bytes("POST", "/v1/urls", host, {**auth, "Content-Type": "application/msgpack",
-                                                          "X-Crawler-Forwarded-By": "n0"})
+                                                          "X-Crawler-Forwarded-By": "n0", "X-Crawler-To": "n1",
+                                                          "Content-Encoding": "gzip"})
     return Params(
         nodes=n, pages_per_s=run["pages_per_s"] / n, links_per_page=graph["links_per_page"],
         cross_host_share=graph["cross_host_share"], already_sent_share=graph["already_sent_share"],
@@ -583,7 +654,7 @@ def model_for(run: dict, graph: dict, sizes: dict, *, hosts: int) -> Params:
         heartbeat_fixed=heartbeat_request + run["members_answer_header_bytes"] + answer_fixed
         + BARE_PACKETS * PACKET_OVERHEAD,
         heartbeat_per_member=run["members_answer_per_member"],
-        heartbeat_cpu_us=run["heartbeat_cpu_us_per_exchange"],
+        heartbeat_cpu_us=run["heartbeat_cpu_us_per_exchange"], gzip_curve=curve,
         status_fixed=request_bytes("GET", "/v1/status?scope=local", host, auth) + run["status_answer_bytes"]
         + BARE_PACKETS * PACKET_OVERHEAD - n * Params.status_per_member)
 
@@ -605,6 +676,9 @@ def compare(run: dict, p: Params, graph: dict) -> list[tuple[str, float, float]]
         ("replica rows per page", run["replica_rows_per_page"], queued + fetched),
         ("rows per POST", run["rows_per_batch"], rows_per_batch(p)),
         ("msgpack bytes per page", run["payload_bytes_per_page"], payload),
+        ("  gzip'd, as sent (body bytes per page)", run["body_bytes_per_page"],
+         body_bytes((forwarded_per_page(p) + seeds) * p.forward_row, forwarded_per_page(p) + seeds, p)
+         + body_bytes(payload - (forwarded_per_page(p) + seeds) * p.forward_row, queued + fetched, p)),
         ("  per forwarded URL (encode_batch)", p.forward_row, p.forward_row),
         ("wire bytes per page (less heartbeats)", run["data_bytes_per_page"], data),
         ("heartbeat bytes per exchange", run["heartbeat_bytes_per_exchange"], heartbeat_exchange_bytes(p)),
@@ -676,6 +750,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"msgpack row bytes (encode_batch, mean URL {row['mean_url_chars']:.1f} chars): forward "
           f"{row['forward_row']:.1f}, queued replica {row['queued_replica_row']:.1f}, fetched replica "
           f"{row['fetched_replica_row']:.1f}, politeness entry {row['politeness_entry']:.1f}")
+    # testweb's mix: ~0.25 forwarded links, a queued and a fetched replica per page (measured below)
+    curve = gzip_curve(graph["sample_urls"], graph["sample_vias"], mix=(0.25, 1.0, 1.0))
+    print("gzip'd bytes per msgpack byte of a batch (cluster.outbox.gzipped), by rows: "
+          + ", ".join(f"{rows:.0f}: {ratio:.2f}" for rows, ratio in curve))
 
     runs, comparisons, params = [], {}, {}
     if not args.model_only:
@@ -690,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
                 for n in sizes:
                     g = graph if n == max(sizes) else graph_figures(args.hosts, args.pages, args.seed, ids(n))
                     run = measure(n, args.hosts, args.pages, args.seed, args.idle_s, Path(workdir))
-                    p = model_for(run, g, row, hosts=args.hosts)
+                    p = model_for(run, g, row, hosts=args.hosts, curve=curve)
                     rows = compare(run, p, g)
                     print_comparison(run, rows)
                     runs.append(run)
@@ -698,18 +776,20 @@ def main(argv: list[str] | None = None) -> int:
                     params[n] = asdict(p)
 
     # The projection: the testweb-shaped workload with the measured sizes, and a real-web-shaped one.
-    measured_p = Params(**params[max(params)]) if params else Params(nodes=3)
+    measured_p = Params(**params[max(params)]) if params else Params(nodes=3, gzip_curve=curve)
     testweb_like = replace(measured_p, pages_per_s=args.pages_per_s, hosts=1_000_000)
     extra = args.url_chars - row["mean_url_chars"]  # forward and queued rows carry url and via
     real_like = replace(testweb_like, links_per_page=args.links_per_page, cross_host_share=args.cross_host_share,
                         new_urls_per_page=args.new_urls_per_page, already_sent_share=0.0,
                         forward_row=row["forward_row"] + 2 * extra,
                         queued_replica_row=row["queued_replica_row"] + 2 * extra,
-                        fetched_replica_row=row["fetched_replica_row"] + extra)
+                        fetched_replica_row=row["fetched_replica_row"] + extra,
+                        gzip_curve=())  # no sample of real-web rows here: bodies as they are, an upper bound
     grid = [1, 2, 3, 5, 10, 20, 50, 100]
     tables = {"testweb_like": projection(testweb_like, grid), "real_web_like": projection(real_like, grid)}
     print_projection("projection, testweb-shaped pages", testweb_like, tables["testweb_like"])
-    print_projection("projection, real-web-shaped pages (assumed)", real_like, tables["real_web_like"])
+    print_projection("projection, real-web-shaped pages (assumed; bodies not gzip'd: an upper bound)", real_like,
+                     tables["real_web_like"])
     queued_cluster, fetched_cluster = 10_000_000, 10_000_000
     events = {}
     for n in (3, 5, 100):

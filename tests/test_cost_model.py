@@ -110,3 +110,16 @@ def test_status_reads_cost_once_per_change_and_nothing_alone_or_per_second():
     node = cm.per_node(at(10))  # a steady crawl: the data and the heartbeats, no status reads
     assert node["total_bytes_per_s"] == pytest.approx(node["forward_bytes_per_s"] + node["replica_bytes_per_s"]
                                                       + node["heartbeat_bytes_per_s"])
+
+
+def test_gzip_shrinks_bodies_only_from_its_threshold_and_by_the_curve_between_its_points():
+    curve = ((10.0, 0.3), (100.0, 0.2), (500.0, 0.1))
+    p = at(3, gzip_curve=curve)
+    assert cm.gzip_ratio(p, 5) == 0.3 and cm.gzip_ratio(p, 10_000) == 0.1
+    assert cm.gzip_ratio(p, 100) == pytest.approx(0.2)
+    assert 0.2 < cm.gzip_ratio(p, 31.6) < 0.3 and cm.gzip_ratio(p, 31.6) == pytest.approx(0.25, abs=0.001)
+    rows = cm.rows_per_batch(p)
+    assert cm.body_bytes(rows * 100.0, rows, p) == pytest.approx(rows * 100.0 * cm.gzip_ratio(p, rows))
+    tiny = (p.gzip_from_bytes - 1) / rows  # bytes a row, for a batch's msgpack just under the threshold
+    assert cm.body_bytes(tiny * rows, rows, p) == tiny * rows
+    assert cm.wire_bytes(1000.0, 10.0, at(3)) > cm.wire_bytes(1000.0, 10.0, p)  # the curve only saves
