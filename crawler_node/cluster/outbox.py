@@ -38,13 +38,13 @@ MAX_PEER_HOSTS = 10_000  # entries of a batch's "hosts", at most (as many as its
 _HOST_KEY = re.compile(r"[!-~]{1,300}")  # a frontier's host key: visible ASCII (IDNA), and short
 _TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a refresh's token (cluster.replica makes 16 hex digits)
 # A batch's msgpack says its hosts, its pages' URLs (every link's "via") and every row's keys
-# again and again: gzip takes testweb's batches of 87 rows from 59 to 11 bytes a row, and
-# rows shaped like the real web's forwarded links from ~180 to ~20-50, at ~0.1-0.2 µs a row
-# to pack and as much to unpack (ISA-L's level 1; zlib's 6 is 3-7x the CPU for 15% fewer
-# bytes). A member's API (aiohttp) decodes a gzip body before its handler reads it, in every
-# version of this node, and bounds what it decodes (api.http.read_body). Bodies under this
-# size stay as they are: a batch of one testweb row (~70 bytes) grows by gzip's frame (x1.13),
-# one of two (~140) already weighs 0.71 of its msgpack, of five 0.41.
+# again and again: gzip takes testweb's batches of 87 rows from 59 to 11 bytes a row, at
+# ~0.1-0.2 µs a row to pack and as much to unpack (ISA-L's level 1; zlib's 6 is 2-4x the CPU
+# for 15% fewer bytes; bench/cost_model.py's gzip_curve has it by batch size). A member's
+# API (aiohttp) decodes a gzip body before its handler reads it, in every version of this
+# node, and bounds what it decodes (api.http.read_body). Bodies under this size stay as they
+# are: a batch of one testweb row (~70 bytes) grows by gzip's frame (x1.13), one of two
+# (~140) already weighs 0.71 of its msgpack, of five 0.41.
 GZIP_FROM_BYTES = 128
 GZIP_LEVEL = 1
 
