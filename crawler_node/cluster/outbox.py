@@ -39,8 +39,8 @@ _HOST_KEY = re.compile(r"[!-~]{1,300}")  # a frontier's host key: visible ASCII 
 _TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a refresh's token (cluster.replica makes 16 hex digits)
 # A batch's msgpack says its hosts, its pages' URLs (every link's "via") and every row's keys
 # again and again: gzip takes testweb's batches of 87 rows from 59 to 11 bytes a row, at
-# ~0.1-0.2 µs a row to pack and as much to unpack (ISA-L's level 1; zlib's 6 is 2-4x the CPU
-# for 15% fewer bytes; bench/cost_model.py's gzip_curve has it by batch size). A member's
+# ~0.1-0.2 µs a row to pack and as much to unpack (ISA-L's level 1; zlib's 6 is 4-7x the CPU
+# for ~17% fewer bytes; bench/cost_model.py's gzip_curve has it by batch size). A member's
 # API (aiohttp) decodes a gzip body before its handler reads it, in every version of this
 # node, and bounds what it decodes (api.http.read_body). Bodies under this size stay as they
 # are: a batch of one testweb row (~70 bytes) grows by gzip's frame (x1.13), one of two
