@@ -219,3 +219,47 @@ async def test_batches_go_out_gzipd_and_arrive_whole(tmp_path: Path) -> None:
     assert small[2][0]["url"] == "http://b.test/alone"
     sent, packed = outboxes.counters["sent_bytes"], outboxes.counters["sent_msgpack_bytes"]
     assert sent == big[1] + small[1] and sent < packed / 3, (sent, packed)
+
+
+async def test_a_peer_that_refuses_gzip_gets_the_same_rows_as_they_are(tmp_path: Path) -> None:
+    """Something between members that takes no gzip (a 415): nothing is lost, and the rows go
+    again uncompressed, to that peer only."""
+    codings: list[str | None] = []
+    received: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        coding = request.headers.get("Content-Encoding")
+        codings.append(coding)
+        if coding is not None:
+            return web.json_response({"error": "unsupported_encoding"}, status=415)
+        body = msgpack.unpackb(await request.read())
+        received.extend(row["url"] for row in body["urls"])
+        return web.json_response({"accepted": len(body["urls"])}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/v1/urls", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
+    await frontier.open()
+    entries = [UrlEntry(f"http://b.test/{i}", "b.test") for i in range(1200)]
+    await frontier.outbox_put([("b", entry) for entry in entries])
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
+    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
+    outboxes = outboxes_of(frontier, membership, supervisor)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await outboxes.start(session)
+            for _ in range(200):  # bounded: 10 s
+                if not await frontier.outbox_counts():
+                    break
+                await asyncio.sleep(0.05)
+            await supervisor.stop()
+    finally:
+        await frontier.close()
+        await runner.cleanup()
+    assert sorted(received) == sorted(entry.url for entry in entries)
+    assert codings == ["gzip", None, None, None]  # batches of 500, 500, 200 after the refusal
+    assert outboxes.counters["forward_gzip_refused"] == 1 and outboxes.counters["forwarded"] == 1200

@@ -164,6 +164,7 @@ class Outboxes:
         self._senders: set[str] = set()
         self._wake: dict[str, Wakeup] = {}
         self._pause: dict[str, float] = {}  # seconds the peer's sender waits before its next batch
+        self._plain: set[str] = set()  # peers that refused a gzip'd batch (415): sent as it is since
         self.counts: dict[str, int] = {}
         self.counters: Counter[str] = Counter()
         # peer -> the id of the last row its outbox held after the last sweep that handed it
@@ -271,7 +272,7 @@ class Outboxes:
             self._handback.pop(peer, None)
             return 0.0
         payload = msgpack.packb(encode_batch(rows))
-        body, coding = gzipped(payload)
+        body, coding = gzipped(payload) if peer not in self._plain else (payload, None)
         try:
             headers = {"Content-Type": MSGPACK, FORWARDED_BY: self._node_id, ADDRESSED_TO: peer}
             if coding is not None:
@@ -319,6 +320,13 @@ class Outboxes:
                             "(%d misdirected so far)", peer, url, self.counters["forward_misdirected"])
             self._on_down(peer, "its address answers as another member")
             return self._failure_pause_s
+        if status == 415 and coding is not None:
+            # Every version of this node takes gzip (aiohttp decodes it); something else on the
+            # way does not. Nothing was taken: the same rows go again, as they are.
+            self._plain.add(peer)
+            self.counters["forward_gzip_refused"] += 1
+            log.warning("%s refused a gzip'd batch (415); sending it its batches uncompressed", peer)
+            return 0.0
         if status == 400:
             log.error("%s refused a batch as malformed; dropping %d URLs", peer, len(rows))
             await self._acknowledged(peer, rows)
