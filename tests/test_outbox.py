@@ -12,7 +12,7 @@ import aiohttp
 import msgpack
 import pytest
 from aiohttp import web
-from wire_helpers import peer_server
+from wire_helpers import peer_at, peer_server
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.outbox import Outboxes
@@ -174,6 +174,31 @@ async def test_rows_rerouted_from_a_down_peer_are_a_handback_owed_to_their_new_o
         await frontier.close()
 
 
+
+async def forwarded_to(tmp_path: Path, url: str, batches: list[list[UrlEntry]]) -> Outboxes:
+    """Node a's outbox sends each of ``batches`` in turn to peer b at ``url``, each waited for
+    until acknowledged (bounded: 10 s a batch); returns the outboxes, for their counters."""
+    frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
+    await frontier.open()
+    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
+    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
+    outboxes = outboxes_of(frontier, membership, supervisor)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await outboxes.start(session)
+            for batch in batches:
+                await frontier.outbox_put([("b", entry) for entry in batch])
+                outboxes.note_outboxed({"b": len(batch)})
+                for _ in range(200):
+                    if not await frontier.outbox_counts():
+                        break
+                    await asyncio.sleep(0.05)
+            await supervisor.stop()
+    finally:
+        await frontier.close()
+    return outboxes
+
+
 async def test_batches_go_out_gzipd_and_arrive_whole(tmp_path: Path) -> None:
     """A member's batch is sent with Content-Encoding: gzip (its rows repeat hosts, vias and
     keys) and the peer's aiohttp decodes it before the handler; a batch of a row or two, where
@@ -186,33 +211,10 @@ async def test_batches_go_out_gzipd_and_arrive_whole(tmp_path: Path) -> None:
         arrived.append((request.headers.get("Content-Encoding"), wire, body["urls"]))
         return web.json_response({"accepted": len(body["urls"])}, status=202)
 
-    app = web.Application()
-    app.router.add_post("/v1/urls", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
-    await frontier.open()
     entries = [UrlEntry(f"http://b{i % 7}.test/section/page-{i}.html", f"b{i % 7}.test", 2, 0, 0, 0,
                         f"http://a.test/index-{i // 50}.html") for i in range(300)]
-    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
-    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-    outboxes = outboxes_of(frontier, membership, supervisor)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
-            for batch in (entries, [UrlEntry("http://b.test/alone", "b.test")]):
-                await frontier.outbox_put([("b", entry) for entry in batch])
-                outboxes.note_outboxed({"b": len(batch)})
-                for _ in range(200):  # bounded: 10 s
-                    if not await frontier.outbox_counts():
-                        break
-                    await asyncio.sleep(0.05)
-            await supervisor.stop()
-    finally:
-        await frontier.close()
-        await runner.cleanup()
+    async with peer_at(handle) as url:
+        outboxes = await forwarded_to(tmp_path, url, [entries, [UrlEntry("http://b.test/alone", "b.test")]])
     big, small = arrived
     assert big[0] == "gzip" and small[0] is None
     assert [(row["url"], row["via"]) for row in big[2]] == [(e.url, e.via) for e in entries]
@@ -236,30 +238,9 @@ async def test_a_peer_that_refuses_gzip_gets_the_same_rows_as_they_are(tmp_path:
         received.extend(row["url"] for row in body["urls"])
         return web.json_response({"accepted": len(body["urls"])}, status=202)
 
-    app = web.Application()
-    app.router.add_post("/v1/urls", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    frontier = FrontierService(path=tmp_path / "frontier.sqlite3", lease_timeout_s=60.0)
-    await frontier.open()
     entries = [UrlEntry(f"http://b.test/{i}", "b.test") for i in range(1200)]
-    await frontier.outbox_put([("b", entry) for entry in entries])
-    membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
-    supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-    outboxes = outboxes_of(frontier, membership, supervisor)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
-            for _ in range(200):  # bounded: 10 s
-                if not await frontier.outbox_counts():
-                    break
-                await asyncio.sleep(0.05)
-            await supervisor.stop()
-    finally:
-        await frontier.close()
-        await runner.cleanup()
+    async with peer_at(handle) as url:
+        outboxes = await forwarded_to(tmp_path, url, [entries])
     assert sorted(received) == sorted(entry.url for entry in entries)
     assert codings == ["gzip", None, None, None]  # batches of 500, 500, 200 after the refusal
     assert outboxes.counters["forward_gzip_refused"] == 1 and outboxes.counters["forwarded"] == 1200

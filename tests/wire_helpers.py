@@ -22,15 +22,8 @@ from crawler_node.runtime.wakeup import Wakeup
 
 
 @asynccontextmanager
-async def peer_server(take: Callable[[dict], Awaitable[None]]) -> AsyncIterator[str]:
-    """A peer on loopback whose ``POST /v1/urls`` hands each decoded batch to ``take`` and then
-    acknowledges it (202); yields its URL."""
-
-    async def handle(request: web.Request) -> web.Response:
-        body = msgpack.unpackb(await request.read())
-        await take(body)
-        return web.json_response({"accepted": len(body["urls"])}, status=202)
-
+async def peer_at(handle: Callable[[web.Request], Awaitable[web.Response]]) -> AsyncIterator[str]:
+    """A peer on loopback whose ``POST /v1/urls`` is ``handle``; yields its URL."""
     app = web.Application()
     app.router.add_post("/v1/urls", handle)
     runner = web.AppRunner(app)
@@ -40,6 +33,20 @@ async def peer_server(take: Callable[[dict], Awaitable[None]]) -> AsyncIterator[
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+@asynccontextmanager
+async def peer_server(take: Callable[[dict], Awaitable[None]]) -> AsyncIterator[str]:
+    """A peer on loopback whose ``POST /v1/urls`` hands each decoded batch to ``take`` and then
+    acknowledges it (202); yields its URL."""
+
+    async def handle(request: web.Request) -> web.Response:
+        body = msgpack.unpackb(await request.read())
+        await take(body)
+        return web.json_response({"accepted": len(body["urls"])}, status=202)
+
+    async with peer_at(handle) as url:
+        yield url
 
 
 async def forwarded_on_the_wire(tmp_path: Path, entries: list[UrlEntry]) -> list[dict]:
