@@ -27,7 +27,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,6 +193,18 @@ class RealWeb:
             return records
         address = self.address(site)
         return [record for record in records if record.server_addr == address]
+
+    def logged(self, site: str | None, wanted: Callable[[Access], bool], count: int = 1,
+               timeout_s: float = 5.0) -> list[Access]:
+        """The logged requests (to ``site``, or all) that ``wanted`` picks, once there are
+        ``count`` of them or ``timeout_s`` has passed. nginx logs a request after its response
+        has gone out: a client that has just read the response can be ahead of the line."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [record for record in self.accesses(site) if wanted(record)]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
 
     def expected(self, site: str) -> SiteTruth:
         return self._truths[site]

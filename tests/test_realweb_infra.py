@@ -93,7 +93,7 @@ async def test_forward_proxy_connects_to_https_sites(realweb: RealWeb):  # noqa:
         async with session.get(realweb.url("httpsonly", path), proxy=realweb.proxy_url, ssl=context) as response:
             assert response.status == 200
             await response.read()
-    seen = [record for record in realweb.accesses("httpsonly") if record.uri == path]
+    seen = realweb.logged("httpsonly", lambda record: record.uri == path)
     assert len(seen) == 1
     assert (seen[0].scheme, seen[0].server_port, seen[0].host) == ("https", 443, "httpsonly.realweb.test")
 
@@ -105,7 +105,7 @@ async def test_access_log_records_each_request(realweb: RealWeb):  # noqa: F811
         async with session.get(realweb.url("altport", marker)) as response:
             assert response.status == 404
     after = time.time()
-    seen = [record for record in realweb.accesses() if record.uri == marker]
+    seen = realweb.logged(None, lambda record: record.uri == marker)
     assert len(seen) == 1
     record = seen[0]
     assert (record.server_addr, record.server_port, record.scheme) == (realweb.address("altport"), 8443, "https")
@@ -130,7 +130,7 @@ async def test_shared_address_rate_limits_each_request(realweb: RealWeb):  # noq
         results = await asyncio.gather(*(fetch(url) for url in urls))
     assert all(status == 200 for status, _ in results)
     assert all(elapsed >= 0.1 for _, elapsed in results), results
-    logged = [r for r in realweb.accesses("shared") if r.uri == "/p/01.html"]
+    logged = realweb.logged("shared", lambda r: r.uri == "/p/01.html", count=len(truth.ports))
     assert {r.server_port for r in logged} >= set(truth.ports)
     assert all(r.end - r.start >= 0.1 and r.bytes >= 50_000 for r in logged)
     # Six requests at once to one address, as a per-IP limit would count them from the log.
