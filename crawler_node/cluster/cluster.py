@@ -12,22 +12,21 @@ routes, wakes the senders and the sweeper, and tells the node (``on_change``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.known_members import KNOWN_MEMBERS_FILENAME, KnownMembers
-from crawler_node.cluster.membership import ADDRESSED_TO, Membership, PeerState
+from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.peer_client import PeerClient, PeerTimeouts, PeerUnreachable
 from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.cluster.replica import ReplicaKeeper
@@ -82,9 +81,6 @@ class ClusterConfig:
                    known_members_file=s.data_dir / KNOWN_MEMBERS_FILENAME if s.peer_dns else None)
 
 
-PEER_STATUS_MAX_BYTES = 4_000_000  # a peer's /v1/status read for the cluster view, at most
-
-
 class Cluster:
     def __init__(self, *, config: ClusterConfig, frontier: FrontierService, supervisor: Supervisor,
                  on_change: Callable[[], None], on_taken: Callable[[AddResult], None], outbox_space: Wakeup,
@@ -112,14 +108,19 @@ class Cluster:
         self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.vnodes,
                              key_by=config.key_by)
         self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock)
+        # Every request to a member goes through it (a session even for one node: a member may
+        # join it at any time).
+        self.client = PeerClient(secret=config.secret, timeouts=PeerTimeouts(
+            heartbeat_s=config.heartbeat_timeout_s, connect_s=config.heartbeat_timeout_s * 2))
         self.outboxes = Outboxes(frontier=frontier, router=self.router, membership=self.membership,
-                                 supervisor=supervisor, capacity=config.outbox_capacity, batch=config.forward_batch,
+                                 client=self.client, supervisor=supervisor, capacity=config.outbox_capacity,
+                                 batch=config.forward_batch,
                                  linger_s=config.forward_linger_s,
                                  failure_pause_s=min(1.0, config.heartbeat_interval_s),
                                  on_taken=on_taken, on_down=self._forward_failed, on_alive=self._forward_ok,
                                  space=outbox_space, clock=clock)
         self.heartbeats = Heartbeats(membership=self.membership, advertise_url=config.advertise_url,
-                                     interval_s=config.heartbeat_interval_s, timeout_s=config.heartbeat_timeout_s,
+                                     interval_s=config.heartbeat_interval_s, client=self.client,
                                      supervisor=supervisor, on_changed=self._changed,
                                      on_member=self.outboxes.ensure_sender, clock=clock)
         self.sweeper = Sweeper(frontier=frontier, router=self.router, membership=self.membership,
@@ -128,7 +129,6 @@ class Cluster:
                                       on_taken=on_taken)
         self.heartbeats.watch_incarnations(self.replicas.heard)
         self._supervisor = supervisor
-        self._session: aiohttp.ClientSession | None = None
         self._asked: Counter[str] = Counter()  # member -> heartbeats it sent here since this start (up to 2)
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
@@ -141,8 +141,8 @@ class Cluster:
             name, port = parse_peer_dns(config.peer_dns, default_port=urlsplit(config.advertise_url).port or 8080)
             self.peer_dns = PeerDns(name=name, port=port, interval_s=config.peer_dns_interval_s,
                                     node_id=config.node_id, advertise_url=config.advertise_url,
-                                    membership=self.membership, learn=self._learnt, supervisor=supervisor,
-                                    own=own_addresses())
+                                    membership=self.membership, learn=self._learnt, client=self.client,
+                                    supervisor=supervisor, own=own_addresses())
 
     def share_ips(self, link: IpShareLink) -> None:
         """Agree per-IP shares with the peers through the heartbeats (cluster.ipshare)."""
@@ -201,19 +201,14 @@ class Cluster:
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        # A session even for one node: a member may join it at any time.
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=10, sock_connect=self.config.heartbeat_timeout_s * 2),
-            trust_env=False,
-            headers={"Authorization": f"Bearer {self.config.secret}"} if self.config.secret else {},
-        )
+        await self.client.start()
         self.membership.reset_clocks(self._clock())  # startup time is not silence
         if self.joining:
-            await self.heartbeats.join(self._session)
-        await self.outboxes.start(self._session)
+            await self.heartbeats.join()
+        await self.outboxes.start()
         if self.peer_dns is not None:  # the first lookup before the first lease: find the others
-            await self.peer_dns.start(self._session)
-        self.heartbeats.start(self._session)
+            await self.peer_dns.start()
+        self.heartbeats.start()
         self._supervisor.recurring("handoff-sweep", self.sweeper.round)
         self._supervisor.recurring("replica", self.replicas.round)
 
@@ -225,9 +220,7 @@ class Cluster:
             self.peer_dns.watch_startup(lambda: hold.holding)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.client.close()
 
     # ----------------------------------------------------------------- changes
     def _changed(self, why: str) -> None:
@@ -300,23 +293,14 @@ class Cluster:
 
     async def peer_statuses(self) -> dict[str, dict]:
         """Every reachable peer's own status (``scope=local``), fetched concurrently."""
-        session = self._session
-        if session is None:
-            return {}
-
-        async def one(node_id: str, url: str) -> tuple[str, dict | None]:
+        async def one(node_id: str, url: str) -> tuple[str, dict[str, Any] | None]:
             try:
-                async with session.get(f"{url}/v1/status", params={"scope": "local"}, headers={ADDRESSED_TO: node_id},
-                                       timeout=aiohttp.ClientTimeout(total=2)) as response:
-                    if response.status != 200:
-                        return node_id, None
-                    # Bounded, and parsed without letting a hostile peer's nesting or size
-                    # reach past this call: a status is some tens of kB.
-                    raw = await response.content.read(PEER_STATUS_MAX_BYTES + 1)
-                    body = json.loads(raw) if len(raw) <= PEER_STATUS_MAX_BYTES else None
-                    return node_id, body if isinstance(body, dict) else None
-            except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError):
+                reply = await self.client.status(url, to=node_id)
+                # Parsed without letting a hostile peer's nesting reach past this call.
+                body = reply.json() if reply.status == 200 else None
+            except (PeerUnreachable, ValueError):
                 return node_id, None
+            return node_id, body if isinstance(body, dict) else None
 
         results = await asyncio.gather(*(one(m.node_id, m.url) for m in self.membership.peers()
                                          if m.state is not PeerState.DOWN))

@@ -157,7 +157,7 @@ class Node:
             held=self.held, node_id=s.node_id, queue_size=s.store_queue, lag_s=s.store_lag_s, taken=pressure,
             clock=clock, recrawl=recrawl)
         # After the store: URLs that come in past their host's page cap get their lines there.
-        self.intake = Intake(frontier=self.frontier, hosts=self.hosts, ring=self.cluster.router,
+        self.intake = Intake(frontier=self.frontier, hosts=self.hosts, router=self.cluster.router,
                              outboxes=self.cluster.outboxes, scope=scope, capacity=s.inbound_capacity,
                              max_hops=s.max_hops, clock=clock, crawl_log=self.store)
         self.parse = ParseStage(scope=scope, max_links=s.max_links_per_page, workers=s.parse_workers,
