@@ -156,7 +156,7 @@ PROTECTED = frozenset({"/v1/urls", "/v1/resume", "/v1/members", "/v1/join", "/v1
 
 def clustered(node: Node) -> bool:
     """The node was started to be a member (--peer or --peer-dns), not alone."""
-    return bool(node.settings.peers or node.settings.peer_dns)
+    return node.config.clustered
 
 
 def _not_clustered() -> web.Response:
@@ -171,7 +171,7 @@ async def require_token(request: web.Request, handler):
     path = resource.canonical if resource is not None else None
     if path in PROTECTED:
         node = request.app[NODE_KEY]
-        if not authorised(request, node.settings.secret):
+        if not authorised(request, node.config.secret):
             # refused before the handler reads the body, so nothing is enqueued
             return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
         if path in MEMBERS_ONLY and not clustered(node):
@@ -217,7 +217,7 @@ def make_app(node: Node) -> web.Application:
     app[NODE_STATUS_KEY], app[CLUSTER_STATUS_KEY] = status_snapshots(node)
     app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].read)
     app.on_cleanup.append(_close_snapshots)
-    app[READ_TIMEOUT_KEY] = node.settings.api_read_timeout_s
+    app[READ_TIMEOUT_KEY] = node.config.api_read_timeout_s
     app.router.add_post("/v1/urls", post_urls)
     app.router.add_post("/v1/resume", post_resume)
     app.router.add_get("/v1/status", get_status)

@@ -143,7 +143,7 @@ async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) ->
     # cut in two), within the read timeout (a client dripping it would hold this handler).
     raw = bytearray()
     try:
-        async with asyncio.timeout(request.app[NODE].settings.api_read_timeout_s):
+        async with asyncio.timeout(request.app[NODE].config.api_read_timeout_s):
             while len(raw) <= limit and (chunk := await request.content.read(limit + 1)):
                 raw += chunk
     except TimeoutError as exc:

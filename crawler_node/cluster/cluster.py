@@ -15,70 +15,31 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
-from crawler_node.cluster.known_members import KNOWN_MEMBERS_FILENAME, KnownMembers
+from crawler_node.cluster.known_members import KnownMembers
 from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peer_client import PeerClient, PeerTimeouts, PeerUnreachable
-from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
+from crawler_node.cluster.peerdns import PeerDns, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.cluster.replica import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
+from crawler_node.config import ClusterConfig
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
-from crawler_node.settings import Settings
 
 log = logging.getLogger("crawler_node.cluster")
 
 EVENTS_KEPT = 50
 _COUNTER_KEYS = ("forwarded", "sent_seen", "forward_batches", "forward_throttled", "forward_failed",
                  "forward_misdirected", "handed_off", "rerouted", "received")
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    """What the cluster's parts are built from; read from Settings in one place."""
-
-    node_id: str
-    advertise_url: str
-    peers: dict[str, str]
-    weights: dict[str, int]
-    secret: str | None
-    vnodes: int
-    key_by: str
-    heartbeat_interval_s: float
-    heartbeat_timeout_s: float
-    suspect_after_s: float
-    down_after_s: float
-    outbox_capacity: int
-    forward_batch: int
-    forward_linger_s: float
-    peer_dns: str | None = None  # NAME[:PORT] to find members by (cluster.peerdns)
-    peer_dns_interval_s: float = 5.0
-    handback_delay_s: float = 1.0
-    known_members_file: Path | None = None  # members found by DNS, kept across restarts (cluster.known_members)
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> ClusterConfig:
-        # Found by DNS with no --advertise: this machine's address, not the 0.0.0.0 listened on.
-        advertise_url = advertised_url(s.advertise_url) if s.peer_dns and not s.advertise else s.advertise_url
-        return cls(node_id=s.node_id, advertise_url=advertise_url, peers=s.peer_map(), weights=s.weight_map(),
-                   secret=s.secret, vnodes=s.ring_vnodes, key_by=s.ring_key_by,
-                   heartbeat_interval_s=s.heartbeat_interval_s, heartbeat_timeout_s=s.heartbeat_timeout_s,
-                   suspect_after_s=s.suspect_after_s, down_after_s=s.down_after_s,
-                   outbox_capacity=s.outbox_capacity, forward_batch=s.forward_batch,
-                   forward_linger_s=s.forward_linger_s, peer_dns=s.peer_dns,
-                   peer_dns_interval_s=s.peer_dns_interval_s, handback_delay_s=s.handback_delay_s,
-                   known_members_file=s.data_dir / KNOWN_MEMBERS_FILENAME if s.peer_dns else None)
 
 
 class Cluster:
@@ -94,7 +55,7 @@ class Cluster:
         self._clock = clock
         self._on_change = on_change
         self.joining = bool(config.peers) and config.node_id not in config.peers
-        self.membership = Membership(config.node_id, config.advertise_url, config.peers, now=clock(),
+        self.membership = Membership(config.node_id, config.advertise_url, dict(config.peers), now=clock(),
                                      suspect_after_s=config.suspect_after_s, down_after_s=config.down_after_s)
         self._known: KnownMembers | None = None
         if config.known_members_file is not None:
@@ -105,8 +66,8 @@ class Cluster:
             if remembered:
                 log.info("remembered members %s from %s", ", ".join(sorted(i for i, _ in remembered)),
                          config.known_members_file.name)
-        self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.vnodes,
-                             key_by=config.key_by)
+        self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.ring_vnodes,
+                             key_by=config.ring_key_by)
         self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock)
         # Every request to a member goes through it (a session even for one node: a member may
         # join it at any time).

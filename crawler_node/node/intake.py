@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crawler_node.cluster.wire import Item, UrlsBody
+from crawler_node.config import IntakeConfig
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url, resolve_plain
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, HostRefresh, InboundBatch, UrlEntry
@@ -69,19 +70,19 @@ class Prepared:
 class Intake:
     name = "inbound"
 
-    def __init__(self, *, frontier: FrontierService, hosts: HostTable, router: Router, outboxes: Outboxes,
-                 scope: Scope, capacity: int, max_hops: int, clock: Callable[[], float],
+    def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Router,
+                 outboxes: Outboxes, scope: Scope, clock: Callable[[], float],
                  crawl_log: CrawlLog | None = None) -> None:
-        """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged)."""
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged);
+        ``config``: URLs waiting for the frontier, at most (``inbound_capacity``), and times a URL
+        may be passed on by a member that disagrees on its owner (``max_hops``)."""
         self._frontier = frontier
         self._hosts = hosts
         self._router = router
         self._outboxes = outboxes
         self._scope = scope
-        self._capacity = capacity
-        self._max_hops = max_hops
+        self._capacity = config.inbound_capacity
+        self._max_hops = config.max_hops
         self._clock = clock
         self._crawl_log = crawl_log
         self._pending = 0
