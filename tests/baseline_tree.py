@@ -58,8 +58,9 @@ HEAD = Tree("head", HEAD_DIR)
 
 
 def unavailable(reason: str) -> None:
-    """Skip for ``reason``; fail where CI is set, as CI must run the contract tests."""
-    if os.environ.get("CI"):
+    """Skip for ``reason``; fail where CI is set (``CI``, or .ci/run's ``CRAWLER_REQUIRE_BASELINE``),
+    as CI must run the contract tests."""
+    if os.environ.get("CI") or os.environ.get("CRAWLER_REQUIRE_BASELINE"):
         pytest.fail(f"CI is set, and the BASELINE tree cannot be made: {reason}", pytrace=False)
     pytest.skip(f"BASELINE tree unavailable: {reason}")
 
