@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from crawler_node.datadir_layout import DataDirLayout
 from crawler_node.runtime.frontier_guard import FrontierLost, check_frontier
-
-LOCK_FILENAME = "node.lock"
 
 
 class DataDirError(RuntimeError):
@@ -127,7 +126,8 @@ def claim_data_dir(data_dir: Path, *, check_frontier_whole: bool = True) -> Data
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataDirError(f"data directory {data_dir} cannot be created: {exc.strerror or exc}") from exc
-    lock_path = data_dir / LOCK_FILENAME
+    layout = DataDirLayout(data_dir)
+    lock_path = layout.lock
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -154,10 +154,8 @@ def claim_data_dir(data_dir: Path, *, check_frontier_whole: bool = True) -> Data
         os.close(fd)
         raise
     if check_frontier_whole:
-        from crawler_node.frontier.schema import FRONTIER_FILENAME  # the frontier's file, by its own name
-
         try:
-            check_frontier(data_dir, data_dir / FRONTIER_FILENAME)
+            check_frontier(data_dir, layout.frontier)
         except FrontierLost as exc:
             os.close(fd)
             raise DataDirError(str(exc)) from exc
@@ -166,19 +164,14 @@ def claim_data_dir(data_dir: Path, *, check_frontier_whole: bool = True) -> Data
 
 def check_store_parts(data_dir: Path) -> None:
     """Raise DataDirError when a part of the store is there but cannot be used as what it is."""
-    from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME  # the store's own names
-    from crawler_node.store.digests import DIGESTS_FILENAME
-    from crawler_node.store.items import ITEMS_DIRNAME
-    from crawler_node.store.writer import WARC_DIRNAME
-
-    for name, holds in ((WARC_DIRNAME, "the WARC files"), (ITEMS_DIRNAME, "the pipelines' items")):
-        path = data_dir / name
+    layout = DataDirLayout(data_dir)
+    for path, holds in ((layout.warc_dir, "the WARC files"), (layout.items_dir, "the pipelines' items")):
         if path.exists() and not path.is_dir():
             raise DataDirError(f"{path} is not a directory: the store keeps {holds} there; move it away")
-    log_path = data_dir / CRAWL_LOG_FILENAME
+    log_path = layout.crawl_log
     if log_path.exists() and not log_path.is_file():
         raise DataDirError(f"{log_path} is not a file: the store appends the crawl log to it; move it away")
-    digests = data_dir / DIGESTS_FILENAME
+    digests = layout.digests
     if digests.exists():
         try:
             connection = sqlite3.connect(f"file:{digests}?mode=ro", uri=True)
