@@ -25,7 +25,7 @@ import aiohttp
 from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
-from crawler_node.cluster.known_members import KNOWN_MEMBERS_FILENAME, KnownMembers
+from crawler_node.cluster.known_members import KnownMembers
 from crawler_node.cluster.membership import ADDRESSED_TO, Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
@@ -33,6 +33,7 @@ from crawler_node.cluster.readiness import StartupHold
 from crawler_node.cluster.replica import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
+from crawler_node.datadir_layout import KNOWN_MEMBERS_FILENAME
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup

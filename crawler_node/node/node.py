@@ -38,6 +38,7 @@ from crawler_node.core.scope import Scope
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
+from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
@@ -128,7 +129,7 @@ class Node:
         work, pressure = Wakeup(), Wakeup()  # a host may be ready; a stage may have drained
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
-        self.frontier = FrontierService(path=self.data_dir / "frontier.sqlite3", lease_timeout_s=s.lease_timeout_s,
+        self.frontier = FrontierService(path=self.data_dir / FRONTIER_FILENAME, lease_timeout_s=s.lease_timeout_s,
                                         clock=clock, max_pages_per_host=s.max_pages_per_host,
                                         resident_hosts=s.active_hosts, urgent_priority=SEED_PRIORITY)
         scope = Scope.from_settings(s)
@@ -207,7 +208,7 @@ class Node:
                              serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock,
                              release_memory=release_free_heap, recrawl=recrawl.enabled,
                              recrawl_priority=s.recrawl_priority,
-                             watermark=Watermark(self.data_dir, self.data_dir / "frontier.sqlite3"),
+                             watermark=Watermark(self.data_dir, self.data_dir / FRONTIER_FILENAME),
                              successor_of=self.cluster.router.successor_if_served,
                              outboxed=self.cluster.outboxes.note_outboxed,
                              turn_s=s.host_turn_s if s.active_hosts else 0.0)
