@@ -158,29 +158,33 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """`status --watch`: a frame every --interval seconds until Ctrl-C (or --count frames)."""
+    """`status --watch`: a frame every --interval seconds until Ctrl-C (or --count frames); on a
+    terminal one table redrawn in place, elsewhere plain-text frames one after another."""
     from crawler_node.tools import client
-    from crawler_node.tools.report import RateWindow, format_watch
+    from crawler_node.tools.report import RateWindow, watch_frame
+    from crawler_node.tools.watch import WatchScreen
 
     rates = RateWindow()
     last_ok: float | None = None
     frames = 0
-    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
     try:
-        while args.count is None or frames < args.count:
-            now = time.monotonic()
-            try:
-                frame = format_watch(client.status(args.node, timeout=max(1.0, args.interval)), rates, now)
-                last_ok = now
-            except client.NodeError as exc:
-                if last_ok is None:
-                    print(f"crawler-node status: error: {exc}", file=sys.stderr)
-                    return 1
-                frame = f"{args.node}: UNREACHABLE for {now - last_ok:.0f} s ({exc}); the last frame is stale"
-            print(f"{clear}{time.strftime('%H:%M:%S')}  {frame}", flush=True)
-            frames += 1
-            if args.count is None or frames < args.count:
-                time.sleep(args.interval)
+        with WatchScreen(sys.stdout) as screen:
+            while args.count is None or frames < args.count:
+                now = time.monotonic()
+                try:
+                    status = client.status(args.node, timeout=max(1.0, args.interval))
+                    last_ok = now
+                except client.NodeError as exc:
+                    if last_ok is None:
+                        print(f"crawler-node status: error: {exc}", file=sys.stderr)
+                        return 1
+                    screen.unreachable(f"{args.node}: UNREACHABLE for {now - last_ok:.0f} s ({exc}); "
+                                       "the last frame is stale")
+                else:
+                    screen.show(watch_frame(status, rates, now))
+                frames += 1
+                if args.count is None or frames < args.count:
+                    time.sleep(args.interval)
     except KeyboardInterrupt:
         print()
     return 0

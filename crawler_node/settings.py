@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from crawler_node.cluster.known_members import KNOWN_MEMBERS_FILENAME
 from crawler_node.config import (
     NO_TEST_HOOKS,
     AdmissionConfig,
@@ -35,9 +34,9 @@ from crawler_node.config import (
 )
 from crawler_node.core.recrawl import RecrawlPolicy
 from crawler_node.core.scope import Scope
-from crawler_node.core.traps import TrapRules
+from crawler_node.core.traps import PatternError, TrapRules, compile_pattern
+from crawler_node.datadir_layout import KNOWN_MEMBERS_FILENAME
 from crawler_node.runtime.eventloop import EVENT_LOOPS
-from crawler_node.settings_checks import trap_problems
 
 _G = TypeVar("_G")
 _TOGGLES = ("cookies", "warc_metadata")  # "on" or "off" outside, booleans inside
@@ -247,7 +246,7 @@ class Settings:
             problems.append(f"recrawl: {exc}")
         if self.max_depth is not None and self.max_depth < 0:
             problems.append("max_depth must be >= 0")
-        problems.extend(trap_problems(self))
+        problems.extend(self._trap_problems())
         if self.proxy is not None:
             parts = urlsplit(self.proxy)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -267,6 +266,20 @@ class Settings:
             problems.append(str(exc))
         if (self.peers or self.peer_dns) and (problem := url_problem(self.advertise_url)):
             problems.append(f"advertised URL {self.advertise_url!r}: {problem}")
+        return problems
+
+    def _trap_problems(self) -> list[str]:
+        """The trap guards: limits, and the user's URL patterns (compiled by re2 here, so a bad
+        one is said before the node starts)."""
+        problems = [f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}"
+                    for name in ("max_path_repeats", "max_path_depth", "max_query_params", "max_pages_per_host")
+                    if getattr(self, name) < 0]
+        for name in ("allow_urls", "deny_urls"):
+            for pattern in getattr(self, name):
+                try:
+                    compile_pattern(pattern)
+                except PatternError as exc:
+                    problems.append(f"{name}: {exc}")
         return problems
 
     def node_config(self, *, hooks: TestHooks = NO_TEST_HOOKS) -> NodeConfig:
@@ -318,7 +331,9 @@ class Settings:
 
         try:
             # Found by DNS with no --advertise: this machine's address, not the 0.0.0.0 listened on.
-            advertise = advertised_url(self.advertise_url) if self.peer_dns and not self.advertise else self.advertise_url
+            advertise = self.advertise_url
+            if self.peer_dns and not self.advertise:
+                advertise = advertised_url(advertise)
             peers, weights = self.peer_map(), self.weight_map()
         except SettingsError:  # said by _outside_problems
             advertise, peers, weights = "http://invalid:1", {}, {}

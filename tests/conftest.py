@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from baseline_tree import baseline_tree  # noqa: F401 - the session's BASELINE tree (contract tests)
 from frontier_helpers import clock, frontier  # noqa: F401 - fixtures of the frontier tests
 
 from crawler_node.testweb.process import TestwebProcess

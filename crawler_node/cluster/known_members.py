@@ -28,10 +28,10 @@ import os
 from pathlib import Path
 
 from crawler_node.cluster.membership import BadView, Membership, parse_view
+from crawler_node.datadir_layout import scratch_path
 
 log = logging.getLogger("crawler_node.cluster")
 
-KNOWN_MEMBERS_FILENAME = "members.json"
 MAX_REMEMBERED = 4096  # members read back at most (a cluster of hundreds is large)
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -66,7 +66,7 @@ class KnownMembers:
         if digest == self._saved:
             return
         members = [{"id": m.node_id, "url": m.url} for m in membership.peers() if not (m.left and m.drained)]
-        temp = self.path.with_name(self.path.name + ".tmp")
+        temp = scratch_path(self.path)
         try:
             temp.write_text(json.dumps({"members": members}), encoding="utf-8")
             os.replace(temp, self.path)

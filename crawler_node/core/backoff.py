@@ -3,6 +3,15 @@
 Retries are load (DESIGN rule 6): they get a per-URL budget, back off with full jitter so a
 burst of failures does not come back as a synchronised burst, honour Retry-After, and are
 never made for what cannot succeed.
+
+Hand-written: tenacity, backoff and stamina wrap one call in a loop that sleeps and calls again
+in the same coroutine. Here nothing waits. A failed attempt returns its URL to the frontier with
+a not-before time (``RetryDecision.delay_s``) and its attempt count, both on disk, and a later
+lease, on any worker and after a restart, makes the retry through the same admission as a first
+attempt. A host's pause (``HostBackoffPolicy``) is decided from the answers of all its URLs, held
+in the host's record, stored with the frontier's politeness columns and handed to the next owner
+when the host moves. What the libraries would add is the jittered exponential wait: two lines
+of ``backoff_s`` and ``on_throttle``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,15 @@ from collections.abc import Sequence
 
 from crawler_node.core.urls import bare_host
 
+# Hand-written, one regular expression: no duration library reads these spellings without
+# refusing some or taking a typo for a duration (tried 2026-12 on 90, 90s, 15m, 6h, 1d, 2w,
+# 1h30m, 0.5s, "90 s", 1H, and 5x, -1s, "1h 30"):
+# - pytimeparse2 1.7 (the closest; last release 2023-05): refuses "1h30" (here 1 h 30 s) and a
+#   unit twice or out of order ("5m1h"); reads "1:30" as 90 s; switches its arithmetic to
+#   dateutil through a module-wide flag when dateutil is installed;
+# - pytimeparse 1.1: refuses a bare "90"; humanfriendly 10: refuses sums ("1h30m");
+# - durationpy (Go's syntax): refuses "90", "1d", "2w" and spaces; isodate: ISO 8601 only
+#   ("PT1H30M"); timelength 3: reads "-1s" as 1 s and "1h 30" as 1 h (drops what it cannot read).
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 

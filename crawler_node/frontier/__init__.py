@@ -15,6 +15,7 @@ Internals: core (what the parts share: connection, transactions, counters), host
 per-host table), intake (the ways into the seen-set), statements (statement shapes).
 """
 
+from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.frontier.frontier import RECENT_URLS, Frontier
 from crawler_node.frontier.handoff import Handoff
 from crawler_node.frontier.outbox import Outbox
@@ -34,7 +35,6 @@ from crawler_node.frontier.records import (
     UrlEntry,
 )
 from crawler_node.frontier.recrawl import Recrawl
-from crawler_node.frontier.schema import FRONTIER_FILENAME
 from crawler_node.frontier.service import FrontierService
 from crawler_node.frontier.shedding import Shedding
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.frontier.checkpointer import Checkpoints
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.handoff import Handoff
@@ -44,7 +45,7 @@ from crawler_node.frontier.records import (
 )
 from crawler_node.frontier.recrawl import Recrawl
 from crawler_node.frontier.replica import Replica
-from crawler_node.frontier.schema import FRONTIER_FILENAME, connect
+from crawler_node.frontier.schema import connect
 from crawler_node.frontier.shedding import Shedding
 from crawler_node.frontier.statements import NOT_LEASED, in_lists
 

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from crawler_node.core.urls import host_of
 
-FRONTIER_FILENAME = "frontier.sqlite3"
-
 # Negative = KiB: bounds the page cache (~8 MB) whatever the size of the database.
 CACHE_SIZE_KIB = -8000
 # Pages of a new database (an existing one keeps its own). A commit writes every page it dirtied

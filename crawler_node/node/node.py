@@ -37,9 +37,10 @@ from crawler_node.core.robots import RobotsCache, RobotsPolicy
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
+from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
-from crawler_node.frontier import FRONTIER_FILENAME, AddResult, FrontierService
+from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, PressureSource
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.dispatch import Dispatcher

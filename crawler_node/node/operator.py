@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+# An operator's pause outlives a restart (a node stopped while paused starts paused), and so do
+# the hosts dropped and the last change: in the data directory, under these names.
+from crawler_node.datadir_layout import CHANGE_FILENAME, DROPPED_FILENAME, PAUSE_FILENAME, scratch_path
 from crawler_node.frontier import FrontierService
 from crawler_node.node.admission import FetchAdmission, OperatorPause
 from crawler_node.node.hosts import HostTable
@@ -30,11 +33,7 @@ from crawler_node.runtime.wakeup import Wakeup
 
 log = logging.getLogger("crawler_node.node")
 
-# An operator's pause outlives a restart: a node stopped while paused starts paused.
-PAUSE_FILENAME = "paused.json"
-CHANGE_FILENAME = "control.json"  # the last pause or resume, for members catching up
 MAX_CLOCK_AHEAD_S = 300.0  # a change dated further ahead is a clock gone wrong: not caught up on
-DROPPED_FILENAME = "dropped_hosts.json"  # hosts an operator dropped: their URLs are never fetched
 MAX_DROPPED_HOSTS = 10_000  # an operator's list, not a crawl's scope: --deny-url is for patterns
 
 
@@ -235,6 +234,6 @@ class OperatorControl:
 
 
 def _replace(path: Path, value: dict | list) -> None:
-    scratch = path.with_suffix(".tmp")
+    scratch = scratch_path(path)
     scratch.write_text(json.dumps(value))
     os.replace(scratch, path)

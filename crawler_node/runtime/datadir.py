@@ -2,11 +2,12 @@
 
 Two nodes on one directory would share one SQLite frontier and append to one crawl.log and
 the same WARC names: each would lease the other's URLs and interleave records. A lock file
-(``flock``, released by the kernel when the process dies, so a SIGKILLed node leaves no stale
-lock) keeps a second node out. A directory that cannot be created or written is refused here
-with one line, before the frontier's SQLite would raise a traceback, and so is a frontier that
-lost what it had committed (runtime.frontier_guard), and a part of the store that is not what
-the store needs (`warc/` a file, `crawl.log` a directory, a damaged `digests.sqlite3`).
+(filelock's ``flock`` lock, released by the kernel when the process dies, so a SIGKILLed node
+leaves no stale lock) keeps a second node out, and names it by the PID written in the file.
+A directory that cannot be created or written is refused here with one line, before the
+frontier's SQLite would raise a traceback, and so is a frontier that lost what it had
+committed (runtime.frontier_guard), and a part of the store that is not what the store needs
+(`warc/` a file, `crawl.log` a directory, a damaged `digests.sqlite3`).
 
 A write that fails mid-run for want of space (ENOSPC, EDQUOT) or on a disk gone read-only
 (EROFS, SQLite's FULL and READONLY) is a `DiskFull`: the node stops at once, says so in one
@@ -16,16 +17,18 @@ line, and loses nothing (a page is marked done only after its records were writt
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from crawler_node.datadir_layout import DataDirLayout
 from crawler_node.runtime.frontier_guard import FrontierLost, check_frontier
 
-LOCK_FILENAME = "node.lock"
+if TYPE_CHECKING:
+    from filelock import BaseFileLock
 
 
 class DataDirError(RuntimeError):
@@ -108,14 +111,12 @@ def _mount_point(path: str) -> str:
 class DataDirLock:
     """Held for the life of the process (or until :meth:`release`)."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, lock: BaseFileLock) -> None:
         self.path = path
-        self._fd: int | None = fd
+        self._lock = lock
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
+        self._lock.release()  # drops the flock; the file stays (a waiter may hold it open)
 
 
 def claim_data_dir(data_dir: Path, *, check_frontier_whole: bool = True) -> DataDirLock:
@@ -127,58 +128,60 @@ def claim_data_dir(data_dir: Path, *, check_frontier_whole: bool = True) -> Data
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataDirError(f"data directory {data_dir} cannot be created: {exc.strerror or exc}") from exc
-    lock_path = data_dir / LOCK_FILENAME
+    layout = DataDirLayout(data_dir)
+    lock = _take_lock(data_dir, layout.lock)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise DataDirError(f"data directory {data_dir} cannot be written: {exc.strerror or exc}") from exc
+        check_store_parts(data_dir)
+        if check_frontier_whole:
+            try:
+                check_frontier(data_dir, layout.frontier)
+            except FrontierLost as exc:
+                raise DataDirError(str(exc)) from exc
+    except DataDirError:
+        lock.release()
+        raise
+    return DataDirLock(layout.lock, lock)
+
+
+def _take_lock(data_dir: Path, lock_path: Path) -> BaseFileLock:
+    """The lock file, flock'd (filelock's UnixFileLock: released by the kernel when the process
+    dies, so a SIGKILLed node leaves no stale lock), with this process's PID written in it once
+    held (the refusal names the holder). Never the soft lock filelock falls back to where flock
+    is missing: that one outlives a killed process."""
+    # Imported here: ~40 ms that only a claim needs (the store's process imports this module too).
+    from filelock import Timeout, UnixFileLock
+
+    lock = UnixFileLock(lock_path, mode=0o644, blocking=False, thread_local=False, fallback_to_soft=False,
+                        preserve_lock_file=True, on_acquired=_write_pid)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _read_pid(fd)
-        os.close(fd)
+        lock.acquire()
+    except Timeout:  # an OSError too: first
+        holder = _read_pid(lock_path)
         by = f" (pid {holder})" if holder else ""
         raise DataDirError(f"data directory {data_dir} is in use by another node{by}") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError as exc:
-        os.close(fd)
+    except OSError as exc:  # the lock file could not be opened, or the PID not written in it
         full = disk_full(exc, path=lock_path, what="the lock file")
         if full is not None and full.reason != "disk read-only":
             raise full from exc
         raise DataDirError(f"data directory {data_dir} cannot be written: {exc.strerror or exc}") from exc
-    try:
-        check_store_parts(data_dir)
-    except DataDirError:
-        os.close(fd)
-        raise
-    if check_frontier_whole:
-        from crawler_node.frontier.schema import FRONTIER_FILENAME  # the frontier's file, by its own name
+    return lock
 
-        try:
-            check_frontier(data_dir, data_dir / FRONTIER_FILENAME)
-        except FrontierLost as exc:
-            os.close(fd)
-            raise DataDirError(str(exc)) from exc
-    return DataDirLock(lock_path, fd)
+
+def _write_pid(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
 
 
 def check_store_parts(data_dir: Path) -> None:
     """Raise DataDirError when a part of the store is there but cannot be used as what it is."""
-    from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME  # the store's own names
-    from crawler_node.store.digests import DIGESTS_FILENAME
-    from crawler_node.store.items import ITEMS_DIRNAME
-    from crawler_node.store.writer import WARC_DIRNAME
-
-    for name, holds in ((WARC_DIRNAME, "the WARC files"), (ITEMS_DIRNAME, "the pipelines' items")):
-        path = data_dir / name
+    layout = DataDirLayout(data_dir)
+    for path, holds in ((layout.warc_dir, "the WARC files"), (layout.items_dir, "the pipelines' items")):
         if path.exists() and not path.is_dir():
             raise DataDirError(f"{path} is not a directory: the store keeps {holds} there; move it away")
-    log_path = data_dir / CRAWL_LOG_FILENAME
+    log_path = layout.crawl_log
     if log_path.exists() and not log_path.is_file():
         raise DataDirError(f"{log_path} is not a file: the store appends the crawl log to it; move it away")
-    digests = data_dir / DIGESTS_FILENAME
+    digests = layout.digests
     if digests.exists():
         try:
             connection = sqlite3.connect(f"file:{digests}?mode=ro", uri=True)
@@ -191,9 +194,9 @@ def check_store_parts(data_dir: Path) -> None:
                                f"move it away and payloads seen before are stored in full again") from exc
 
 
-def _read_pid(fd: int) -> int | None:
+def _read_pid(lock_path: Path) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = lock_path.read_bytes()[:32].decode("ascii", "replace").strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None

@@ -26,7 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-WATERMARK_FILENAME = "frontier.watermark"
+from crawler_node.datadir_layout import WATERMARK_FILENAME, DataDirLayout, scratch_path
+
 CHECKPOINT_EVERY_S = 60.0
 
 
@@ -58,7 +59,7 @@ def highest_url_id(db_path: Path) -> int | None:
 
 def read_watermark(data_dir: Path) -> int:
     try:
-        return int(json.loads((data_dir / WATERMARK_FILENAME).read_text())["highest_url_id"])
+        return int(json.loads(DataDirLayout(data_dir).watermark.read_text())["highest_url_id"])
     except FileNotFoundError:
         return 0
     except (ValueError, KeyError, TypeError):
@@ -67,8 +68,8 @@ def read_watermark(data_dir: Path) -> int:
 
 def write_watermark(data_dir: Path, highest: int) -> None:
     """Atomically: a crash leaves the old watermark or the new one."""
-    path = data_dir / WATERMARK_FILENAME
-    temporary = path.with_name(path.name + ".tmp")
+    path = DataDirLayout(data_dir).watermark
+    temporary = scratch_path(path)
     temporary.write_text(json.dumps({"highest_url_id": highest, "written_at": time.time()}) + "\n")
     os.replace(temporary, path)
 
@@ -81,11 +82,11 @@ def check_frontier(data_dir: Path, db_path: Path) -> None:
     if expected == 0:
         # No watermark (a data directory from before it, or the file moved away): a frontier
         # that is missing or empty beside a crawl.log that says a crawl happened is refused too.
-        log_path = data_dir / "crawl.log"
+        log_path = DataDirLayout(data_dir).crawl_log
         if log_path.exists() and log_path.stat().st_size > 0 and not highest_url_id(db_path):
             raise FrontierLost(
                 f"the frontier {db_path} is missing or empty, but {log_path} shows a crawl happened here. "
-                f"Rebuild it with `crawler-node recover --data-dir {data_dir}`, or move crawl.log away to "
+                f"Rebuild it with `crawler-node recover --data-dir {data_dir}`, or move {log_path.name} away to "
                 f"start a new crawl in this directory")
         return
     highest = highest_url_id(db_path)

@@ -35,6 +35,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 
+from crawler_node.datadir_layout import CDXJ_SUFFIX, CDXJ_TEMP_SUFFIX, WARC_SUFFIX, torn_path
 from crawler_node.store.surt_key import url_key
 
 # surt and cdxj-indexer are imported where they are used, not here: they bring tldextract,
@@ -43,11 +44,6 @@ from crawler_node.store.surt_key import url_key
 
 log = logging.getLogger("crawler_node.store")
 
-WARC_SUFFIX = ".warc.gz"
-INDEX_SUFFIX = ".cdxj"
-# Not *.cdxj: pywb never reads a half-written index. One fixed name per index, so a temp file
-# left by a killed run is overwritten when the file is indexed again, not left behind.
-TEMP_SUFFIX = ".cdxj.tmp"
 _GZIP_WBITS = zlib.MAX_WBITS | 16
 _CHUNK = 1 << 20
 
@@ -66,7 +62,7 @@ def index_path(warc_path: Path) -> Path:
     name = warc_path.name
     if not name.endswith(WARC_SUFFIX) or name == WARC_SUFFIX:
         raise ValueError(f"not a {WARC_SUFFIX} file name: {warc_path}")
-    return warc_path.with_name(name[: -len(WARC_SUFFIX)] + INDEX_SUFFIX)
+    return warc_path.with_name(name[: -len(WARC_SUFFIX)] + CDXJ_SUFFIX)
 
 
 def index_line(url: str, date: str, *, warc_type: str, status: int, content_type: str | None,
@@ -99,7 +95,7 @@ def write_lines(warc_path: Path, lines: list[str]) -> Path:
 
 
 def _write_sorted(target: Path, lines: list[str]) -> None:
-    temp = target.with_name(target.name[: -len(INDEX_SUFFIX)] + TEMP_SUFFIX)
+    temp = target.with_name(target.name[: -len(CDXJ_SUFFIX)] + CDXJ_TEMP_SUFFIX)
     with open(temp, "w", encoding="utf-8", newline="\n") as handle:
         handle.writelines(sorted(lines))
         handle.flush()
@@ -151,15 +147,15 @@ def repair_torn_tail(warc_path: Path) -> int:
             return 0
         stream.seek(end)
         torn = stream.read()
-        with open(warc_path.with_name(warc_path.name + ".torn"), "wb") as aside:
+        with open(torn_path(warc_path), "wb") as aside:
             aside.write(torn)
             aside.flush()
             os.fsync(aside.fileno())
         stream.truncate(end)
         stream.flush()
         os.fsync(stream.fileno())
-    log.warning("%s ended in a torn record (%d bytes after byte %d, a kill mid-write): cut, and set aside in %s.torn",
-                warc_path, size - end, end, warc_path.name)
+    log.warning("%s ended in a torn record (%d bytes after byte %d, a kill mid-write): cut, and set aside in %s",
+                warc_path, size - end, end, torn_path(warc_path).name)
     return size - end
 
 

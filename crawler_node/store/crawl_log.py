@@ -18,12 +18,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
+from crawler_node.datadir_layout import rotated_crawl_log_name, torn_path
+
 if TYPE_CHECKING:
-    from crawler_node.store.writer import FetchRecord
+    from crawler_node.store.records import FetchRecord
 
 log = logging.getLogger("crawler_node.store")
 
-CRAWL_LOG_FILENAME = "crawl.log"
 # A str as a quoted JSON string, non-ASCII escaped: the (C) function json.dumps uses.
 _json_string = json.encoder.encode_basestring_ascii
 
@@ -97,11 +98,11 @@ class CrawlLog:
         handle = self._require_open()
         handle.close()
         stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")[:-3]
-        target = self.path.with_name(f"{self.path.name}.{stamp}")
         serial = 0
+        target = self.path.with_name(rotated_crawl_log_name(stamp))
         while target.exists():
             serial += 1
-            target = self.path.with_name(f"{self.path.name}.{stamp}-{serial}")
+            target = self.path.with_name(rotated_crawl_log_name(stamp, serial))
         os.replace(self.path, target)
         self.rotated.append(target)
         self._file = open(self.path, "a", encoding="utf-8", newline="\n")
@@ -176,10 +177,10 @@ def _drop_torn_tail(path: Path) -> None:
                 keep -= step
             handle.seek(keep)
             torn = handle.read()
-            with open(path.with_name(path.name + ".torn"), "ab") as aside:
+            with open(torn_path(path), "ab") as aside:
                 aside.write(torn + b"\n")
             handle.truncate(keep)
-            log.warning("%s ended in a torn line (%d bytes, a kill mid-write): set aside in %s.torn", path,
-                        len(torn), path.name)
+            log.warning("%s ended in a torn line (%d bytes, a kill mid-write): set aside in %s", path,
+                        len(torn), torn_path(path).name)
     except FileNotFoundError:
         return

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-DIGESTS_FILENAME = "digests.sqlite3"
+from crawler_node.datadir_layout import DIGESTS_FILENAME as DIGESTS_FILENAME  # its file's name, for callers
+
 _PRUNE_EVERY = 1024  # entries over the bound before a prune: one DELETE per batch at most
 # Digests asked for in one SELECT (SQLite allows 32,766 variables; a store batch has a few hundred).
 _LOOKUP_CHUNK = 500

@@ -14,10 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from crawler_node.datadir_layout import ITEMS_SUFFIX
 from crawler_node.store.crawl_log import _drop_torn_tail
 from crawler_node.store.files import open_next
-
-ITEMS_DIRNAME = "items"
 
 
 class ItemWriter:
@@ -33,7 +32,7 @@ class ItemWriter:
         if not node_id or "/" in node_id:
             raise ValueError(f"node_id must be a non-empty name without '/', got {node_id!r}")
         directory.mkdir(parents=True, exist_ok=True)
-        for path in sorted(directory.glob("*.jsonl")):
+        for path in sorted(directory.glob(f"*{ITEMS_SUFFIX}")):
             _drop_torn_tail(path)
         self.directory = directory
         self.node_id = node_id
@@ -73,7 +72,7 @@ class ItemWriter:
         return len(encoded)
 
     def _open_file(self) -> None:
-        path, self._file, self._serial = open_next(self.directory, self.node_id, ".jsonl", self._serial,
+        path, self._file, self._serial = open_next(self.directory, self.node_id, ITEMS_SUFFIX, self._serial,
                                                    datetime.now(UTC))
         self._file_bytes = 0
         self.files.append(path)

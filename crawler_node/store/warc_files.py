@@ -19,6 +19,7 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.datadir_layout import WARC_SUFFIX
 from crawler_node.store import cdxj, warc
 from crawler_node.store.crawl_log import Location, iso_utc
 from crawler_node.store.digests import DigestIndex, Original
@@ -150,7 +151,7 @@ class WarcWriter:
 
     def _open_file(self) -> None:
         now = datetime.now(UTC)
-        path, self._file, self._serial = open_next(self.directory, self.node_id, ".warc.gz", self._serial, now)
+        path, self._file, self._serial = open_next(self.directory, self.node_id, WARC_SUFFIX, self._serial, now)
         self._path = path
         self._file_bytes = 0
         self._append(warc.gzip_member(warc.warcinfo(path.name, iso_utc(now.timestamp(), timespec="seconds"),

@@ -20,20 +20,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from crawler_node.datadir_layout import DataDirLayout
 from crawler_node.runtime.datadir import writing
 from crawler_node.store.cdxj import index_missing, load_libraries, unindexed
-from crawler_node.store.crawl_log import CRAWL_LOG_FILENAME, CrawlLog, Location, _drop_torn_tail, iso_utc
-from crawler_node.store.digests import DIGESTS_FILENAME, DigestIndex
-from crawler_node.store.items import ITEMS_DIRNAME, ItemWriter
+from crawler_node.store.crawl_log import CrawlLog, Location, _drop_torn_tail, iso_utc
+from crawler_node.store.digests import DigestIndex
+from crawler_node.store.items import ItemWriter
 from crawler_node.store.records import SOFTWARE, CrawlInfo, FetchRecord
 from crawler_node.store.warc_files import WarcWriter, exchange_records, stored_payload
 
-__all__ = ["CRAWL_LOG_FILENAME", "SOFTWARE", "CrawlInfo", "CrawlLog", "FetchRecord", "Location", "Store",
+__all__ = ["SOFTWARE", "CrawlInfo", "CrawlLog", "FetchRecord", "Location", "Store",
            "WarcWriter", "_drop_torn_tail", "exchange_records", "iso_utc", "stored_payload"]
 
 log = logging.getLogger("crawler_node.store")
-
-WARC_DIRNAME = "warc"
 
 
 class Store:
@@ -46,15 +45,16 @@ class Store:
         """``dedup_max_entries``: payload digests remembered for revisit records (0: none,
         every payload is stored in full)."""
         self.data_dir = data_dir
+        self.layout = DataDirLayout(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         load_libraries()
-        self.digests = (DigestIndex(data_dir / DIGESTS_FILENAME, max_entries=dedup_max_entries)
+        self.digests = (DigestIndex(self.layout.digests, max_entries=dedup_max_entries)
                         if dedup_max_entries > 0 else None)
         # The writer indexes each file it closes (CDXJ, beside it) from the lines it made while
         # writing; files a killed run left without an index are read back and indexed now, on
         # a thread, so the store starts writing meanwhile (~1 s per 50 MB file).
         self._indexer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdxj")
-        warc_dir = data_dir / WARC_DIRNAME
+        warc_dir = self.layout.warc_dir
         # The list is taken now, before this run's writer opens a file of its own.
         # (A file without an index was being written by a run that was killed: its torn tail,
         # if any, is cut first and set aside; this node holds the data directory's lock.)
@@ -62,8 +62,8 @@ class Store:
                              repair=True)
         self.warc = WarcWriter(warc_dir, node_id=node_id, max_file_bytes=warc_max_bytes,
                                digests=self.digests, info=info)
-        self.crawl_log = CrawlLog(data_dir / CRAWL_LOG_FILENAME, max_file_bytes=crawl_log_max_bytes)
-        self.items = ItemWriter(data_dir / ITEMS_DIRNAME, node_id=node_id, max_file_bytes=items_max_bytes)
+        self.crawl_log = CrawlLog(self.layout.crawl_log, max_file_bytes=crawl_log_max_bytes)
+        self.items = ItemWriter(self.layout.items_dir, node_id=node_id, max_file_bytes=items_max_bytes)
         self.records_written = 0  # fetch attempts logged (with or without an HTTP exchange)
 
     @property
@@ -93,7 +93,7 @@ class Store:
                     self.items.write(record.items)
             self.items.flush()
         if self.digests is not None:
-            with writing(lambda: self.data_dir / DIGESTS_FILENAME, "the payload digests"):
+            with writing(lambda: self.layout.digests, "the payload digests"):
                 self.digests.commit()
 
     def _warc_file(self) -> Path:

@@ -30,11 +30,11 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.scope import Scope
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
+from crawler_node.datadir_layout import WARC_SUFFIX, WATERMARK_FILENAME, DataDirLayout
 from crawler_node.frontier import InboundBatch, UrlEntry
 from crawler_node.frontier.frontier import Frontier
-from crawler_node.frontier.schema import FRONTIER_FILENAME
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
-from crawler_node.runtime.frontier_guard import WATERMARK_FILENAME, highest_url_id, write_watermark
+from crawler_node.runtime.frontier_guard import highest_url_id, write_watermark
 
 # The outcomes the retry policy tries again: their URL is queued again, not finished.
 RETRIED = frozenset({FetchOutcome.TIMEOUT, FetchOutcome.CONNECTION, FetchOutcome.THROTTLED,
@@ -55,8 +55,8 @@ class Recovered:
 
 def crawl_log_lines(data_dir: Path, recovered: Recovered) -> Iterator[dict]:
     """Every crawl.log line, rotated files first; a torn or garbled line is skipped, counted."""
-    current = data_dir / "crawl.log"
-    for path in [*sorted(data_dir.glob("crawl.log.[0-9]*")), current]:
+    layout = DataDirLayout(data_dir)
+    for path in [*layout.rotated_crawl_logs(), layout.crawl_log]:
         if not path.exists():
             continue
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -73,7 +73,7 @@ def crawl_log_lines(data_dir: Path, recovered: Recovered) -> Iterator[dict]:
 
 def outlinks(data_dir: Path, recovered: Recovered) -> Iterator[tuple[str, list[str]]]:
     """(page URL, its links) of every metadata record in the WARC files."""
-    for path in sorted((data_dir / "warc").glob("*.warc.gz")):
+    for path in sorted(DataDirLayout(data_dir).warc_dir.glob(f"*{WARC_SUFFIX}")):
         try:
             with open(path, "rb") as handle:
                 for record in ArchiveIterator(handle):
@@ -91,11 +91,10 @@ def outlinks(data_dir: Path, recovered: Recovered) -> Iterator[tuple[str, list[s
 
 def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> Recovered:
     recovered = Recovered()
-    db = data_dir / FRONTIER_FILENAME
-    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-    aside = data_dir / f"frontier-lost-{stamp}"
-    for suffix in ("", "-wal", "-shm"):
-        damaged = db.with_name(db.name + suffix)
+    layout = DataDirLayout(data_dir)
+    db = layout.frontier
+    aside = layout.frontier_lost(time.strftime("%Y%m%d%H%M%S", time.gmtime()))
+    for damaged in layout.frontier_files:
         if damaged.exists():
             aside.mkdir(exist_ok=True)
             damaged.rename(aside / damaged.name)
@@ -158,7 +157,8 @@ def main(data_dir: Path, scope: Scope) -> int:
         print(f"crawler-node recover: error: {exc}", file=sys.stderr)
         return 2
     try:
-        if not (data_dir / "crawl.log").exists() and not list(data_dir.glob("crawl.log.[0-9]*")):
+        layout = DataDirLayout(data_dir)
+        if not layout.crawl_log.exists() and not layout.rotated_crawl_logs():
             print(f"crawler-node recover: error: {data_dir} has no crawl.log to rebuild the frontier from",
                   file=sys.stderr)
             return 2

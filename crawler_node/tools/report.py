@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from crawler_node.core.histogram import quantile_bound
 
@@ -171,25 +172,48 @@ def cluster_members(status: dict) -> list[dict]:
     return [{"id": status["node_id"], "state": "alive", "self": True, **member_summary(status)}]
 
 
-def format_watch(status: dict, rates: RateWindow, now: float) -> str:
-    """One frame of `crawler-node status --watch`: the members, their windowed rates, progress."""
+# The columns of a `status --watch` frame: (header, alignment, width in the plain-text frame).
+WATCH_COLUMNS = (("member", "<", 10), ("state", "<", 14), ("fetched", ">", 8), ("/s", ">", 7), ("queued", ">", 8),
+                 ("flight", ">", 6), ("outbox", ">", 7), ("progress", ">", 16))
+
+
+@dataclass(frozen=True, slots=True)
+class WatchFrame:
+    """One frame of `crawler-node status --watch`: what it says, before it is laid out (as plain
+    text by :func:`format_watch`, as a table on a terminal by tools.watch)."""
+
+    title: str  # "<node id>: <crawl state>"
+    rows: tuple[tuple[str, ...], ...]  # a member each, a cell per WATCH_COLUMNS
+    progress: str  # "progress: <finished>/<known> <share> URLs finished of those known"
+
+
+def watch_frame(status: dict, rates: RateWindow, now: float) -> WatchFrame:
+    """The members, their windowed rates, progress."""
     members = cluster_members(status)
-    lines = [f"{status['node_id']}: {status.get('crawl_state', 'idle' if status['idle'] else 'crawling')}",
-             f"  {'member':<10} {'state':<14} {'fetched':>8} {'/s':>7} {'queued':>8} {'flight':>6} {'outbox':>7} "
-             f"{'progress':>16}"]
+    rows = []
     for member in members:
         fetched = member.get("fetched")
         rate = rates.rate(member["id"], fetched, now) if isinstance(fetched, int) else None
         queues = member.get("queues") or {}
         state = member["state"] + (" paused" if member.get("paused") else "")
-        lines.append(f"  {member['id']:<10} {state:<14} {_dash(fetched):>8} "
-                     f"{'-' if rate is None else f'{rate:.1f}':>7} {_dash(queues.get('frontier')):>8} "
-                     f"{_dash(queues.get('fetch')):>6} {_dash(member.get('outbox_total')):>7} "
-                     f"{_share(member.get('finished'), member.get('known')):>16}")
+        rows.append((str(member["id"]), state, _dash(fetched), "-" if rate is None else f"{rate:.1f}",
+                     _dash(queues.get("frontier")), _dash(queues.get("fetch")), _dash(member.get("outbox_total")),
+                     _share(member.get("finished"), member.get("known"))))
     finished = sum(member.get("finished") or 0 for member in members)
     known = sum(member.get("known") or 0 for member in members)
-    lines.append(f"  progress: {_share(finished, known)} URLs finished of those known")
-    return "\n".join(lines)
+    crawl_state = status.get("crawl_state", "idle" if status["idle"] else "crawling")
+    return WatchFrame(title=f"{status['node_id']}: {crawl_state}", rows=tuple(rows),
+                      progress=f"progress: {_share(finished, known)} URLs finished of those known")
+
+
+def format_watch(frame: WatchFrame) -> str:
+    """A frame as plain text: where `status --watch` does not write to a terminal."""
+    def line(cells: tuple[str, ...]) -> str:
+        return "  " + " ".join(f"{cell:{align}{width}}" for cell, (_, align, width) in zip(cells, WATCH_COLUMNS,
+                                                                                          strict=True))
+
+    return "\n".join([frame.title, line(tuple(header for header, _, _ in WATCH_COLUMNS)),
+                      *(line(row) for row in frame.rows), f"  {frame.progress}"])
 
 
 def _share(done: int | None, known: int | None) -> str:
