@@ -45,23 +45,21 @@ class Member:
 
 def build(node_id: str, url: str, peers: dict[str, str], loop: asyncio.AbstractEventLoop) -> Member:
     membership = Membership(node_id, url, peers, now=loop.time(), suspect_after_s=0.5, down_after_s=1.0)
-    gates = IpGates(limit=LIMIT, cache_s=60.0, clock=loop.time,
-                    shares=IpShares(self_id=node_id, limit=LIMIT, epoch=f"{node_id}-1", linger_s=60.0))
-    supervisor = Supervisor(on_fatal=pytest.fail)
     member: Member
-    heartbeats = Heartbeats(membership=membership, advertise_url=url, interval_s=INTERVAL_S,
-                            client=PeerClient(secret=None),
-                            supervisor=supervisor, on_changed=lambda why: gates.peers_live(
-                                membership.live_ids() - {node_id}),
-                            on_member=lambda peer: None, clock=loop.time)
-    member = Member(node_id, url, membership, gates, heartbeats, supervisor)
 
     def wake(states: set) -> None:
         member.woken.append(states)
         member.changed.set()
 
-    gates.wake_with(wake)
-    heartbeats.share_ips(gates)
+    gates = IpGates(limit=LIMIT, cache_s=60.0, clock=loop.time,
+                    shares=IpShares(self_id=node_id, limit=LIMIT, epoch=f"{node_id}-1", linger_s=60.0), wake=wake)
+    supervisor = Supervisor(on_fatal=pytest.fail)
+    heartbeats = Heartbeats(membership=membership, advertise_url=url, interval_s=INTERVAL_S,
+                            client=PeerClient(secret=None),
+                            supervisor=supervisor, on_changed=lambda why: gates.peers_live(
+                                membership.live_ids() - {node_id}),
+                            on_member=lambda peer: None, clock=loop.time, ip_link=gates)
+    member = Member(node_id, url, membership, gates, heartbeats, supervisor)
     gates.peers_live(membership.live_ids() - {node_id})
     return member
 

@@ -46,10 +46,14 @@ class Cluster:
     def __init__(self, *, config: ClusterConfig, frontier: FrontierService, supervisor: Supervisor,
                  on_change: Callable[[], None], on_taken: Callable[[AddResult], None], outbox_space: Wakeup,
                  clock: Callable[[], float],
-                 politeness_of: Callable[[str], HostPoliteness | None] = lambda host: None) -> None:
+                 politeness_of: Callable[[str], HostPoliteness | None] = lambda host: None,
+                 on_regained: Callable[[float, float], None] | None = None,
+                 ip_link: IpShareLink | None = None) -> None:
         """``on_change``: the live set changed (the node releases hosts it no longer serves);
         ``on_taken``: URLs a reroute brought into this node's own frontier; ``politeness_of``:
-        a host's politeness here, handed over with it."""
+        a host's politeness here, handed over with it; ``on_regained``: this member heard a
+        majority again (cluster.fencing); ``ip_link``: per-IP shares agreed with the peers
+        through the heartbeats (cluster.ipshare; None: each node keeps its own limit)."""
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
@@ -68,7 +72,8 @@ class Cluster:
                          config.known_members_file.name)
         self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.ring_vnodes,
                              key_by=config.ring_key_by)
-        self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock)
+        self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock,
+                               on_regained=on_regained)
         # Every request to a member goes through it (a session even for one node: a member may
         # join it at any time).
         self.client = PeerClient(secret=config.secret, timeouts=PeerTimeouts(
@@ -80,15 +85,17 @@ class Cluster:
                                  failure_pause_s=min(1.0, config.heartbeat_interval_s),
                                  on_taken=on_taken, on_down=self._forward_failed, on_alive=self._forward_ok,
                                  space=outbox_space, clock=clock)
-        self.heartbeats = Heartbeats(membership=self.membership, advertise_url=config.advertise_url,
-                                     interval_s=config.heartbeat_interval_s, client=self.client,
-                                     supervisor=supervisor, on_changed=self._changed,
-                                     on_member=self.outboxes.ensure_sender, clock=clock)
         self.sweeper = Sweeper(frontier=frontier, router=self.router, membership=self.membership,
                                outboxes=self.outboxes, politeness_of=politeness_of)
         self.replicas = ReplicaKeeper(frontier=frontier, router=self.router, outboxes=self.outboxes,
                                       on_taken=on_taken)
-        self.heartbeats.watch_incarnations(self.replicas.heard)
+        self.heartbeats = Heartbeats(membership=self.membership, advertise_url=config.advertise_url,
+                                     interval_s=config.heartbeat_interval_s, client=self.client,
+                                     supervisor=supervisor, on_changed=self._changed,
+                                     on_member=self.outboxes.ensure_sender, clock=clock, ip_link=ip_link,
+                                     on_incarnation=self.replicas.heard)
+        if ip_link is not None:
+            ip_link.peers_live(self.membership.live_ids() - {self.node_id})
         self._supervisor = supervisor
         self._asked: Counter[str] = Counter()  # member -> heartbeats it sent here since this start (up to 2)
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
@@ -96,7 +103,7 @@ class Cluster:
         self.drained = False  # ... and all of it handed on and acknowledged (heartbeats say so)
         self.events: list[dict] = []  # membership changes, newest last (bounded)
         self.received = 0  # URLs peers' outboxes forwarded here to crawl (the other end of "forwarded")
-        self._ip: IpShareLink | None = None
+        self._ip = ip_link
         self.peer_dns: PeerDns | None = None
         if config.peer_dns:
             name, port = parse_peer_dns(config.peer_dns, default_port=urlsplit(config.advertise_url).port or 8080)
@@ -104,12 +111,6 @@ class Cluster:
                                     node_id=config.node_id, advertise_url=config.advertise_url,
                                     membership=self.membership, learn=self._learnt, client=self.client,
                                     supervisor=supervisor, own=own_addresses())
-
-    def share_ips(self, link: IpShareLink) -> None:
-        """Agree per-IP shares with the peers through the heartbeats (cluster.ipshare)."""
-        self._ip = link
-        self.heartbeats.share_ips(link)
-        link.peers_live(self.membership.live_ids() - {self.node_id})
 
     def ip_announcement(self, for_peer: str | None = None) -> dict | None:
         """The ``ips`` of this node's heartbeat answers (None: it does not share); ``for_peer``:

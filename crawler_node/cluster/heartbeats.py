@@ -134,7 +134,8 @@ def answer_part(answer: object, key: str, parse: Callable[[object], _T]) -> _T:
 class Heartbeats:
     def __init__(self, *, membership: Membership, advertise_url: str, interval_s: float, client: PeerClient,
                  supervisor: Supervisor, on_changed: Callable[[str], None], on_member: Callable[[str], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], ip_link: IpShareLink | None = None,
+                 on_incarnation: Callable[[str, str], None] | None = None) -> None:
         """``on_changed(why)``: the live set or the member list changed; ``on_member(id)``: a
         member is known now (its outbox sender must exist). A heartbeat's answer is waited for
         as long as ``client``'s timeouts say."""
@@ -149,8 +150,8 @@ class Heartbeats:
         self._clock = clock
         self.failures: Counter[str] = Counter()  # failed heartbeats, by peer
         self.bad_answers: Counter[str] = Counter()  # answers that were not member lists, by peer
-        self._ip: IpShareLink | None = None
-        self._on_incarnation: Callable[[str, str], None] | None = None
+        self._ip = ip_link  # the per-IP shares, agreed through the answers (None: not shared)
+        self._on_incarnation = on_incarnation  # told what each answer says its frontier is
         self._startup: StartupHold | None = None
         self._next_full_round = 0.0  # monotonic
         # The digest of each peer's member list as its last answer with one gave it: asked
@@ -158,13 +159,6 @@ class Heartbeats:
         self._digests: dict[str, str] = {}
         # Each peer's activity as its last answer gave it; gone once a heartbeat to it fails.
         self.activity: dict[str, Activity] = {}
-
-    def share_ips(self, link: IpShareLink) -> None:
-        self._ip = link
-
-    def watch_incarnations(self, heard: Callable[[str, str], None]) -> None:
-        """Tell ``heard(peer, incarnation)`` what each answer says its frontier is."""
-        self._on_incarnation = heard
 
     def watch_startup(self, hold: StartupHold) -> None:
         """Report answers and failures to a starting member's hold until it ends."""

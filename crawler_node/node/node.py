@@ -93,27 +93,34 @@ def build_rules(config: NodeConfig, *, rng: random.Random | None = None) -> Resp
     )
 
 
-def build_admission(config: NodeConfig, *, pressure: list[PressureSource],
-                    resolver: Resolver | None = None) -> FetchAdmission:
-    """The global gates of rule 5: the fetch-through API's limiter, per-IP gates, pressure."""
+def build_ip_gates(config: NodeConfig, *, resolver: Resolver | None,
+                   wake: Callable[[set[Any]], None]) -> IpGates | None:
+    """Per-IP limits of direct fetches (rule 5), shared out over the cluster unless each node
+    keeps its own (``--ip-limit-per-node``); ``wake(hosts)``: hosts parked on a gate whose
+    share grew. None through a proxy (the sites' addresses are never learnt) or with no limit."""
     gates, fetch = config.admission, config.fetch
+    if fetch.proxy or not gates.ip_inflight_limit:
+        return None
+    # The fetcher's resolver: a gate and the fetch it admits agree on the address, and the name
+    # is asked once. IpGates keeps its own small cache, asked once per host (at its first
+    # contact): cache_s is the resolver's cap, so the two agree.
+    shares = ip_shares_for(node_id=config.node_id, limit=gates.ip_inflight_limit, per_node=gates.ip_limit_per_node,
+                           global_inflight=fetch.global_inflight,
+                           heartbeat_interval_s=config.cluster.heartbeat_interval_s)
+    return IpGates(limit=gates.ip_inflight_limit, cache_s=fetch.dns_cache_s, clock=time.monotonic,
+                   resolve=resolver.first_address if resolver is not None else None, shares=shares, wake=wake)
+
+
+def build_admission(config: NodeConfig, *, ip_gates: IpGates | None,
+                    pressure: list[PressureSource]) -> FetchAdmission:
+    """The global gates of rule 5: the fetch-through API's limiter, per-IP gates, pressure."""
     api = None
-    if fetch.proxy:
+    if config.fetch.proxy:
         # Until the API says otherwise, assume it takes everything we send.
-        start = gates.api_limit_start or fetch.global_inflight
-        api = ApiGate(limiter=AimdLimiter(start=start, floor=1, ceiling=fetch.global_inflight),
-                      quota_reset_s=gates.api_quota_reset_s)
-    ip_gates = None
-    if not fetch.proxy and gates.ip_inflight_limit:
-        # With a proxy we never learn the sites' addresses: no per-IP limit there.
-        # The fetcher's resolver: a gate and the fetch it admits agree on the address, and
-        # the name is asked once. IpGates keeps its own small cache, asked once per host (at
-        # its first contact): cache_s is the resolver's cap, so the two agree.
-        shares = ip_shares_for(node_id=config.node_id, limit=gates.ip_inflight_limit, per_node=gates.ip_limit_per_node,
-                               global_inflight=fetch.global_inflight,
-                               heartbeat_interval_s=config.cluster.heartbeat_interval_s)
-        ip_gates = IpGates(limit=gates.ip_inflight_limit, cache_s=fetch.dns_cache_s, clock=time.monotonic,
-                           resolve=resolver.first_address if resolver is not None else None, shares=shares)
+        inflight = config.fetch.global_inflight
+        api = ApiGate(limiter=AimdLimiter(start=config.admission.api_limit_start or inflight, floor=1,
+                                          ceiling=inflight),
+                      quota_reset_s=config.admission.api_quota_reset_s)
     return FetchAdmission(api=api, ip_gates=ip_gates, pressure=pressure)
 
 
@@ -154,14 +161,19 @@ class Node:
     def _build_pipeline(self, work: Wakeup, pressure: Wakeup) -> None:
         """The stages in pipeline order, each with its group of the configuration and its
         collaborators (the callbacks among them given here, at construction)."""
-        config, clock, hosts = self.config, self._clock, self.hosts
+        config, clock, hosts, fetch = self.config, self._clock, self.hosts, self.config.fetch
+        # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
+        self.resolver = None if fetch.proxy else Resolver(server=fetch.dns_server, allow_private=fetch.allow_private,
+                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s)
+        ip_gates = build_ip_gates(config, resolver=self.resolver, wake=lambda states: hosts.wake(states, clock()))
         self.cluster = Cluster(config=config.cluster, frontier=self.frontier, supervisor=self.supervisor,
                                on_change=self._membership_changed, on_taken=self._taken, outbox_space=pressure,
-                               clock=clock, politeness_of=lambda host: hosts.politeness_to_send(host, clock()))
+                               clock=clock, politeness_of=lambda host: hosts.politeness_to_send(host, clock()),
+                               on_regained=hosts.regained,
+                               ip_link=ip_gates if ip_gates is not None and ip_gates.shares is not None else None)
         self.held = HeldBytes(limit=config.admission.pipeline_max_bytes, released=pressure)
         info = CrawlInfo(crawl_name=config.store.crawl_name, operator=config.store.operator,
-                         user_agent=config.fetch.user_agent,
-                         robots=f"obey (RFC 9309) as {config.politeness.robots_agent}")
+                         user_agent=fetch.user_agent, robots=f"obey (RFC 9309) as {config.politeness.robots_agent}")
         self.store = StoreStage(
             config=config.store,
             worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info),
@@ -172,16 +184,8 @@ class Node:
                              outboxes=self.cluster.outboxes, scope=config.scope, clock=clock, crawl_log=self.store)
         self.parse = ParseStage(config=config.parse, hooks=config.hooks, scope=config.scope, store=self.store,
                                 ring_generation=lambda: self.cluster.membership.version, taken=pressure)
-        fetch = config.fetch
-        # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
-        self.resolver = None if fetch.proxy else Resolver(server=fetch.dns_server, allow_private=fetch.allow_private,
-                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s)
-        self.admission = build_admission(config, pressure=[self.parse, self.store, self.held, self.cluster.outboxes],
-                                         resolver=self.resolver)
-        if self.admission.ip_gates is not None and self.admission.ip_gates.shares is not None:
-            # Per-IP shares agreed through the heartbeats; hosts parked on a grown share go again.
-            self.admission.ip_gates.wake_with(lambda states: hosts.wake(states, clock()))
-            self.cluster.share_ips(self.admission.ip_gates)
+        self.admission = build_admission(config, ip_gates=ip_gates,
+                                         pressure=[self.parse, self.store, self.held, self.cluster.outboxes])
         self.leases = LeaseKeeper(frontier=self.frontier, hosts=hosts, admission=self.admission,
                                   pressure=pressure, on_returned=self._leases_returned, clock=clock,
                                   store=self.store)
@@ -190,7 +194,6 @@ class Node:
                                         clock=clock)
         self.fetcher = Fetcher(config=fetch, resolver=self.resolver)
         # Asked once more just before each request: a member frozen after the dispatch sends nothing on waking.
-        self.cluster.fencing.on_regained = hosts.regained
         self.fetch = FetchStage(config=fetch, fetcher=FencedFetcher(self.fetcher, fencing=self.cluster.fencing),
                                 hosts=hosts, admission=self.admission, rules=self.rules, held=self.held,
                                 parse=self.parse, store=self.store, scope=config.scope,
