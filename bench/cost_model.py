@@ -49,7 +49,7 @@ MSS = 1448
 @dataclass(frozen=True)
 class Params:
     """What the model is computed from. Sizes are bytes; *_row: one row of a POST /v1/urls
-    msgpack body (cluster.outbox.encode_batch), measured by encoding real rows."""
+    msgpack body (cluster.wire.encode_batch), measured by encoding real rows."""
 
     nodes: int
     pages_per_s: float = 1000.0  # per node
@@ -85,11 +85,11 @@ class Params:
     # all of them for each progress line, and an idle member every 5 s.) A status lists every member.
     status_fixed: float = 4_360.0  # request and answer on the wire, less the member list
     status_per_member: float = 180.0  # (5,031 - 4,674) / 2: the exchange with 5 members and with 3
-    # A batch's body is gzip'd from gzip_from_bytes of msgpack (cluster.outbox.gzipped): gzip'd
+    # A batch's body is gzip'd from gzip_from_bytes of msgpack (cluster.wire.gzipped): gzip'd
     # bytes per msgpack byte at a batch's rows, (rows, ratio) points measured on real rows
     # (gzip_curve); between them, by log(rows). Empty: bodies as they are (an upper bound).
     gzip_curve: tuple[tuple[float, float], ...] = ()
-    gzip_from_bytes: float = 128.0  # cluster.outbox.GZIP_FROM_BYTES
+    gzip_from_bytes: float = 128.0  # cluster.wire.GZIP_FROM_BYTES
 
     def share_owned(self) -> float:
         return 1.0 / self.nodes if self.own_share is None else self.own_share
@@ -151,7 +151,7 @@ def gzip_ratio(p: Params, rows: float) -> float:
 
 def body_bytes(payload: float, rows: float, p: Params) -> float:
     """What ``rows`` rows of ``payload`` msgpack bytes in all weigh as batch bodies: gzip'd
-    where a batch's msgpack reaches gzip_from_bytes (cluster.outbox.gzipped)."""
+    where a batch's msgpack reaches gzip_from_bytes (cluster.wire.gzipped)."""
     if rows <= 0:
         return 0.0
     per_batch = rows_per_batch(p)
@@ -300,7 +300,7 @@ def row_sizes(urls: list[str], vias: list[str]) -> dict[str, float]:
     and of one politeness entry."""
     import msgpack
 
-    from crawler_node.cluster.outbox import encode_batch
+    from crawler_node.cluster.wire import encode_batch
     from crawler_node.core.urls import host_of
     from crawler_node.frontier.outbox import OutboxRow
     from crawler_node.frontier.records import HostPoliteness, UrlEntry
@@ -326,7 +326,7 @@ def row_sizes(urls: list[str], vias: list[str]) -> dict[str, float]:
 
 def gzip_curve(urls: list[str], vias: list[str], mix: tuple[float, float, float],
                batches: tuple[int, ...] = (1, 2, 3, 5, 10, 30, 100, 300, 500)) -> tuple[tuple[float, float], ...]:
-    """(rows, gzip'd bytes per msgpack byte) of batches of real rows, as cluster.outbox.gzipped
+    """(rows, gzip'd bytes per msgpack byte) of batches of real rows, as cluster.wire.gzipped
     sends them: rows of the three kinds in the proportions ``mix`` (forwarded, queued replica,
     fetched replica), the sample shuffled (a batch's rows share hosts and vias only by chance:
     a real batch holds a page's links together, so this errs on the large side)."""
@@ -334,7 +334,7 @@ def gzip_curve(urls: list[str], vias: list[str], mix: tuple[float, float, float]
 
     import msgpack
 
-    from crawler_node.cluster.outbox import encode_batch, gzipped
+    from crawler_node.cluster.wire import encode_batch, gzipped
     from crawler_node.core.urls import host_of
     from crawler_node.frontier.outbox import OutboxRow
     from crawler_node.frontier.records import UrlEntry
@@ -752,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{row['fetched_replica_row']:.1f}, politeness entry {row['politeness_entry']:.1f}")
     # testweb's mix: ~0.25 forwarded links, a queued and a fetched replica per page (measured below)
     curve = gzip_curve(graph["sample_urls"], graph["sample_vias"], mix=(0.25, 1.0, 1.0))
-    print("gzip'd bytes per msgpack byte of a batch (cluster.outbox.gzipped), by rows: "
+    print("gzip'd bytes per msgpack byte of a batch (cluster.wire.gzipped), by rows: "
           + ", ".join(f"{rows:.0f}: {ratio:.2f}" for rows, ratio in curve))
 
     runs, comparisons, params = [], {}, {}

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 
+from crawler_node.config import PolitenessConfig
 from crawler_node.core.backoff import HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.frontier.frontier import Frontier, UrlEntry
@@ -54,10 +55,11 @@ def run_child(hosts: int, active: int, directory: Path) -> dict[str, float]:
     fill_s = time.perf_counter() - started
     after_frontier = rss()
     s = Settings()
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor,
+    table = HostTable(config=PolitenessConfig(host_memory_target=s.host_memory_target, host_turn_s=0.0,
+                                              min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor,
                                                       ceiling=s.host_limit_ceiling),
-                      backoff_policy=HostBackoffPolicy(), work=Wakeup(), started_at=time.time(),
-                      memory_target=s.host_memory_target)
+                      backoff_policy=HostBackoffPolicy(), work=Wakeup(), started_at=time.time())
     records = frontier.hosts_with_work()
     table.load(records, time.time())
     del records

@@ -1,9 +1,9 @@
 """What a member spends on a peer's batch of replica rows before its frontier sees them: the
 msgpack body decoded, every row's fields checked, the rows split by kind, normalised and
-scope-checked (api.app, node.intake), in µs per row, this checkout and another side by side,
+scope-checked (cluster.wire, node.intake), in µs per row, this checkout and another side by side,
 each in a fresh process, rounds alternating.
 
-A batch is 256 rows as a successor receives them from a crawling owner (cluster.outbox's
+A batch is 256 rows as a successor receives them from a crawling owner (cluster.wire's
 encode_batch): half replicas of queued URLs (depth, priority, via), half fetched ones (the URL).
 
     python bench/peer_intake.py [--other-tree /tmp/old] [--rounds 4]
@@ -39,7 +39,16 @@ body = msgpack.packb({"urls": items})
 intake = Intake.__new__(Intake)  # prepare() reads only the scope
 intake._scope = Scope()
 
+try:  # since the peer wire has one home (cluster.wire): one read, one check
+    from crawler_node.cluster.wire import decode_urls
+except ImportError:
+    decode_urls = None
+
 def handle():
+    if decode_urls is not None:
+        read = decode_urls(decode_body(body, MSGPACK))
+        assert not read.invalid
+        return [intake.prepare_body(read)]
     rows, invalid = app.validate_urls(decode_body(body, MSGPACK))
     assert not invalid
     fresh = [(i, r) for i, r in rows if not r.get("seen") and not r.get("replica")]
@@ -49,7 +58,7 @@ def handle():
         fresh, seen, replica = app._by_kind(rows)
     return [app._prepare(intake, part)[0] for part in (fresh, seen, replica)]
 
-assert sum(len(p.entries) for p in handle()) == 256
+assert sum(len(p.entries) + len(getattr(p, "seen", ())) + len(getattr(p, "replica", ())) for p in handle()) == 256
 best = float("inf")
 for _ in range(15):
     started = time.perf_counter()

@@ -32,6 +32,13 @@ _CHILD = r'''
 import json, sys, tempfile, time
 from pathlib import Path
 from crawler_node.frontier import Frontier, FrontierBatch, UrlEntry
+try:  # a peer's batch taken in as one InboundBatch (since the peer wire has one home)
+    from crawler_node.frontier import InboundBatch
+    def take_queued(f, rows): f.take_in(InboundBatch(queued_replicas=rows))
+    def take_fetched(f, urls): f.take_in(InboundBatch(fetched_replicas=urls))
+except ImportError:
+    def take_queued(f, rows): f.take_in([], [], False, [], queued_replicas=rows)
+    def take_fetched(f, urls): f.take_in([], [], True, urls)
 n = int(sys.argv[1])
 hosts = [f"site-{i}.test" for i in range(10)]
 def url(host, k):
@@ -64,10 +71,10 @@ with tempfile.TemporaryDirectory() as d, Frontier(Path(d)) as f:
     started = time.process_time()
     for k in range(0, n + lag, 95):
         if k < n:
-            f.take_in([], [], False, [], queued_replicas=theirs[k:k + 95])
+            take_queued(f, theirs[k:k + 95])
         done = theirs[max(0, k - lag):max(0, k - lag + 95)] if k >= lag else []
         if done:
-            f.take_in([], [], True, [entry.url for entry in done])
+            take_fetched(f, [entry.url for entry in done])
     out["successor_us_per_url"] = 1e6 * (time.process_time() - started) / n
     own = [UrlEntry(url(f"own-{i % 10}.test", i), f"own-{i % 10}.test", 3, 0, 1, 0, None) for i in range(n)]
     started = time.process_time()

@@ -147,7 +147,6 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    from crawler_node.core.scope import Scope
     from crawler_node.tools import recover
 
     try:
@@ -155,7 +154,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"crawler-node recover: error: {exc}", file=sys.stderr)
         return 2
-    return recover.main(settings.data_dir, Scope.from_settings(settings))
+    return recover.main(settings.data_dir, settings.node_config().scope)
 
 
 def _watch(args: argparse.Namespace) -> int:

@@ -12,12 +12,13 @@ from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
 from crawler_node.api.status import cluster_status, heard_status, node_activity, node_status
 from crawler_node.cluster.activity import Check, View, idle_check, view_of
+from crawler_node.config import ConfigError, TestHooks
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
 from crawler_node.runtime.eventloop import loop_factory
 from crawler_node.runtime.gctune import tune_for_throughput
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
-from crawler_node.settings import Settings, listen_address
+from crawler_node.settings import Settings, SettingsError, listen_address
 from crawler_node.tools.report import RateWindow, cluster_members, finished_log_line, progress_log_line
 
 log = logging.getLogger("crawler_node.daemon")
@@ -144,7 +145,12 @@ async def serve(settings: Settings) -> int:
 
 
 async def _serve(settings: Settings) -> int:
-    node = Node(settings)
+    try:  # the tests' hooks (config.TestHooks) come with the environment
+        config = settings.node_config(hooks=TestHooks.from_env())
+    except (SettingsError, ConfigError) as exc:
+        log.error("%s", exc)
+        return 2
+    node = Node(config)
     try:
         await node.start()
     except DataDirError as exc:

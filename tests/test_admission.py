@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from crawler_node.config import PolitenessConfig
 from crawler_node.core.backoff import HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
@@ -33,7 +34,8 @@ class Source:
 
 
 def host_table(start: int = 2, ceiling: int = 4) -> HostTable:
-    return HostTable(new_limiter=lambda: AimdLimiter(start=start, floor=1, ceiling=ceiling),
+    return HostTable(config=PolitenessConfig(host_turn_s=0.0, min_host_delay_s=0.0),
+                     new_limiter=lambda: AimdLimiter(start=start, floor=1, ceiling=ceiling),
                      backoff_policy=HostBackoffPolicy(), work=Wakeup(), started_at=0.0)
 
 

@@ -261,7 +261,7 @@ def test_the_description_is_valid_openapi_and_lists_every_route(tmp_path):
     schemathesis.openapi.from_dict(document).validate()  # against the OpenAPI 3.1 meta-schema
     json.dumps(document)  # plain data
 
-    app = make_app(Node(Settings(node_id="doc", data_dir=str(tmp_path / "doc"))))
+    app = make_app(Node(Settings(node_id="doc", data_dir=tmp_path / "doc").node_config()))
     served = {(route.method.lower(), route.resource.canonical) for route in app.router.routes()
               if route.resource is not None}
     documented = {(method, path) for path, item in document["paths"].items() for method in item

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from dnsmasq_helpers import Dnsmasq
 
+from crawler_node.config import FetchConfig
 from crawler_node.core.backoff import RetryPolicy
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.response import FetchResult
@@ -199,8 +200,8 @@ async def test_the_fetcher_resolves_through_the_node_resolver(dnsmasq: Dnsmasq) 
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    fetchers = [Fetcher(user_agent="test", proxy=None, allow_private=allow, connect_timeout_s=5, fetch_timeout_s=10,
-                        max_body_bytes=10_000, max_connections=4,
+    fetchers = [Fetcher(config=FetchConfig(user_agent="test", proxy=None, allow_private=allow, connect_timeout_s=5,
+                                           fetch_timeout_s=10, max_body_bytes=10_000),
                         resolver=_resolver(dnsmasq, allow_private=allow)) for allow in (True, False)]
     for fetcher in fetchers:
         await fetcher.start()

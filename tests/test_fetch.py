@@ -13,6 +13,7 @@ import gzip
 import aiohttp
 from aiohttp import web
 
+from crawler_node.config import FetchConfig
 from crawler_node.core.encoding import decode_body
 from crawler_node.fetch.fetcher import ErrorKind, Fetcher, FetchResult, decode_headers
 from crawler_node.store.warc import http_head
@@ -30,8 +31,8 @@ async def _fetcher_and_server(handler, *, proxy_userinfo: str | None = None, max
     await site.start()
     server = f"127.0.0.1:{runner.addresses[0][1]}"
     proxy = None if proxy_userinfo is None else f"http://{proxy_userinfo}{server}"
-    fetcher = Fetcher(user_agent="test", proxy=proxy, allow_private=True, connect_timeout_s=5,
-                      fetch_timeout_s=10, max_body_bytes=max_body_bytes, max_connections=4)
+    fetcher = Fetcher(config=FetchConfig(user_agent="test", proxy=proxy, allow_private=True, connect_timeout_s=5,
+                                         fetch_timeout_s=10, max_body_bytes=max_body_bytes))
     await fetcher.start()
     try:
         yield fetcher, server

@@ -23,6 +23,7 @@ from aiohttp import web
 from dnsmasq_helpers import Dnsmasq
 from realweb_certs import Certificates, make_certificates
 
+from crawler_node.config import FetchConfig
 from crawler_node.core.backoff import RetryPolicy
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.core.signals import classify
@@ -94,8 +95,9 @@ async def _tls_web(dns: Dnsmasq, certs: Certificates) -> AsyncIterator[TlsWeb]:
 
 @contextlib.asynccontextmanager
 async def _fetcher(dns: Dnsmasq, *, ca_bundle: Path | None) -> AsyncIterator[Fetcher]:
-    fetcher = Fetcher(user_agent="tls-test", proxy=None, allow_private=True, connect_timeout_s=5, fetch_timeout_s=10,
-                      max_body_bytes=100_000, max_connections=8, ca_bundle=str(ca_bundle) if ca_bundle else None,
+    fetcher = Fetcher(config=FetchConfig(user_agent="tls-test", proxy=None, allow_private=True, connect_timeout_s=5,
+                                         fetch_timeout_s=10, max_body_bytes=100_000,
+                                         ca_bundle=str(ca_bundle) if ca_bundle else None),
                       resolver=Resolver(server=dns.server, allow_private=True, cache_hosts=100, cache_s=60,
                                         timeout_s=1, tries=1))
     await fetcher.start()

@@ -14,8 +14,16 @@ import pytest
 from frontier_helpers import FakeClock, entry
 from wire_helpers import forwarded_on_the_wire
 
-from crawler_node.api.app import MAX_VIA_LENGTH, validate_urls
-from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, FrontierService, Lease, UrlEntry
+from crawler_node.cluster.wire import MAX_VIA_LENGTH, decode_urls
+from crawler_node.frontier import (
+    FRONTIER_FILENAME,
+    Frontier,
+    FrontierBatch,
+    FrontierService,
+    InboundBatch,
+    Lease,
+    UrlEntry,
+)
 from crawler_node.frontier.recrawl import _REQUEUE_SQL
 from crawler_node.frontier.schema import SCHEMA_VERSION
 
@@ -87,8 +95,8 @@ def test_via_survives_a_handoff_and_a_reroute_back(frontier: Frontier) -> None:
 
 
 def test_urls_taken_in_from_a_peer_keep_their_via(frontier: Frontier) -> None:
-    frontier.take_in([found("a.test", 1, "http://p.test/")], [("c", found("c.test", 1, "http://p.test/"))],
-                     seen=False, replicas=[])
+    frontier.take_in(InboundBatch(add=[found("a.test", 1, "http://p.test/")],
+                                  forward=[("c", found("c.test", 1, "http://p.test/"))]))
 
     assert frontier.lease("a.test", 1)[0][0].via == "http://p.test/"
     assert [e.via for _, e, _ in frontier.outbox.peek("c", 10)] == ["http://p.test/"]
@@ -423,7 +431,8 @@ def test_the_api_takes_an_optional_via_and_refuses_a_bad_one() -> None:
     bad = [{"url": "http://a.test/5", "via": 7}, {"url": "http://a.test/6", "via": ["http://a.test/"]},
            {"url": "http://a.test/7", "via": "v" * (MAX_VIA_LENGTH + 1)}, {"url": "http://a.test/8", "via": True}]
 
-    items, invalid = validate_urls({"urls": good + bad})
+    body = decode_urls({"urls": good + bad})
+    items, invalid = body.items, body.invalid
 
     assert [index for index, _ in items] == [0, 1, 2, 3]
     assert invalid == [{"index": index, "reason": "bad_field"} for index in (4, 5, 6, 7)]
@@ -446,7 +455,8 @@ def test_the_api_refuses_counts_and_flags_of_the_wrong_type_row_by_row() -> None
            {"url": "http://a.test/10", "seen": 1}, {"url": "http://a.test/11", "replica": None},
            {"url": "http://a.test/12", "depth": "3"}]
 
-    items, invalid = validate_urls({"urls": good + bad})
+    body = decode_urls({"urls": good + bad})
+    items, invalid = body.items, body.invalid
 
     assert [index for index, _ in items] == [0, 1, 2]
     assert invalid == [{"index": index, "reason": "bad_field"} for index in range(3, 12)]

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import sqlite3
 from contextlib import closing
-from functools import partial
 from pathlib import Path
 
 import msgpack
 import pytest
 from frontier_helpers import FakeClock, entry
 
-from crawler_node.cluster.outbox import encode_batch, peer_politeness, peer_refresh
+from crawler_node.cluster.wire import encode_batch, peer_politeness, peer_refresh
 from crawler_node.core.urls import host_of
-from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, UrlEntry
+from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, HostPoliteness, InboundBatch, UrlEntry
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.replica import FIRST, HostRefresh
 from crawler_node.frontier.schema import SCHEMA_VERSION
@@ -53,9 +52,8 @@ def test_what_a_node_queues_goes_to_its_successor_as_a_replica_and_fetched_urls_
 def test_the_successor_keeps_queued_urls_until_fetched_and_queues_them_at_takeover(
         frontier: Frontier, clock: FakeClock) -> None:
     queued = [entry("n.test", k, depth=2) for k in range(4)]
-    frontier.take_in([], [], False, [], queued_replicas=queued,
-                     politeness=[HostPoliteness("n.test", clock.now + 10, 3.0)])
-    frontier.take_in([], [], True, ["http://n.test/page/0"])  # the neighbour fetched one of them
+    frontier.take_in(InboundBatch(queued_replicas=queued, politeness=[HostPoliteness("n.test", clock.now + 10, 3.0)]))
+    frontier.take_in(InboundBatch(fetched_replicas=["http://n.test/page/0"]))  # the neighbour fetched one of them
     assert replica_states(frontier) == {"http://n.test/page/0": 2, "http://n.test/page/1": 0,
                                         "http://n.test/page/2": 0, "http://n.test/page/3": 0}
     assert frontier.totals()["queued"] == 0  # a replica is not work here
@@ -78,8 +76,8 @@ def test_the_successor_keeps_queued_urls_until_fetched_and_queues_them_at_takeov
 
 def test_the_politeness_of_a_neighbour_is_taken_once_the_later_time_winning(
         frontier: Frontier, clock: FakeClock) -> None:
-    frontier.take_in([], [], False, [], politeness=[HostPoliteness("p.test", clock.now + 30, 0.5)])
-    frontier.take_in([], [], False, [], politeness=[HostPoliteness("p.test", clock.now + 10, 0.7)])
+    frontier.take_in(InboundBatch(politeness=[HostPoliteness("p.test", clock.now + 30, 0.5)]))
+    frontier.take_in(InboundBatch(politeness=[HostPoliteness("p.test", clock.now + 10, 0.7)]))
     first = frontier.add([entry("p.test", 1)])
     assert first.politeness["p.test"] == HostPoliteness("p.test", clock.now + 30, 0.7)
     frontier.apply(FrontierBatch(done=[lease.id for lease in frontier.lease("p.test", 5)[0]]))
@@ -89,8 +87,8 @@ def test_the_politeness_of_a_neighbour_is_taken_once_the_later_time_winning(
 def test_a_peer_with_a_new_incarnation_gets_its_replica_back(frontier: Frontier) -> None:
     assert not frontier.replica.heard("b", "one")  # first heard: nothing to compare with
     assert not frontier.replica.heard("b", "one")
-    frontier.take_in([], [], False, [], queued_replicas=[entry("b.test", 1), entry("c.test", 1)])
-    frontier.take_in([], [], True, ["http://b.test/page/0", "http://c.test/page/0"])
+    frontier.take_in(InboundBatch(queued_replicas=[entry("b.test", 1), entry("c.test", 1)]))
+    frontier.take_in(InboundBatch(fetched_replicas=["http://b.test/page/0", "http://c.test/page/0"]))
     assert frontier.replica.heard("b", "two")
     assert frontier.replica.heard("b", "two")  # until what it is owed is owed: a give-back cut short is redone
     frontier.replica.record("b", "two")
@@ -197,10 +195,9 @@ def deliver(rows: list[OutboxRow], successor: Frontier) -> None:
     queued = [UrlEntry(item["url"], host_of(item["url"]), item["depth"], item["priority"])
               for item in body["urls"] if item.get("replica")]
     fetched = [item["url"] for item in body["urls"] if item.get("seen")]
-    successor.replica.take_refreshed(partial(successor.take_in, [], [], False, [], queued_replicas=queued),
-                                     peer_refresh(body), queued)
+    successor.take_in(InboundBatch(queued_replicas=queued, refreshes=peer_refresh(body)))
     if fetched:
-        successor.take_in([], [], True, fetched)
+        successor.take_in(InboundBatch(fetched_replicas=fetched))
 
 
 def queued_replica(frontier: Frontier) -> set[str]:
@@ -311,8 +308,9 @@ def queued_hosts(frontier: Frontier) -> list[str]:
 
 def test_a_takeover_pages_through_the_hosts_given_queued_rows_not_through_the_fetched_ones(
         frontier: Frontier) -> None:
-    frontier.take_in([], [], False, [], queued_replicas=[entry("q.test", 1), entry("f.test", 1)])
-    frontier.take_in([], [], True, ["http://f.test/page/1", "http://old.test/page/1"])  # fetched since
+    frontier.take_in(InboundBatch(queued_replicas=[entry("q.test", 1), entry("f.test", 1)]))
+    # fetched since
+    frontier.take_in(InboundBatch(fetched_replicas=["http://f.test/page/1", "http://old.test/page/1"]))
     assert queued_hosts(frontier) == ["f.test", "q.test"]  # a fetched row lists no host
     result, after = frontier.replica.promote(lambda host: host == "f.test", "", 100)
     assert (result.accepted, after) == ([], None)  # f.test had nothing queued left...

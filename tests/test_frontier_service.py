@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from crawler_node.core.shedding import QUEUE_OVER_HIGH_WATER
-from crawler_node.frontier import FrontierBatch, FrontierService, HostPoliteness, UrlEntry
+from crawler_node.frontier import FrontierBatch, FrontierService, HostPoliteness, InboundBatch, UrlEntry
 
 
 class ThreadRecordingClock:
@@ -60,7 +60,7 @@ async def test_a_crawl_round_trip_through_the_service(tmp_path: Path) -> None:
         assert await service.handoff_host("c.test", "peer-3") == 1
         assert await service.mark_seen([entry("e.test", 1)]) == 1
         assert await service.replica_add(["http://f.test/page/1"]) == 1
-        taken = await service.take_in([entry("g.test", 1)], [("peer-3", entry("h.test", 1))], False, [])
+        taken = await service.take_in(InboundBatch(add=[entry("g.test", 1)], forward=[("peer-3", entry("h.test", 1))]))
         assert len(taken.accepted) == 1
         assert await service.hosts_after("", 3) == ["a.test", "b.test", "d.test"]
 

@@ -9,7 +9,7 @@ import pytest
 from frontier_helpers import FakeClock, entry
 
 from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING
-from crawler_node.frontier import Frontier, FrontierBatch, HostPoliteness, UrlEntry
+from crawler_node.frontier import Frontier, FrontierBatch, HostPoliteness, InboundBatch, UrlEntry
 
 
 def state(frontier: Frontier) -> tuple[object, ...]:
@@ -49,13 +49,13 @@ def test_take_in_is_one_transaction(frontier: Frontier) -> None:
     broken = UrlEntry(url=None, host="b.test")  # type: ignore[arg-type]  # violates NOT NULL
 
     with pytest.raises(sqlite3.IntegrityError):
-        frontier.take_in([entry("a.test", 1), broken], [("peer-2", entry("f.test", 1))], False,
-                         ["http://r.test/page/1"])
+        frontier.take_in(InboundBatch(add=[entry("a.test", 1), broken], forward=[("peer-2", entry("f.test", 1))],
+                                      fetched_replicas=["http://r.test/page/1"]))
 
     assert frontier.outbox.counts() == {} and frontier.outbox.peek("peer-2", 10) == []
     assert frontier.totals()["queued"] == 0
-    result = frontier.take_in([entry("a.test", 1)], [("peer-2", entry("f.test", 1))], False,
-                              ["http://r.test/page/1"])
+    result = frontier.take_in(InboundBatch(add=[entry("a.test", 1)], forward=[("peer-2", entry("f.test", 1))],
+                                           fetched_replicas=["http://r.test/page/1"]))
     assert [e.url for e in result.accepted] == ["http://a.test/page/1"]
     assert frontier.outbox.counts() == {"peer-2": 1}
     assert frontier.add([entry("r.test", 1)]).accepted == []  # the replica came in too
@@ -64,8 +64,8 @@ def test_take_in_is_one_transaction(frontier: Frontier) -> None:
 def test_take_in_of_urls_fetched_elsewhere(frontier: Frontier) -> None:
     frontier.add([entry("a.test", 1)])
 
-    result = frontier.take_in([entry("a.test", 1), entry("a.test", 2)], [], True, [])
+    result = frontier.take_in(InboundBatch(seen=[entry("a.test", 1), entry("a.test", 2)]))
 
     assert result.accepted == [] and result.duplicates == 0  # both changed: one finished, one new
     assert frontier.totals()["done"] == 2 and frontier.totals()["queued"] == 0
-    assert frontier.take_in([entry("a.test", 2)], [], True, []).duplicates == 1
+    assert frontier.take_in(InboundBatch(seen=[entry("a.test", 2)])).duplicates == 1

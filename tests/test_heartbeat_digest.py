@@ -9,13 +9,13 @@ import asyncio
 import json
 import urllib.request
 
-import aiohttp
 import pytest
 from cluster_helpers import peers_of, plan, wait_until
 from peer_helpers import Peer, serve, until
 
-from crawler_node.cluster.heartbeats import BadPeerAnswer, Heartbeats, parse_members_answer
+from crawler_node.cluster.heartbeats import Heartbeats, parse_members_answer
 from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.peer_client import BadPeerAnswer, PeerClient
 from crawler_node.runtime.supervisor import Supervisor
 
 INTERVAL_S = 0.05
@@ -58,11 +58,11 @@ async def test_an_unchanged_list_is_left_out_and_a_changed_one_still_spreads() -
     learnt: list[str] = []
     supervisor = Supervisor(on_fatal=pytest.fail)
     heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=INTERVAL_S,
-                            timeout_s=0.5, supervisor=supervisor, on_changed=lambda why: None,
+                            client=PeerClient(secret=None), supervisor=supervisor, on_changed=lambda why: None,
                             on_member=learnt.append, clock=loop.time)
     try:
-        async with aiohttp.ClientSession() as session:
-            heartbeats.start(session)
+        async with heartbeats.client:
+            heartbeats.start()
             await until(lambda: len(peer.asked) >= 5, "five heartbeats")
             assert peer.asked[0] == {"from": "a"}  # nothing merged yet: the whole list
             assert all(asked == {"from": "a", "known": b_membership.digest()} for asked in peer.asked[1:5])
@@ -97,11 +97,11 @@ async def test_a_peer_that_leaves_out_a_list_it_changed_is_a_bad_answer() -> Non
                             down_after_s=1.0)
     supervisor = Supervisor(on_fatal=pytest.fail)
     heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=INTERVAL_S,
-                            timeout_s=0.5, supervisor=supervisor, on_changed=lambda why: None,
+                            client=PeerClient(secret=None), supervisor=supervisor, on_changed=lambda why: None,
                             on_member=lambda peer_id: None, clock=loop.time)
     try:
-        async with aiohttp.ClientSession() as session:
-            heartbeats.start(session)
+        async with heartbeats.client:
+            heartbeats.start()
             await until(lambda: heartbeats.bad_answers["b"] >= 3, "answers without the list counted as bad")
             await until(lambda: membership.get("b").state is PeerState.DOWN, "b down: its answers are not heartbeats")
     finally:

@@ -7,12 +7,12 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
 
-import aiohttp
 import pytest
 from aiohttp import web
 
-from crawler_node.cluster.heartbeats import BadPeerAnswer, Heartbeats, parse_members_answer
+from crawler_node.cluster.heartbeats import Heartbeats, parse_members_answer
 from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.peer_client import BadPeerAnswer, PeerClient
 from crawler_node.runtime.supervisor import Supervisor
 
 MALFORMED: list[Callable[[], web.Response]] = [
@@ -75,7 +75,7 @@ def member_a(peers: dict[str, str]) -> tuple[Membership, Heartbeats, Supervisor,
     changes: list[str] = []
     supervisor = Supervisor(on_fatal=pytest.fail)
     heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=0.05,
-                            timeout_s=0.5, supervisor=supervisor, on_changed=changes.append,
+                            client=PeerClient(secret=None), supervisor=supervisor, on_changed=changes.append,
                             on_member=lambda peer: None, clock=loop.time)
     return membership, heartbeats, supervisor, changes
 
@@ -84,8 +84,8 @@ async def test_malformed_answers_never_stop_the_heartbeats(peers, caplog: pytest
     bad, good, good_runner = peers
     membership, heartbeats, supervisor, changes = member_a({"f": bad, "c": good})
     loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession() as session:
-        heartbeats.start(session)
+    async with heartbeats.client:
+        heartbeats.start()
         try:
             for _ in range(100):  # bounded: 5 s
                 if heartbeats.bad_answers["f"] >= 2 * len(MALFORMED) and membership.get("f").state is PeerState.DOWN:
@@ -117,8 +117,8 @@ async def test_an_address_that_answers_as_another_member_is_not_that_member_aliv
     runner, url = await serve(c_at_bs_address)
     membership, heartbeats, supervisor, changes = member_a({"b": url})
     try:
-        async with aiohttp.ClientSession() as session:
-            heartbeats.start(session)
+        async with heartbeats.client:
+            heartbeats.start()
             try:
                 for _ in range(100):  # bounded: 5 s
                     if membership.get("b").state is PeerState.DOWN:

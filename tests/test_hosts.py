@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from crawler_node.config import PolitenessConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.outcomes import FetchOutcome
@@ -22,8 +23,9 @@ RULES = ResponseRules(retry=RetryPolicy(budget=3, rng=random.Random(1)),
 
 
 def make_table(start: int = 2, ceiling: int = 4, idle_s: float = 60.0, started_at: float = 0.0) -> HostTable:
-    return HostTable(new_limiter=lambda: AimdLimiter(start=start, floor=1, ceiling=ceiling),
-                     backoff_policy=RULES.host_backoff, work=Wakeup(), started_at=started_at, idle_s=idle_s)
+    return HostTable(config=PolitenessConfig(host_idle_s=idle_s, host_turn_s=0.0, min_host_delay_s=0.0),
+                     new_limiter=lambda: AimdLimiter(start=start, floor=1, ceiling=ceiling),
+                     backoff_policy=RULES.host_backoff, work=Wakeup(), started_at=started_at)
 
 
 def leases(host: str, n: int, first_id: int = 1) -> list[Lease]:
@@ -267,8 +269,9 @@ def test_the_api_refusing_a_request_leaves_the_host_untouched() -> None:
 
 def test_a_host_that_left_memory_keeps_its_robots_txt_answer_for_a_while() -> None:
     cache = RobotsCache(agent="crawler-node", max_bytes=10_000, ttl_s=100.0)
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
-                      work=Wakeup(), started_at=0.0, idle_s=1.0, robots_cache=cache)
+    table = HostTable(config=PolitenessConfig(host_idle_s=1.0, host_turn_s=0.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0, robots_cache=cache)
     table.add_work("h", 1, now=0.0)
     state = robots(table, "h", body=b"User-agent: *\nDisallow: /private\nCrawl-delay: 1\n")
     fill(table, state, 1, now=1.0)
@@ -300,8 +303,10 @@ def test_the_robots_cache_is_bounded_in_bytes() -> None:
 
 
 def test_over_its_memory_target_the_table_drops_the_longest_idle_hosts_first() -> None:
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
-                      work=Wakeup(), started_at=0.0, idle_s=3600.0, memory_target=3)
+    table = HostTable(config=PolitenessConfig(host_idle_s=3600.0, host_memory_target=3, host_turn_s=0.0,
+                                              min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0)
     for index in range(6):
         table.add_work(f"h{index}", 1, now=float(index))
         table.release_unserved(lambda host: False, now=float(index))  # its work went elsewhere: idle
@@ -312,7 +317,8 @@ def test_over_its_memory_target_the_table_drops_the_longest_idle_hosts_first() -
 
 
 def test_robots_txt_is_per_authority_and_asked_again_after_its_ttl() -> None:
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=4, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+    table = HostTable(config=PolitenessConfig(host_turn_s=0.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=4, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
                       work=Wakeup(), started_at=0.0, robots_policy=RobotsPolicy(ttl_s=100.0))
     table.add_work("h", 3, now=0.0)
     state = robots(table, "h", body=b"User-agent: *\nDisallow: /2\n")  # the http authority's rules
@@ -339,8 +345,9 @@ def test_robots_txt_is_per_authority_and_asked_again_after_its_ttl() -> None:
 
 
 def test_hosts_whose_turn_is_over_leave_with_their_buffered_leases_unless_busy() -> None:
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
-                      work=Wakeup(), started_at=0.0, turn_s=30.0)
+    table = HostTable(config=PolitenessConfig(host_turn_s=30.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0)
     hosts = ("quiet", "fetching", "spacing", "late")
     for host in hosts:
         table.add_work(host, 5, now=20.0 if host == "late" else 0.0)
@@ -370,8 +377,9 @@ def test_without_a_turn_length_a_host_keeps_its_place_until_its_queue_is_done() 
 
 
 def test_a_busy_host_whose_turn_is_over_sends_nothing_more_unless_nobody_waits_after_all() -> None:
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
-                      work=Wakeup(), started_at=0.0, turn_s=30.0)
+    table = HostTable(config=PolitenessConfig(host_turn_s=30.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0)
     table.add_work("h", 5, now=0.0)
     fill(table, robots(table, "h"), 4)
     state, ticket, _ = send(table)
@@ -387,8 +395,9 @@ def test_a_busy_host_whose_turn_is_over_sends_nothing_more_unless_nobody_waits_a
 
 
 def test_a_host_that_ran_out_of_work_while_its_turn_ended_starts_a_new_turn_with_new_work() -> None:
-    table = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
-                      work=Wakeup(), started_at=0.0, turn_s=30.0)
+    table = HostTable(config=PolitenessConfig(host_turn_s=30.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+                      work=Wakeup(), started_at=0.0)
     table.add_work("h", 2, now=0.0)
     fill(table, robots(table, "h"), 2)
     state, ticket, _ = send(table)

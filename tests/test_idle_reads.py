@@ -19,6 +19,7 @@ from crawler_node.api.status import heard_status
 from crawler_node.cluster.activity import Activity, Check, PeerActivity, idle_check, parse_activity, view_of
 from crawler_node.cluster.heartbeats import Heartbeats
 from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.tools.report import progress_log_line
 
@@ -103,11 +104,11 @@ async def test_heartbeats_keep_each_peers_activity_and_count_a_malformed_one_as_
                             down_after_s=1.0)
     supervisor = Supervisor(on_fatal=pytest.fail)
     heartbeats = Heartbeats(membership=membership, advertise_url="http://127.0.0.1:1", interval_s=0.05,
-                            timeout_s=0.5, supervisor=supervisor, on_changed=lambda why: None,
+                            client=PeerClient(secret=None), supervisor=supervisor, on_changed=lambda why: None,
                             on_member=lambda peer_id: None, clock=loop.time)
     try:
-        async with aiohttp.ClientSession() as session:
-            heartbeats.start(session)
+        async with heartbeats.client:
+            heartbeats.start()
             await until(lambda: heartbeats.activity.get("b") == IDLE, "b's activity")
             said["activity"] = {"idle": True, "fetched": "many", "known": 1, "paused": False}
             await until(lambda: heartbeats.bad_answers["b"] >= 3, "a malformed activity counted as a bad answer")

@@ -326,10 +326,9 @@ async def test_a_broad_crawl_gets_round_every_address_through_a_small_announceme
     now = [0.0]
     peer = shares("b")
     peer.peers_live(["a"])
-    gates = IpGates(limit=4, cache_s=60.0, clock=lambda: now[0],
-                    shares=shares("a", max_addresses=8, linger_s=1.0))
     woken: set = set()
-    gates.wake_with(woken.update)
+    gates = IpGates(limit=4, cache_s=60.0, clock=lambda: now[0],
+                    shares=shares("a", max_addresses=8, linger_s=1.0), wake=woken.update)
     gates.peers_live(["b"])
     hosts = [f"h{i}" for i in range(200)]
     gate_of = {host: await gates.gate_for(f"198.51.100.{i}:80") for i, host in enumerate(hosts)}

@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import aiohttp
 import pytest
 from aiohttp import web
 from peer_helpers import answering, serve, until
@@ -16,6 +15,7 @@ from peer_helpers import answering, serve, until
 from crawler_node.cluster.heartbeats import Heartbeats
 from crawler_node.cluster.ipshare import IpShares
 from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.node.ip_gates import IpGate, IpGates
 from crawler_node.runtime.supervisor import Supervisor
 
@@ -45,22 +45,21 @@ class Member:
 
 def build(node_id: str, url: str, peers: dict[str, str], loop: asyncio.AbstractEventLoop) -> Member:
     membership = Membership(node_id, url, peers, now=loop.time(), suspect_after_s=0.5, down_after_s=1.0)
-    gates = IpGates(limit=LIMIT, cache_s=60.0, clock=loop.time,
-                    shares=IpShares(self_id=node_id, limit=LIMIT, epoch=f"{node_id}-1", linger_s=60.0))
-    supervisor = Supervisor(on_fatal=pytest.fail)
     member: Member
-    heartbeats = Heartbeats(membership=membership, advertise_url=url, interval_s=INTERVAL_S, timeout_s=0.5,
-                            supervisor=supervisor, on_changed=lambda why: gates.peers_live(
-                                membership.live_ids() - {node_id}),
-                            on_member=lambda peer: None, clock=loop.time)
-    member = Member(node_id, url, membership, gates, heartbeats, supervisor)
 
     def wake(states: set) -> None:
         member.woken.append(states)
         member.changed.set()
 
-    gates.wake_with(wake)
-    heartbeats.share_ips(gates)
+    gates = IpGates(limit=LIMIT, cache_s=60.0, clock=loop.time,
+                    shares=IpShares(self_id=node_id, limit=LIMIT, epoch=f"{node_id}-1", linger_s=60.0), wake=wake)
+    supervisor = Supervisor(on_fatal=pytest.fail)
+    heartbeats = Heartbeats(membership=membership, advertise_url=url, interval_s=INTERVAL_S,
+                            client=PeerClient(secret=None),
+                            supervisor=supervisor, on_changed=lambda why: gates.peers_live(
+                                membership.live_ids() - {node_id}),
+                            on_member=lambda peer: None, clock=loop.time, ip_link=gates)
+    member = Member(node_id, url, membership, gates, heartbeats, supervisor)
     gates.peers_live(membership.live_ids() - {node_id})
     return member
 
@@ -75,16 +74,17 @@ async def pair() -> AsyncIterator[tuple[Member, Member, dict[str, web.AppRunner]
             {"/v1/members": answering(lambda node_id=node_id: holder[node_id].answer())})
     for node_id in ("a", "b"):
         holder[node_id] = build(node_id, urls[node_id], urls, loop)
-    async with aiohttp.ClientSession() as session:
+    for member in holder.values():
+        await member.heartbeats.client.start()
+        member.heartbeats.start()
+    try:
+        yield holder["a"], holder["b"], runners
+    finally:
         for member in holder.values():
-            member.heartbeats.start(session)
-        try:
-            yield holder["a"], holder["b"], runners
-        finally:
-            for member in holder.values():
-                await member.supervisor.stop()
-            for runner in runners.values():
-                await runner.cleanup()
+            await member.supervisor.stop()
+            await member.heartbeats.client.close()
+        for runner in runners.values():
+            await runner.cleanup()
 
 
 async def test_two_members_agree_on_one_address_through_their_heartbeats(pair) -> None:
@@ -135,8 +135,8 @@ async def test_a_malformed_announcement_is_a_bad_answer_and_the_heartbeats_go_on
     a = holder["a"] = build("a", url, {"a": url, "f": bad}, loop)
     gate = await a.gates.gate_for(f"{ADDRESS}:80")
     try:
-        async with aiohttp.ClientSession() as session:
-            a.heartbeats.start(session)
+        async with a.heartbeats.client:
+            a.heartbeats.start()
             assert not gate.admits("host-1")  # f is waited for while it counts as live
             await until(lambda: a.membership.get("f").state is PeerState.DOWN, "f to count as down")
             await asyncio.wait_for(a.changed.wait(), DEADLINE_S)

@@ -21,18 +21,7 @@ LAYOUT = f"{PACKAGE}.datadir_layout"
 # configuration of issue 45 takes Settings out of cluster/ and core/. Delete an entry with the
 # import it names (an entry whose import is gone fails test_the_allowance_names_imports_that_exist),
 # and the allowance with its last entry.
-KNOWN_UNTIL_CONFIG_GROUPS = frozenset({
-    # settings -> cluster.peerdns -> cluster.heartbeats -> cluster.ipshare -> settings, a cycle:
-    # Settings.validate checks --peer-dns with cluster's parser (a lazy import) ...
-    (SETTINGS, f"{CLUSTER}.peerdns"),
-    # ... and cluster knows Settings: ipshare's factory reads it, and so does Cluster.from_settings.
-    (f"{CLUSTER}.ipshare", SETTINGS),
-    (f"{CLUSTER}.cluster", SETTINGS),
-    # core knows Settings: Scope.from_settings (a type-only import).
-    (f"{CORE}.scope", SETTINGS),
-    # settings <-> settings_checks: the checks name Settings for the type checker, settings calls them.
-    (f"{PACKAGE}.settings_checks", SETTINGS),
-})
+KNOWN_UNTIL_CONFIG_GROUPS: frozenset[tuple[str, str]] = frozenset()  # none left: the config groups landed
 
 
 @pytest.fixture

@@ -332,12 +332,10 @@ def test_owner_of_reports_ring_owner_and_live_owner(cluster):
 
 
 def test_ring_weights_from_settings_shift_arcs():
-    from crawler_node.cluster.cluster import ClusterConfig
-
     peers = ["a=http://127.0.0.2:1", "b=http://127.0.0.3:1", "c=http://127.0.0.4:1"]
-    config = ClusterConfig.from_settings(Settings(node_id="a", peers=peers, ring_weights=["b=2"]).validate())
-    membership = Membership("a", config.advertise_url, config.peers, now=0.0)
-    router = Router(membership=membership, weights=config.weights, vnodes=config.vnodes, key_by=config.key_by)
+    config = Settings(node_id="a", peers=peers, ring_weights=["b=2"]).validate().node_config().cluster
+    membership = Membership("a", config.advertise_url, dict(config.peers), now=0.0)
+    router = Router(membership=membership, weights=config.weights, vnodes=config.ring_vnodes, key_by=config.ring_key_by)
     shares = router.ring.arc_shares()
     assert shares["b"] > 1.6 * shares["a"] and shares["b"] > 1.6 * shares["c"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from urllib.parse import urlsplit
@@ -73,7 +74,8 @@ def test_a_killed_parser_is_replaced_and_no_link_is_lost(start_testweb, start_no
     # parsed again (one by one, on a worker of their own) and the crawl misses nothing.
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=13, profile=PROFILE)
     expected = set(web.expected())
-    node = start_node(proxy=web.url, seeds=roots(HOSTS), extra_args=["--parse-delay-s", "0.002"])
+    node = start_node(proxy=web.url, seeds=roots(HOSTS),
+                      env={**os.environ, "CRAWLER_TEST_PARSE_DELAY_S": "0.002"})  # a test hook (config.TestHooks)
     wait_for_lines(node, len(expected) // 4)
     parsers = [p for p in psutil.Process(node.pid).children() if "parse-0" in " ".join(p.cmdline())]
     assert len(parsers) == 1
@@ -122,7 +124,8 @@ def test_a_page_that_kills_the_parser_is_stored_without_links_and_the_rest_keep_
     culprit = "http://site-1.test/p/17"
     unreachable = set(web.expected()) - _reachable(graph, hosts, without_links_of=culprit)
     assert culprit in web.expected() and unreachable
-    node = start_node(proxy=web.url, seeds=roots(hosts), extra_args=["--parse-crash-url", culprit])
+    node = start_node(proxy=web.url, seeds=roots(hosts),
+                      env={**os.environ, "CRAWLER_TEST_PARSE_CRASH_URL": culprit})  # a test hook (config.TestHooks)
     node.wait_idle(timeout_s=120)
     counters = node.status()["counters"]
     assert counters["parse_errors"] == 1

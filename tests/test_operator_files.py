@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from crawler_node.config import PolitenessConfig
 from crawler_node.core.backoff import HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.node.admission import FetchAdmission
@@ -22,7 +23,8 @@ class Leases:
 
 
 def operator(data_dir: Path) -> OperatorControl:
-    hosts = HostTable(new_limiter=lambda: AimdLimiter(start=1, floor=1, ceiling=1),
+    hosts = HostTable(config=PolitenessConfig(host_turn_s=0.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=1, floor=1, ceiling=1),
                       backoff_policy=HostBackoffPolicy(initial_s=1.0, forgive_after_s=10.0), work=Wakeup(),
                       started_at=0.0)
     return OperatorControl(admission=FetchAdmission(api=None, ip_gates=None), leases=Leases(),  # type: ignore[arg-type]

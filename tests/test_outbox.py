@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import msgpack
 import pytest
 from aiohttp import web
@@ -16,6 +15,7 @@ from wire_helpers import peer_at, peer_server
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FrontierService, UrlEntry
 from crawler_node.runtime.supervisor import Supervisor
@@ -54,12 +54,13 @@ async def test_a_sender_that_raises_is_restarted_and_its_outbox_drains(tmp_path:
     membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": url}, now=0.0)
     router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
     supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+    outboxes = Outboxes(frontier=frontier, router=router, membership=membership, client=PeerClient(secret=None),
+                        supervisor=supervisor,
                         capacity=10_000, batch=500, linger_s=0.0, failure_pause_s=0.1,
                         on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
                         space=Wakeup(), clock=lambda: 0.0)
-    async with aiohttp.ClientSession() as session:
-        await outboxes.start(session)
+    async with outboxes.client:
+        await outboxes.start()
         assert outboxes.counts == {"b": 1200}
         for _ in range(200):  # bounded: 10 s
             if not await frontier.outbox_counts():
@@ -89,7 +90,8 @@ async def gated_peer() -> AsyncIterator[tuple[str, list[int], asyncio.Queue[None
 
 def outboxes_of(frontier: FrontierService, membership: Membership, supervisor: Supervisor) -> Outboxes:
     router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
-    return Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+    return Outboxes(frontier=frontier, router=router, membership=membership, client=PeerClient(secret=None),
+                        supervisor=supervisor,
                     capacity=10_000, batch=500, linger_s=0.0, failure_pause_s=0.1,
                     on_taken=lambda result: None, on_down=lambda peer, why: None, on_alive=lambda peer: None,
                     space=Wakeup(), clock=lambda: 0.0)
@@ -117,8 +119,8 @@ async def test_a_handback_is_owed_until_the_last_row_the_sweep_left_is_acknowled
         pytest.fail(f"batch {n} not acknowledged")
 
     try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
+        async with outboxes.client:
+            await outboxes.start()
             outboxes.mark_handback(await frontier.outbox_last_ids())
             assert outboxes.owes_handback("b") and not outboxes.owes_handback("c")
             await frontier.outbox_put([("b", UrlEntry(f"http://b.test/later/{i}", "b.test")) for i in range(600)])
@@ -154,8 +156,8 @@ async def test_rows_rerouted_from_a_down_peer_are_a_handback_owed_to_their_new_o
     supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
     outboxes = outboxes_of(frontier, membership, supervisor)
     try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)  # b's sender finds it down and reroutes its rows
+        async with outboxes.client:
+            await outboxes.start()  # b's sender finds it down and reroutes its rows
             for _ in range(200):  # bounded: 10 s
                 if outboxes.counters["rerouted"]:
                     break
@@ -184,8 +186,8 @@ async def forwarded_to(tmp_path: Path, url: str, batches: list[list[UrlEntry]]) 
     supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
     outboxes = outboxes_of(frontier, membership, supervisor)
     try:
-        async with aiohttp.ClientSession() as session:
-            await outboxes.start(session)
+        async with outboxes.client:
+            await outboxes.start()
             for batch in batches:
                 await frontier.outbox_put([("b", entry) for entry in batch])
                 outboxes.note_outboxed({"b": len(batch)})

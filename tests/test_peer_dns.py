@@ -8,12 +8,12 @@ from __future__ import annotations
 import socket
 import time
 
-import aiohttp
 from aiohttp import web
 from peer_helpers import until
 
 from crawler_node.cluster import peerdns
 from crawler_node.cluster.membership import Membership
+from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.cluster.peerdns import PeerDns
 from crawler_node.runtime.supervisor import Supervisor
 
@@ -72,12 +72,12 @@ async def test_a_member_that_enters_dns_during_the_hold_is_joined_within_it() ->
 
     peer_dns = ScriptedDns(name="crawler", port=port, interval_s=LOOKUP_INTERVAL_S, node_id="a",
                            advertise_url="http://127.0.0.1:1", membership=membership, learn=learn,
-                           supervisor=supervisor)
+                           client=PeerClient(secret=None), supervisor=supervisor)
     peer_dns.watch_startup(lambda: True)  # the member holds its first lease throughout
     peer_dns.answer = {"127.0.0.2"}  # c is not in DNS yet
     try:
-        async with aiohttp.ClientSession() as session:
-            await peer_dns.start(session)
+        async with peer_dns.client:
+            await peer_dns.start()
             assert learnt == ["b"]
             peer_dns.answer = {"127.0.0.2", "127.0.0.3"}  # c enters DNS during the hold
 
@@ -114,11 +114,12 @@ async def test_an_address_that_answers_with_this_nodes_own_id_is_not_asked_again
     membership = Membership("a", "http://127.0.0.2:1", {}, now=time.time())
     peer_dns = ScriptedDns(name="crawler", port=port, interval_s=0.1, node_id="a",
                            advertise_url=f"http://127.0.0.2:{port}", membership=membership,
-                           learn=lambda members, via: None, supervisor=supervisor)
+                           learn=lambda members, via: None,
+                           client=PeerClient(secret=None), supervisor=supervisor)
     peer_dns.answer = {"127.0.0.2"}
     try:
-        async with aiohttp.ClientSession() as session:
-            await peer_dns.start(session)  # alone in DNS: rounds until the first round's deadline
+        async with peer_dns.client:
+            await peer_dns.start()  # alone in DNS: rounds until the first round's deadline
             assert peer_dns.lookups >= 5
             assert asked == ["a"], f"asked its own address {len(asked)} times"
             assert peer_dns.counters["join_failures"] == 0

@@ -11,6 +11,7 @@ takes 50 ms per page."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -38,8 +39,8 @@ def test_huge_pages_and_a_slow_parser_keep_queues_and_memory_bounded(start_testw
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=2, profile={"site-0.test": {"page_bytes": PAGE_BYTES}})
     expected = set(web.expected())
     node = start_node(proxy=web.url, extra_args=[
-        "--parse-delay-s", "0.05", "--parse-queue", str(PARSE_QUEUE), "--store-queue", "32",
-        "--pipeline-max-bytes", "48000000"])
+        "--parse-queue", str(PARSE_QUEUE), "--store-queue", "32", "--pipeline-max-bytes", "48000000"],
+        env={**os.environ, "CRAWLER_TEST_PARSE_DELAY_S": "0.05"})  # a slow parser: a test hook (config.TestHooks)
     time.sleep(1.0)  # the parser process is up, the node idle: the baseline
     idle_mb = tree_rss_mb(node.pid)
 

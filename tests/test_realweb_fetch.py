@@ -27,6 +27,7 @@ from conftest import read_crawl_log
 from realweb import RealWeb, realweb  # noqa: F401 - realweb is the fixture
 from warcio.archiveiterator import ArchiveIterator
 
+from crawler_node.config import FetchConfig
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.store.writer import FetchRecord, exchange_records
@@ -191,8 +192,8 @@ async def _cutting_server() -> AsyncIterator[tuple[str, asyncio.Event]]:
 
 
 async def test_a_timeout_or_a_reset_after_the_headers_keeps_what_came() -> None:
-    fetcher = Fetcher(user_agent="cut-test", proxy=None, allow_private=True, connect_timeout_s=2, fetch_timeout_s=0.5,
-                      max_body_bytes=100_000, max_connections=4)
+    fetcher = Fetcher(config=FetchConfig(user_agent="cut-test", proxy=None, allow_private=True, connect_timeout_s=2,
+                                         fetch_timeout_s=0.5, max_body_bytes=100_000))
     await fetcher.start()
     try:
         async with _cutting_server() as (base, _):
@@ -224,9 +225,9 @@ async def test_certificate_errors_through_the_proxy_are_tls_too(realweb: RealWeb
     carries the bytes, so a bad certificate is the same final TLS error, with its reason."""
     if realweb.proxy_url is None:
         pytest.skip("squid is not installed")
-    fetcher = Fetcher(user_agent="realweb-fetch-proxy-tls/1", proxy=realweb.proxy_url, allow_private=False,
-                      connect_timeout_s=5, fetch_timeout_s=15, max_body_bytes=100_000, max_connections=4,
-                      ca_bundle=str(realweb.ca_file))
+    fetcher = Fetcher(config=FetchConfig(user_agent="realweb-fetch-proxy-tls/1", proxy=realweb.proxy_url,
+                                         allow_private=False, connect_timeout_s=5, fetch_timeout_s=15,
+                                         max_body_bytes=100_000, ca_bundle=str(realweb.ca_file)))
     await fetcher.start()
     try:
         good = await fetcher.fetch(realweb.url("httpsonly", "/page-1.html"))

@@ -52,7 +52,7 @@ def test_env_lists_and_booleans():
         ({"fetch_timeout_s": "500"}, "lease_timeout_s"),
         ({"event_loop": "tokio"}, "event_loop must be one of auto, asyncio, uvloop"),
         ({"cookies": "yes"}, "cookies must be 'on' or 'off', got 'yes'"),
-        # the flow-control checks (settings_checks.pressure_problems)
+        # the flow-control checks (the groups of crawler_node.config)
         ({"latency_rise_factor": "0.5"}, "latency_rise_factor must be 0 \\(off\\) or > 1"),
         ({"shed_high_water": "10", "shed_low_water": "10"}, "need 0 <= shed_low_water < shed_high_water"),
         ({"host_backoff_initial_s": "9", "host_backoff_cap_s": "1"}, "host_backoff_initial_s <= host_backoff_cap_s"),

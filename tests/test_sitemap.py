@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 
+from crawler_node.config import ParseConfig
 from crawler_node.core.backoff import NO_BACKOFF, HostBackoffPolicy, RetryPolicy
 from crawler_node.core.response import FetchResult
 from crawler_node.core.scope import Scope
@@ -253,8 +254,9 @@ def fetched(url: str, body: bytes, content_type: str, depth: int = 0) -> PageRes
 @pytest.mark.parametrize("workers", [0, 1], ids=["thread", "process"])
 async def test_the_parse_stage_marks_a_sitemap_and_counts_what_it_listed(workers: int) -> None:
     store, taken = Recorder(), Wakeup()
-    stage = ParseStage(scope=Scope(allow_hosts=["s.test"]), max_links=100, workers=workers, nice=0, queue_size=4,
-                       store=store, ring_generation=lambda: 0, taken=taken, sitemap_max_urls=2)
+    stage = ParseStage(config=ParseConfig(max_links_per_page=100, parse_workers=workers, worker_nice=0, parse_queue=4,
+                                          sitemap_max_urls=2, warc_metadata=False),
+                       scope=Scope(allow_hosts=["s.test"]), store=store, ring_generation=lambda: 0, taken=taken)
     supervisor = Supervisor(on_fatal=pytest.fail)
     await stage.start(supervisor)
     try:
@@ -280,8 +282,9 @@ async def test_the_parse_stage_marks_a_sitemap_and_counts_what_it_listed(workers
 
 async def test_with_sitemaps_off_an_xml_response_goes_to_the_store_unread() -> None:
     store = Recorder()
-    stage = ParseStage(scope=Scope(), max_links=100, workers=0, nice=0, queue_size=4, store=store,
-                       ring_generation=lambda: 0, taken=Wakeup(), read_sitemaps=False)
+    stage = ParseStage(config=ParseConfig(max_links_per_page=100, parse_workers=0, worker_nice=0, parse_queue=4,
+                                          read_sitemaps=False, warc_metadata=False),
+                       scope=Scope(), store=store, ring_generation=lambda: 0, taken=Wakeup())
     try:
         await stage.put(fetched(SITEMAP_URL, urlset("http://s.test/a"), "application/xml"))
         assert [(page.kind, page.links) for page in store.pages] == [("page", [])]  # no parser loop ran

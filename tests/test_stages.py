@@ -16,6 +16,7 @@ import pytest
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.routing import Router
+from crawler_node.config import IntakeConfig, ParseConfig, PolitenessConfig, StoreConfig
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState, HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.response import FetchResult
@@ -27,7 +28,7 @@ from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.dispatch import Dispatcher
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.intake import Intake
+from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.leases import LeaseKeeper
 from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.pipeline import InboundFull, PageResult
@@ -75,7 +76,8 @@ def alone() -> Router:
 
 
 def host_table() -> HostTable:
-    return HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
+    return HostTable(config=PolitenessConfig(host_turn_s=0.0, min_host_delay_s=0.0),
+                     new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4), backoff_policy=RULES.host_backoff,
                      work=Wakeup(), started_at=0.0)
 
 
@@ -108,31 +110,31 @@ _NEVER_THROTTLED = _Host()
 # ------------------------------------------------------------------------------ intake
 async def test_the_intake_normalises_once_scopes_and_takes_urls_in_durably(frontier: FrontierService) -> None:
     hosts = host_table()
-    intake = Intake(frontier=frontier, hosts=hosts, ring=alone(), outboxes=NoOutboxes(),
-                    scope=Scope(allow_hosts=["*.test"]), capacity=100, max_hops=3, clock=lambda: 0.0)
+    intake = Intake(config=IntakeConfig(inbound_capacity=100, max_hops=3), frontier=frontier, hosts=hosts,
+                    router=alone(), outboxes=NoOutboxes(), scope=Scope(allow_hosts=["*.test"]), clock=lambda: 0.0)
     prepared = intake.prepare(["HTTP://A.test:80/x#frag", "mailto:me@a.test", "http://b.example/",
                                {"url": "http://c.test/", "depth": 2, "priority": 7}])
     assert [entry.url for entry in prepared.entries] == ["http://a.test/x", "http://c.test/"]
     assert prepared.invalid == [(1, "mailto:me@a.test", "scheme")]
     assert prepared.out_of_scope == [("http://b.example/", "host_not_allowed")]
-    result = await intake.take(prepared.entries)
+    result = await intake.take(prepared)
     assert len(result.accepted) == 2 and (await frontier.totals())["queued"] == 2
     assert hosts.get("a.test").queued == 1 and hosts.get("c.test").queued == 1
-    again = await intake.take(intake.prepare(["http://a.test/x"]).entries)
+    again = await intake.take(intake.prepare(["http://a.test/x"]))
     assert again.duplicates == 1 and intake.idle()
 
 
 async def test_the_intake_refuses_a_batch_over_its_capacity_instead_of_queueing_it(frontier) -> None:
-    intake = Intake(frontier=frontier, hosts=host_table(), ring=alone(), outboxes=NoOutboxes(), scope=Scope(),
-                    capacity=10, max_hops=3, clock=lambda: 0.0)
-    first = asyncio.create_task(intake.take([UrlEntry(f"http://a.test/{i}", "a.test") for i in range(8)]))
+    intake = Intake(config=IntakeConfig(inbound_capacity=10, max_hops=3), frontier=frontier, hosts=host_table(),
+                    router=alone(), outboxes=NoOutboxes(), scope=Scope(), clock=lambda: 0.0)
+    first = asyncio.create_task(intake.take(Prepared([UrlEntry(f"http://a.test/{i}", "a.test") for i in range(8)])))
     await asyncio.sleep(0)  # the first batch is on its way to the frontier
     assert not intake.needs_backout()
     with pytest.raises(InboundFull):
-        await intake.take([UrlEntry(f"http://b.test/{i}", "b.test") for i in range(5)])
+        await intake.take(Prepared([UrlEntry(f"http://b.test/{i}", "b.test") for i in range(5)]))
     await first
     assert intake.snapshot()["blocked_puts"] == 1 and (await frontier.totals())["queued"] == 8
-    full = asyncio.create_task(intake.take([UrlEntry(f"http://c.test/{i}", "c.test") for i in range(10)]))
+    full = asyncio.create_task(intake.take(Prepared([UrlEntry(f"http://c.test/{i}", "c.test") for i in range(10)])))
     await asyncio.sleep(0)  # a batch as large as the whole inbound is on its way
     assert intake.needs_backout()
     with pytest.raises(InboundFull):
@@ -146,8 +148,9 @@ async def test_the_intake_refuses_a_batch_over_its_capacity_instead_of_queueing_
 @pytest.mark.parametrize("workers", [0, 1], ids=["thread", "process"])
 async def test_the_parse_stage_attaches_the_links_in_scope_and_passes_pages_on(workers: int) -> None:
     store, taken = Recorder(), Wakeup()
-    stage = ParseStage(scope=Scope(allow_hosts=["a.test"]), max_links=100, workers=workers, nice=0, queue_size=2,
-                       store=store, ring_generation=lambda: 0, taken=taken)
+    stage = ParseStage(config=ParseConfig(max_links_per_page=100, parse_workers=workers, worker_nice=0, parse_queue=2,
+                                          warc_metadata=False),
+                       scope=Scope(allow_hosts=["a.test"]), store=store, ring_generation=lambda: 0, taken=taken)
     supervisor = Supervisor(on_fatal=pytest.fail)
     await stage.start(supervisor)
     try:
@@ -164,8 +167,9 @@ async def test_the_parse_stage_attaches_the_links_in_scope_and_passes_pages_on(w
 
 
 async def test_a_full_parse_queue_asks_for_backout() -> None:
-    stage = ParseStage(scope=Scope(), max_links=10, workers=0, nice=0, queue_size=1, store=Recorder(),
-                       ring_generation=lambda: 0, taken=Wakeup())
+    stage = ParseStage(config=ParseConfig(max_links_per_page=10, parse_workers=0, worker_nice=0, parse_queue=1,
+                                          warc_metadata=False),
+                       scope=Scope(), store=Recorder(), ring_generation=lambda: 0, taken=Wakeup())
     assert not stage.needs_backout()
     await stage.put(page(Lease(1, "http://a.test/", "a.test", 0, 0, 1, 0)))  # no loop running: it stays
     assert stage.needs_backout() and stage.name == "parse" and not stage.idle()
@@ -180,9 +184,11 @@ async def test_the_store_stage_writes_then_commits_outcomes_and_links(tmp_path: 
     [(leases, _)] = await frontier.lease_many([("a.test", 2)])
     hosts, taken = host_table(), Wakeup()
     held = HeldBytes(limit=10_000, released=taken)
-    stage = StoreStage(worker=StoreWorker(tmp_path, node_id="a", warc_max_bytes=10**7, in_process=in_process),
+    config = StoreConfig(warc_max_bytes=10**7, store_in_process=in_process, store_queue=4, store_lag_s=5.0,
+                         worker_nice=0)
+    stage = StoreStage(config=config, worker=StoreWorker(tmp_path, node_id="a", config=config),
                        frontier=frontier, hosts=hosts, router=alone(), outboxes=NoOutboxes(), held=held,
-                       node_id="a", queue_size=4, lag_s=5.0, taken=taken, clock=lambda: 0.0)
+                       node_id="a", taken=taken, clock=lambda: 0.0)
     supervisor = Supervisor(on_fatal=pytest.fail)
     await stage.start(supervisor)
     try:
@@ -247,7 +253,8 @@ class FakeFetch:
 async def test_the_dispatcher_waits_for_admission_by_notification_then_leases_and_fetches(frontier) -> None:
     await frontier.add([UrlEntry(f"http://h{i % 3}.test/{i}", f"h{i % 3}.test") for i in range(9)])
     work, pressure = Wakeup(), Wakeup()
-    hosts = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4),
+    hosts = HostTable(config=PolitenessConfig(host_turn_s=0.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4),
                       backoff_policy=RULES.host_backoff, work=work, started_at=0.0)
     hosts.load(await frontier.hosts_with_work(), 0.0)
     store = Pressure()
@@ -302,7 +309,8 @@ async def test_a_lease_round_under_way_when_leasing_stops_gives_its_leases_back_
     # come back as queued only at the very end, after the node said it was drained).
     await frontier.add([UrlEntry(f"http://a.test/{i}", "a.test") for i in range(4)])
     work, pressure = Wakeup(), Wakeup()
-    hosts = HostTable(new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4),
+    hosts = HostTable(config=PolitenessConfig(host_turn_s=0.0, min_host_delay_s=0.0),
+                      new_limiter=lambda: AimdLimiter(start=2, floor=1, ceiling=4),
                       backoff_policy=RULES.host_backoff, work=work, started_at=0.0)
     hosts.load(await frontier.hosts_with_work(), 0.0)
     gated = GatedLeasing(frontier)

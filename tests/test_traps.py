@@ -178,7 +178,7 @@ def test_settings_carry_the_guards_with_their_defaults() -> None:
     settings = load_settings({}, env={})
     assert (settings.max_path_repeats, settings.max_path_depth, settings.max_query_params,
             settings.max_pages_per_host) == (3, 32, 10, 100_000)
-    scope = Scope.from_settings(load_settings({"deny_urls": ["/x/"], "allow_hosts": ["*.example.org"]}, env={}))
+    scope = load_settings({"deny_urls": ["/x/"], "allow_hosts": ["*.example.org"]}, env={}).node_config().scope
     assert scope.check("http://example.org/x/", 0) is Rejection.DENIED_URL
 
 

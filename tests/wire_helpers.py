@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import aiohttp
 import msgpack
 import pytest
 from aiohttp import web
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FRONTIER_FILENAME, FrontierService, UrlEntry
 from crawler_node.runtime.supervisor import Supervisor
@@ -65,12 +65,13 @@ async def forwarded_on_the_wire(tmp_path: Path, entries: list[UrlEntry]) -> list
             membership = Membership("a", "http://127.0.0.1:1", {"a": "http://127.0.0.1:1", "b": peer_url}, now=0.0)
             router = Router(membership=membership, weights={}, vnodes=16, key_by="host")
             supervisor = Supervisor(on_fatal=pytest.fail, retry_s=0.05)
-            outboxes = Outboxes(frontier=frontier, router=router, membership=membership, supervisor=supervisor,
+            outboxes = Outboxes(frontier=frontier, router=router, membership=membership, client=PeerClient(secret=None),
+                        supervisor=supervisor,
                                 capacity=1000, batch=100, linger_s=0.0, failure_pause_s=0.1,
                                 on_taken=lambda result: None, on_down=lambda peer, why: None,
                                 on_alive=lambda peer: None, space=Wakeup(), clock=lambda: 0.0)
-            async with aiohttp.ClientSession() as session:
-                await outboxes.start(session)
+            async with outboxes.client:
+                await outboxes.start()
                 for _ in range(200):  # bounded: 10 s
                     if len(received) >= len(entries):
                         break

@@ -9,7 +9,6 @@ recursion limit is a 400, msgpack is unpacked with limits sized to the largest l
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from aiohttp import web
 
@@ -17,8 +16,6 @@ from crawler_node.api.control import CONTROL_PATHS, add_control_routes
 from crawler_node.api.dashboard import DASHBOARD_HTML
 from crawler_node.api.http import (
     MAX_BODY_BYTES,
-    MAX_URLS_PER_REQUEST,
-    MAX_VIA_LENGTH,
     NODE_KEY,
     READ_TIMEOUT_KEY,
     BadRequest,
@@ -32,11 +29,8 @@ from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
 from crawler_node.api.snapshot import Snapshots
 from crawler_node.api.status import node_status, status_snapshots
-from crawler_node.cluster.membership import ADDRESSED_TO
-from crawler_node.cluster.outbox import FORWARDED_BY, peer_politeness, peer_refresh
-from crawler_node.core.urls import MAX_URL_LENGTH, InvalidURL, host_of, normalize_url
-from crawler_node.frontier import AddResult
-from crawler_node.node.intake import Intake, Prepared
+from crawler_node.cluster.wire import ADDRESSED_TO, FORWARDED_BY, MalformedBody, decode_urls
+from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.node.node import Node
 from crawler_node.node.pipeline import InboundFull
 from crawler_node.runtime.datadir import DiskFull
@@ -46,74 +40,6 @@ log = logging.getLogger("crawler_node.api")
 METRICS_KEY = web.AppKey("metrics", NodeMetrics)
 NODE_STATUS_KEY = web.AppKey("node_status", Snapshots)  # GET /v1/status?scope=local, /metrics
 CLUSTER_STATUS_KEY = web.AppKey("cluster_status", Snapshots)  # GET /v1/status
-
-
-def validate_urls(document: Any, *, may_be_empty: bool = False) -> tuple[list[tuple[int, dict]], list[dict]]:
-    """Check the shape of ``{"urls": [...]}`` and of every item in it: the well-formed items
-    with their index, and what is wrong with the others. Raises BadRequest for the body.
-    ``may_be_empty``: the body says more than its URLs (a peer's batch that ends a refresh)."""
-    if not isinstance(document, dict) or "urls" not in document:
-        raise BadRequest("bad_shape", 'body must be an object {"urls": [...]}')
-    urls = document["urls"]
-    if not isinstance(urls, list):
-        raise BadRequest("bad_shape", '"urls" must be a list')
-    if not urls and not may_be_empty:
-        raise BadRequest("empty", '"urls" must not be empty')
-    if len(urls) > MAX_URLS_PER_REQUEST:
-        raise BadRequest("too_many", f"at most {MAX_URLS_PER_REQUEST} URLs per request")
-    items: list[tuple[int, dict]] = []
-    invalid: list[dict] = []
-    for index, item in enumerate(urls):
-        if isinstance(item, str):
-            item = {"url": item}
-        if not isinstance(item, dict) or not isinstance(item.get("url"), str):
-            invalid.append({"index": index, "reason": "bad_shape"})
-        elif not _fields_ok(item):
-            invalid.append({"index": index, "reason": "bad_field"})
-        elif len(item["url"]) > MAX_URL_LENGTH:
-            invalid.append({"index": index, "reason": "too_long", "length": len(item["url"])})
-        else:
-            items.append((index, item))
-    return items, invalid
-
-
-_COUNTS = ("depth", "hops", "redirects")
-
-
-def _fields_ok(item: dict) -> bool:
-    # "redirects" and "via" are optional, as every field but "url": a peer of an earlier
-    # version omits them. Written out rather than through a helper per field: a peer's batch
-    # runs this for each of its rows (a closure per call cost a third of the check).
-    for key in _COUNTS:
-        value = item.get(key, 0)
-        if not (type(value) is int and 0 <= value < 10**6):  # type(): a bool is not a count
-            return False
-    priority = item.get("priority", 0)
-    if not (type(priority) is int and -(10**6) < priority < 10**6):
-        return False
-    via = item.get("via")
-    return (via is None or (type(via) is str and len(via) <= MAX_VIA_LENGTH)) \
-        and type(item.get("seen", False)) is bool and type(item.get("replica", False)) is bool
-
-
-def _by_kind(items: list[tuple[int, dict]]) -> tuple[list[tuple[int, dict]], ...]:
-    """The items to crawl, those fetched elsewhere ("seen"), and the replicas of URLs queued
-    elsewhere ("replica" and not "seen"), in one pass: a peer's batch has hundreds."""
-    fresh: list[tuple[int, dict]] = []
-    seen: list[tuple[int, dict]] = []
-    replica: list[tuple[int, dict]] = []
-    for entry in items:
-        item = entry[1]
-        (seen if item.get("seen") else replica if item.get("replica") else fresh).append(entry)
-    return fresh, seen, replica
-
-
-def _prepare(intake: Intake, items: list[tuple[int, dict]]) -> tuple[Prepared, list[dict]]:
-    """Normalise and scope-check the items (once, in the intake); the malformed ones by index."""
-    prepared = intake.prepare([item for _, item in items])
-    invalid = [{"index": items[position][0], "reason": reason, "url": url[:200]}
-               for position, url, reason in prepared.invalid]
-    return prepared, invalid
 
 
 async def post_urls(request: web.Request) -> web.Response:
@@ -129,46 +55,31 @@ async def post_urls(request: web.Request) -> web.Response:
     except InboundFull as exc:
         return _inbound_full(exc.retry_after_s)
     try:
-        document = decode_body(await read_body(request, MAX_BODY_BYTES), request.content_type)
-        try:
-            refreshes = peer_refresh(document)
-        except ValueError as exc:
-            return error(400, "bad_refresh", str(exc))
-        politeness = peer_politeness(document)
-        # A peer's batch may say only the end of a refresh, or politeness (cluster.outbox).
-        items, invalid = validate_urls(document, may_be_empty=bool(refreshes or politeness))
+        body = decode_urls(decode_body(await read_body(request, MAX_BODY_BYTES), request.content_type))
     except BadRequest as exc:
         return exc.response()
-    except ValueError as exc:
-        return error(400, "bad_hosts", str(exc))
-    fresh_items, seen_items, replica_items = _by_kind(items)
-    if (politeness or refreshes or seen_items or replica_items) and not clustered(node):
+    except MalformedBody as exc:
+        return error(400, exc.reason, exc.message)
+    if body.from_member and not clustered(node):
         # Only a member hands over what it fetched or replicates; a node alone has no members.
         return _not_clustered()
     intake = node.intake
-    fresh, fresh_invalid = _prepare(intake, fresh_items)
-    seen, seen_invalid = _prepare(intake, seen_items)
-    replica, replica_invalid = _prepare(intake, replica_items)
-    invalid = sorted(invalid + fresh_invalid + seen_invalid + replica_invalid, key=lambda entry: entry["index"])
-    if invalid:
-        total = len(items) + len(invalid) - len(fresh_invalid) - len(seen_invalid) - len(replica_invalid)
+    prepared = intake.prepare_body(body)
+    if body.invalid or prepared.invalid:
+        invalid = sorted(body.invalid + [{"index": index, "reason": reason, "url": url[:200]}
+                                         for index, url, reason in prepared.invalid],
+                         key=lambda entry: entry["index"])
+        total = body.well_formed + len(body.invalid)
         return error(400, "invalid_urls", f"{len(invalid)} of {total} URLs are invalid; nothing was enqueued",
                      invalid=invalid[:100])
     try:
-        if replica.entries or politeness or refreshes:  # a peer's replica of its queue (frontier.replica)
-            await intake.take(replica.entries, replica=True, politeness=politeness, refreshes=refreshes)
-        # (a peer's batch of replicas has no URL to crawl: no empty call on the frontier's thread)
-        result = await intake.take(fresh.entries) if fresh.entries else AddResult(accepted=[], duplicates=0)
-        if seen.entries:
-            # URLs another member already fetched (handback, join): recorded, never fetched.
-            seen_result = await intake.take(seen.entries, seen=True)
-            result.duplicates += seen_result.duplicates
+        result = await intake.take(prepared)
     except InboundFull as exc:
         return _inbound_full(exc.retry_after_s)
     if FORWARDED_BY in request.headers:  # a peer's outbox batch: the other end of its "forwarded" count
         # (replicas, fetched or queued, are not in it: the sender counts them as sent_seen)
-        node.cluster.note_received(len(fresh_items))
-    rejected = fresh.out_of_scope + seen.out_of_scope + replica.out_of_scope
+        node.cluster.note_received(len(body.crawl))
+    rejected = prepared.out_of_scope
     intake.rejected(len(rejected))
     reasons: dict[str, int] = {}
     for _, reason in rejected:
@@ -245,7 +156,7 @@ PROTECTED = frozenset({"/v1/urls", "/v1/resume", "/v1/members", "/v1/join", "/v1
 
 def clustered(node: Node) -> bool:
     """The node was started to be a member (--peer or --peer-dns), not alone."""
-    return bool(node.settings.peers or node.settings.peer_dns)
+    return node.config.clustered
 
 
 def _not_clustered() -> web.Response:
@@ -260,7 +171,7 @@ async def require_token(request: web.Request, handler):
     path = resource.canonical if resource is not None else None
     if path in PROTECTED:
         node = request.app[NODE_KEY]
-        if not authorised(request, node.settings.secret):
+        if not authorised(request, node.config.secret):
             # refused before the handler reads the body, so nothing is enqueued
             return error(401, "unauthorised", "this cluster requires its token (Authorization: Bearer ...)")
         if path in MEMBERS_ONLY and not clustered(node):
@@ -270,7 +181,7 @@ async def require_token(request: web.Request, handler):
 
 @web.middleware
 async def misdirected_is_421(request: web.Request, handler):
-    """A peer's request meant for another member (cluster.membership.ADDRESSED_TO) is refused
+    """A peer's request meant for another member (cluster.wire.ADDRESSED_TO) is refused
     before anything is read or done: the address the peer had for that member is this node's
     now. 421 Misdirected Request, with this node's id so the sender can tell."""
     to = request.headers.get(ADDRESSED_TO)
@@ -306,7 +217,7 @@ def make_app(node: Node) -> web.Application:
     app[NODE_STATUS_KEY], app[CLUSTER_STATUS_KEY] = status_snapshots(node)
     app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].read)
     app.on_cleanup.append(_close_snapshots)
-    app[READ_TIMEOUT_KEY] = node.settings.api_read_timeout_s
+    app[READ_TIMEOUT_KEY] = node.config.api_read_timeout_s
     app.router.add_post("/v1/urls", post_urls)
     app.router.add_post("/v1/resume", post_resume)
     app.router.add_get("/v1/status", get_status)

@@ -25,11 +25,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from crawler_node.api.catch_up import MAX_SYNC_BYTES, SYNC, answer_sync, catch_up_ctx
-from crawler_node.cluster.membership import ADDRESSED_TO, Member, PeerState
+from crawler_node.cluster.membership import Member, PeerState
+from crawler_node.cluster.peer_client import PeerClient, PeerUnreachable
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.node.node import Node
 
@@ -46,7 +46,6 @@ MAX_HOSTS_OFFSET = 10_000  # each member sends offset + limit rows to be merged
 MAX_QUEUE_LIMIT = 10_000
 MAX_REASON_CHARS = 200
 MAX_COMMAND_BYTES = 4096
-PEER_CALL_TIMEOUT_S = 5.0
 
 
 class BadQuery(Exception):
@@ -92,36 +91,25 @@ def _host(request: web.Request) -> str:
 
 
 class PeerCalls:
-    """This node's calls to the other members' control endpoints, with the cluster token."""
+    """This node's calls to the other members' control endpoints (through the cluster's one
+    peer client: its session, the cluster token, its timeout for control calls)."""
 
-    def __init__(self, *, secret: str | None) -> None:
-        self._headers = {"Authorization": f"Bearer {secret}"} if secret else {}
-        self._session: aiohttp.ClientSession | None = None
-
-    async def start(self, _: web.Application) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PEER_CALL_TIMEOUT_S),
-                                              trust_env=False, headers=self._headers)
-
-    async def close(self, _: web.Application) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+    def __init__(self, client: PeerClient) -> None:
+        self._client = client
 
     async def call(self, member: Member, method: str, path: str, *, params: dict[str, str] | None = None,
-                   body: dict | None = None) -> tuple[int | None, Any]:
+                   body: dict[str, Any] | None = None) -> tuple[int | None, Any]:
         """(HTTP status, decoded body) of one member's answer; (None, why) when it gave none."""
-        if self._session is None:
-            return None, "not started"
         try:
-            async with self._session.request(method, f"{member.url}{path}", params={**(params or {}), "local": "1"},
-                                             json=body, headers={ADDRESSED_TO: member.node_id}) as response:
-                try:
-                    answer = await response.json(content_type=None)
-                except (ValueError, RecursionError):
-                    answer = {"error": "bad_answer", "message": f"HTTP {response.status}, not JSON"}
-                return response.status, answer
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return None, f"unreachable: {type(exc).__name__} {exc}".strip()
+            reply = await self._client.control(member.url, method, path, to=member.node_id, params=params or {},
+                                               body=body)
+        except PeerUnreachable as exc:
+            return None, f"unreachable: {exc.kind} {exc.detail}".strip()
+        try:
+            answer = reply.json()
+        except ValueError:
+            answer = {"error": "bad_answer", "message": f"HTTP {reply.status}, not JSON"}
+        return reply.status, answer
 
     async def each(self, members: list[Member], method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """Every member's answer, asked concurrently: ``{"status": ..., "answer": ...}`` each."""
@@ -155,7 +143,7 @@ async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) ->
     # cut in two), within the read timeout (a client dripping it would hold this handler).
     raw = bytearray()
     try:
-        async with asyncio.timeout(request.app[NODE].settings.api_read_timeout_s):
+        async with asyncio.timeout(request.app[NODE].config.api_read_timeout_s):
             while len(raw) <= limit and (chunk := await request.content.read(limit + 1)):
                 raw += chunk
     except TimeoutError as exc:
@@ -378,9 +366,7 @@ NODE = web.AppKey("control_node", Node)
 
 def add_control_routes(app: web.Application, node_key: web.AppKey[Node]) -> None:
     app[NODE] = app[node_key]
-    peers = app[PEERS_KEY] = PeerCalls(secret=app[node_key].settings.secret)
-    app.on_startup.append(peers.start)
-    app.on_cleanup.append(peers.close)
+    peers = app[PEERS_KEY] = PeerCalls(app[node_key].cluster.client)
     app.router.add_post(PAUSE, _command("pause", _pause))
     app.router.add_post(RESUME, _command("resume", _resume))
     app.router.add_post(STOP, _command("stop", _stop, others_first=True))

@@ -12,16 +12,14 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
+from crawler_node.cluster.wire import MAX_URLS_PER_REQUEST, MSGPACK
 from crawler_node.core.urls import MAX_URL_LENGTH
 from crawler_node.node.node import Node
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_URLS_PER_REQUEST = 10_000
-MAX_VIA_LENGTH = 8192  # characters of an item's "via", the page its URL was found on
 # The largest legitimate msgpack body: {"urls": [up to 10,000 maps of a few small fields]}.
 _MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "max_ext_len": 0,
                    "max_array_len": MAX_URLS_PER_REQUEST, "max_map_len": 16}
-MSGPACK = "application/msgpack"
 # The content codings a body may come in, which aiohttp decodes before a handler reads it (a
 # member's batches come gzip'd: cluster.outbox). Any other would reach the decoders as it is
 # (aiohttp passes a coding it does not know through, and fails inside the read on "br").

@@ -20,9 +20,10 @@ from typing import Any
 from aiohttp import web
 
 from crawler_node.api import catch_up, control
-from crawler_node.api.http import BODY_CODINGS, MAX_BODY_BYTES, MAX_URLS_PER_REQUEST, MAX_VIA_LENGTH
+from crawler_node.api.http import BODY_CODINGS, MAX_BODY_BYTES
 from crawler_node.api.members import MAX_MEMBER_BODY_BYTES
 from crawler_node.cluster.membership import MAX_ID_CHARS, MAX_URL_CHARS
+from crawler_node.cluster.wire import MAX_URLS_PER_REQUEST, MAX_VIA_LENGTH
 from crawler_node.core.urls import MAX_URL_LENGTH
 
 OPENAPI_PATH = "/v1/openapi.json"

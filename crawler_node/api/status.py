@@ -60,7 +60,7 @@ async def node_status(node: Node) -> dict[str, Any]:
     cluster["counters"]["hop_limit_kept"] = intake["hop_limit_kept"]
     return {
         "node_id": node.node_id,
-        "url": node.settings.advertise_url,
+        "url": node.config.advertise_url,
         "idle": idle,
         "stopping": node.stopping,
         # an operator's pause (crawler-node pause): no new fetch until resumed

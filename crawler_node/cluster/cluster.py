@@ -12,32 +12,28 @@ routes, wakes the senders and the sweeper, and tells the node (``on_change``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.known_members import KnownMembers
-from crawler_node.cluster.membership import ADDRESSED_TO, Membership, PeerState
+from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.outbox import Outboxes
-from crawler_node.cluster.peerdns import PeerDns, advertised_url, own_addresses, parse_peer_dns
+from crawler_node.cluster.peer_client import PeerClient, PeerTimeouts, PeerUnreachable
+from crawler_node.cluster.peerdns import PeerDns, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.cluster.replica import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
-from crawler_node.datadir_layout import KNOWN_MEMBERS_FILENAME
+from crawler_node.config import ClusterConfig
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
-from crawler_node.settings import Settings
 
 log = logging.getLogger("crawler_node.cluster")
 
@@ -46,60 +42,24 @@ _COUNTER_KEYS = ("forwarded", "sent_seen", "forward_batches", "forward_throttled
                  "forward_misdirected", "handed_off", "rerouted", "received")
 
 
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    """What the cluster's parts are built from; read from Settings in one place."""
-
-    node_id: str
-    advertise_url: str
-    peers: dict[str, str]
-    weights: dict[str, int]
-    secret: str | None
-    vnodes: int
-    key_by: str
-    heartbeat_interval_s: float
-    heartbeat_timeout_s: float
-    suspect_after_s: float
-    down_after_s: float
-    outbox_capacity: int
-    forward_batch: int
-    forward_linger_s: float
-    peer_dns: str | None = None  # NAME[:PORT] to find members by (cluster.peerdns)
-    peer_dns_interval_s: float = 5.0
-    handback_delay_s: float = 1.0
-    known_members_file: Path | None = None  # members found by DNS, kept across restarts (cluster.known_members)
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> ClusterConfig:
-        # Found by DNS with no --advertise: this machine's address, not the 0.0.0.0 listened on.
-        advertise_url = advertised_url(s.advertise_url) if s.peer_dns and not s.advertise else s.advertise_url
-        return cls(node_id=s.node_id, advertise_url=advertise_url, peers=s.peer_map(), weights=s.weight_map(),
-                   secret=s.secret, vnodes=s.ring_vnodes, key_by=s.ring_key_by,
-                   heartbeat_interval_s=s.heartbeat_interval_s, heartbeat_timeout_s=s.heartbeat_timeout_s,
-                   suspect_after_s=s.suspect_after_s, down_after_s=s.down_after_s,
-                   outbox_capacity=s.outbox_capacity, forward_batch=s.forward_batch,
-                   forward_linger_s=s.forward_linger_s, peer_dns=s.peer_dns,
-                   peer_dns_interval_s=s.peer_dns_interval_s, handback_delay_s=s.handback_delay_s,
-                   known_members_file=s.data_dir / KNOWN_MEMBERS_FILENAME if s.peer_dns else None)
-
-
-PEER_STATUS_MAX_BYTES = 4_000_000  # a peer's /v1/status read for the cluster view, at most
-
-
 class Cluster:
     def __init__(self, *, config: ClusterConfig, frontier: FrontierService, supervisor: Supervisor,
                  on_change: Callable[[], None], on_taken: Callable[[AddResult], None], outbox_space: Wakeup,
                  clock: Callable[[], float],
-                 politeness_of: Callable[[str], HostPoliteness | None] = lambda host: None) -> None:
+                 politeness_of: Callable[[str], HostPoliteness | None] = lambda host: None,
+                 on_regained: Callable[[float, float], None] | None = None,
+                 ip_link: IpShareLink | None = None) -> None:
         """``on_change``: the live set changed (the node releases hosts it no longer serves);
         ``on_taken``: URLs a reroute brought into this node's own frontier; ``politeness_of``:
-        a host's politeness here, handed over with it."""
+        a host's politeness here, handed over with it; ``on_regained``: this member heard a
+        majority again (cluster.fencing); ``ip_link``: per-IP shares agreed with the peers
+        through the heartbeats (cluster.ipshare; None: each node keeps its own limit)."""
         self.config = config
         self.node_id = config.node_id
         self._clock = clock
         self._on_change = on_change
         self.joining = bool(config.peers) and config.node_id not in config.peers
-        self.membership = Membership(config.node_id, config.advertise_url, config.peers, now=clock(),
+        self.membership = Membership(config.node_id, config.advertise_url, dict(config.peers), now=clock(),
                                      suspect_after_s=config.suspect_after_s, down_after_s=config.down_after_s)
         self._known: KnownMembers | None = None
         if config.known_members_file is not None:
@@ -110,46 +70,47 @@ class Cluster:
             if remembered:
                 log.info("remembered members %s from %s", ", ".join(sorted(i for i, _ in remembered)),
                          config.known_members_file.name)
-        self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.vnodes,
-                             key_by=config.key_by)
-        self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock)
+        self.router = Router(membership=self.membership, weights=config.weights, vnodes=config.ring_vnodes,
+                             key_by=config.ring_key_by)
+        self.fencing = Fencing(membership=self.membership, handback_delay_s=config.handback_delay_s, clock=clock,
+                               on_regained=on_regained)
+        # Every request to a member goes through it (a session even for one node: a member may
+        # join it at any time).
+        self.client = PeerClient(secret=config.secret, timeouts=PeerTimeouts(
+            heartbeat_s=config.heartbeat_timeout_s, connect_s=config.heartbeat_timeout_s * 2))
         self.outboxes = Outboxes(frontier=frontier, router=self.router, membership=self.membership,
-                                 supervisor=supervisor, capacity=config.outbox_capacity, batch=config.forward_batch,
+                                 client=self.client, supervisor=supervisor, capacity=config.outbox_capacity,
+                                 batch=config.forward_batch,
                                  linger_s=config.forward_linger_s,
                                  failure_pause_s=min(1.0, config.heartbeat_interval_s),
                                  on_taken=on_taken, on_down=self._forward_failed, on_alive=self._forward_ok,
                                  space=outbox_space, clock=clock)
-        self.heartbeats = Heartbeats(membership=self.membership, advertise_url=config.advertise_url,
-                                     interval_s=config.heartbeat_interval_s, timeout_s=config.heartbeat_timeout_s,
-                                     supervisor=supervisor, on_changed=self._changed,
-                                     on_member=self.outboxes.ensure_sender, clock=clock)
         self.sweeper = Sweeper(frontier=frontier, router=self.router, membership=self.membership,
                                outboxes=self.outboxes, politeness_of=politeness_of)
         self.replicas = ReplicaKeeper(frontier=frontier, router=self.router, outboxes=self.outboxes,
                                       on_taken=on_taken)
-        self.heartbeats.watch_incarnations(self.replicas.heard)
+        self.heartbeats = Heartbeats(membership=self.membership, advertise_url=config.advertise_url,
+                                     interval_s=config.heartbeat_interval_s, client=self.client,
+                                     supervisor=supervisor, on_changed=self._changed,
+                                     on_member=self.outboxes.ensure_sender, clock=clock, ip_link=ip_link,
+                                     on_incarnation=self.replicas.heard)
+        if ip_link is not None:
+            ip_link.peers_live(self.membership.live_ids() - {self.node_id})
         self._supervisor = supervisor
-        self._session: aiohttp.ClientSession | None = None
         self._asked: Counter[str] = Counter()  # member -> heartbeats it sent here since this start (up to 2)
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
         self.drained = False  # ... and all of it handed on and acknowledged (heartbeats say so)
         self.events: list[dict] = []  # membership changes, newest last (bounded)
         self.received = 0  # URLs peers' outboxes forwarded here to crawl (the other end of "forwarded")
-        self._ip: IpShareLink | None = None
+        self._ip = ip_link
         self.peer_dns: PeerDns | None = None
         if config.peer_dns:
             name, port = parse_peer_dns(config.peer_dns, default_port=urlsplit(config.advertise_url).port or 8080)
             self.peer_dns = PeerDns(name=name, port=port, interval_s=config.peer_dns_interval_s,
                                     node_id=config.node_id, advertise_url=config.advertise_url,
-                                    membership=self.membership, learn=self._learnt, supervisor=supervisor,
-                                    own=own_addresses())
-
-    def share_ips(self, link: IpShareLink) -> None:
-        """Agree per-IP shares with the peers through the heartbeats (cluster.ipshare)."""
-        self._ip = link
-        self.heartbeats.share_ips(link)
-        link.peers_live(self.membership.live_ids() - {self.node_id})
+                                    membership=self.membership, learn=self._learnt, client=self.client,
+                                    supervisor=supervisor, own=own_addresses())
 
     def ip_announcement(self, for_peer: str | None = None) -> dict | None:
         """The ``ips`` of this node's heartbeat answers (None: it does not share); ``for_peer``:
@@ -202,19 +163,14 @@ class Cluster:
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        # A session even for one node: a member may join it at any time.
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=10, sock_connect=self.config.heartbeat_timeout_s * 2),
-            trust_env=False,
-            headers={"Authorization": f"Bearer {self.config.secret}"} if self.config.secret else {},
-        )
+        await self.client.start()
         self.membership.reset_clocks(self._clock())  # startup time is not silence
         if self.joining:
-            await self.heartbeats.join(self._session)
-        await self.outboxes.start(self._session)
+            await self.heartbeats.join()
+        await self.outboxes.start()
         if self.peer_dns is not None:  # the first lookup before the first lease: find the others
-            await self.peer_dns.start(self._session)
-        self.heartbeats.start(self._session)
+            await self.peer_dns.start()
+        self.heartbeats.start()
         self._supervisor.recurring("handoff-sweep", self.sweeper.round)
         self._supervisor.recurring("replica", self.replicas.round)
 
@@ -226,9 +182,7 @@ class Cluster:
             self.peer_dns.watch_startup(lambda: hold.holding)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.client.close()
 
     # ----------------------------------------------------------------- changes
     def _changed(self, why: str) -> None:
@@ -301,23 +255,14 @@ class Cluster:
 
     async def peer_statuses(self) -> dict[str, dict]:
         """Every reachable peer's own status (``scope=local``), fetched concurrently."""
-        session = self._session
-        if session is None:
-            return {}
-
-        async def one(node_id: str, url: str) -> tuple[str, dict | None]:
+        async def one(node_id: str, url: str) -> tuple[str, dict[str, Any] | None]:
             try:
-                async with session.get(f"{url}/v1/status", params={"scope": "local"}, headers={ADDRESSED_TO: node_id},
-                                       timeout=aiohttp.ClientTimeout(total=2)) as response:
-                    if response.status != 200:
-                        return node_id, None
-                    # Bounded, and parsed without letting a hostile peer's nesting or size
-                    # reach past this call: a status is some tens of kB.
-                    raw = await response.content.read(PEER_STATUS_MAX_BYTES + 1)
-                    body = json.loads(raw) if len(raw) <= PEER_STATUS_MAX_BYTES else None
-                    return node_id, body if isinstance(body, dict) else None
-            except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError):
+                reply = await self.client.status(url, to=node_id)
+                # Parsed without letting a hostile peer's nesting reach past this call.
+                body = reply.json() if reply.status == 200 else None
+            except (PeerUnreachable, ValueError):
                 return node_id, None
+            return node_id, body if isinstance(body, dict) else None
 
         results = await asyncio.gather(*(one(m.node_id, m.url) for m in self.membership.peers()
                                          if m.state is not PeerState.DOWN))

@@ -69,7 +69,11 @@ class Fencing:
     """May this member start a request now? Pure: it reads the membership's evidence and the
     clock it is given; it keeps only what it last said, to log the changes once."""
 
-    def __init__(self, *, membership: Membership, handback_delay_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, *, membership: Membership, handback_delay_s: float, clock: Callable[[], float],
+                 on_regained: Callable[[float, float], None] | None = None) -> None:
+        """``on_regained(regained_at, now)``: told once per quorum regained, before any request
+        after it: the node's host table spaces this member's hosts from then
+        (node.hosts.HostTable.regained)."""
         if handback_delay_s < 0:
             raise ValueError(f"handback_delay_s must be >= 0, got {handback_delay_s}")
         self._membership = membership
@@ -78,9 +82,7 @@ class Fencing:
         self._said: str | None = None  # the reason last logged, None: leasing
         self.fenced_count = 0  # times leasing stopped for want of a quorum
         self.held_count = 0  # handback holds
-        # Told once per quorum regained, (regained_at, now), before any request after it: the
-        # node's host table spaces this member's hosts from then (node.hosts.HostTable.regained).
-        self.on_regained: Callable[[float, float], None] | None = None
+        self._on_regained = on_regained
         self._regained_told: float | None = None
 
     def blocked_until(self, now: float) -> float | None:
@@ -93,8 +95,8 @@ class Fencing:
         regained = membership.quorum_regained_at
         if regained is not None and regained != self._regained_told:
             self._regained_told = regained
-            if self.on_regained is not None:
-                self.on_regained(regained, now)
+            if self._on_regained is not None:
+                self._on_regained(regained, now)
         if regained is not None and now < regained + self._handback_delay_s:
             self._say("handback", "a majority heard again: starting requests in %.1f s, once the successors "
                       "have let go of this member's hosts", regained + self._handback_delay_s - now)

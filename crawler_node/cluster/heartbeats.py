@@ -39,25 +39,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
-import aiohttp
-
 from crawler_node.cluster.activity import Activity, parse_activity
 from crawler_node.cluster.ipshare import Announcement, parse_announcement
-from crawler_node.cluster.membership import (
-    ADDRESSED_TO,
-    DIGEST_CHARS,
-    Membership,
-    PeerState,
-    member_problem,
-    parse_view,
-)
+from crawler_node.cluster.membership import DIGEST_CHARS, Membership, PeerState, member_problem, parse_view
+from crawler_node.cluster.peer_client import BadPeerAnswer, PeerClient, PeerUnreachable
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.runtime.supervisor import Supervisor
 
 log = logging.getLogger("crawler_node.cluster")
 
 JOIN_DEADLINE_S = 30.0
-MEMBER_CALL_TIMEOUT_S = 2.0
 # While a start-up hold waits for a peer's first answer: ask this often (a refused connection on
 # a peer not yet listening costs next to nothing; the hold's reason to exist is time lost).
 STARTUP_POLL_S = 0.05
@@ -66,10 +57,6 @@ STARTUP_POLL_S = 0.05
 OWED_POLL_S = 0.2
 _DIGEST = re.compile(rf"[0-9a-f]{{{DIGEST_CHARS}}}")
 _T = TypeVar("_T")
-
-
-class BadPeerAnswer(ValueError):
-    """A peer's answer to a membership call does not have the shape of one."""
 
 
 class IpShareLink(Protocol):
@@ -144,33 +131,27 @@ def answer_part(answer: object, key: str, parse: Callable[[object], _T]) -> _T:
         raise BadPeerAnswer(str(exc)) from exc
 
 
-async def _json(response: aiohttp.ClientResponse) -> object:
-    try:
-        return await response.json(content_type=None)
-    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, or nested past reason
-        raise BadPeerAnswer(f"not JSON: {type(exc).__name__}") from exc
-
-
 class Heartbeats:
-    def __init__(self, *, membership: Membership, advertise_url: str, interval_s: float, timeout_s: float,
+    def __init__(self, *, membership: Membership, advertise_url: str, interval_s: float, client: PeerClient,
                  supervisor: Supervisor, on_changed: Callable[[str], None], on_member: Callable[[str], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], ip_link: IpShareLink | None = None,
+                 on_incarnation: Callable[[str, str], None] | None = None) -> None:
         """``on_changed(why)``: the live set or the member list changed; ``on_member(id)``: a
-        member is known now (its outbox sender must exist)."""
+        member is known now (its outbox sender must exist). A heartbeat's answer is waited for
+        as long as ``client``'s timeouts say."""
         self._membership = membership
         self._node_id = membership.self_id
         self._advertise_url = advertise_url
         self._interval_s = interval_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.client = client  # every request to a member goes through it
         self._supervisor = supervisor
         self._on_changed = on_changed
         self._on_member = on_member
         self._clock = clock
-        self._session: aiohttp.ClientSession | None = None
         self.failures: Counter[str] = Counter()  # failed heartbeats, by peer
         self.bad_answers: Counter[str] = Counter()  # answers that were not member lists, by peer
-        self._ip: IpShareLink | None = None
-        self._on_incarnation: Callable[[str, str], None] | None = None
+        self._ip = ip_link  # the per-IP shares, agreed through the answers (None: not shared)
+        self._on_incarnation = on_incarnation  # told what each answer says its frontier is
         self._startup: StartupHold | None = None
         self._next_full_round = 0.0  # monotonic
         # The digest of each peer's member list as its last answer with one gave it: asked
@@ -179,20 +160,12 @@ class Heartbeats:
         # Each peer's activity as its last answer gave it; gone once a heartbeat to it fails.
         self.activity: dict[str, Activity] = {}
 
-    def share_ips(self, link: IpShareLink) -> None:
-        self._ip = link
-
-    def watch_incarnations(self, heard: Callable[[str, str], None]) -> None:
-        """Tell ``heard(peer, incarnation)`` what each answer says its frontier is."""
-        self._on_incarnation = heard
-
     def watch_startup(self, hold: StartupHold) -> None:
         """Report answers and failures to a starting member's hold until it ends."""
         self._startup = hold
         self._check_startup()
 
-    def start(self, session: aiohttp.ClientSession) -> None:
-        self._session = session
+    def start(self) -> None:
         self._supervisor.recurring("heartbeats", self.round)
 
     def snapshot(self) -> dict:
@@ -229,7 +202,6 @@ class Heartbeats:
                 self._startup = None
 
     async def _heartbeat(self, node_id: str, url: str) -> None:
-        assert self._session is not None
         params = {"from": self._node_id}
         # A start-up hold reads the states the list gives this node (state_reported): the whole
         # list until the hold ends.
@@ -237,22 +209,22 @@ class Heartbeats:
         if known is not None:
             params["known"] = known
         try:
-            async with self._session.get(f"{url}/v1/members", params=params, headers={ADDRESSED_TO: node_id},
-                                         timeout=self._timeout) as response:
-                if response.status == 421:  # another member's address now (api.app.misdirected_is_421)
-                    raise BadPeerAnswer(f"{url} is another member's address now")
-                if response.status != 200:
-                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
-                answer = await _json(response)
-                members, leaving = parse_members_answer(answer, known)
-                answered_as = answer.get("node_id") if isinstance(answer, dict) else None
-                if isinstance(answered_as, str) and answered_as != node_id:
-                    # Its address now belongs to another member (a pod or container restarted
-                    # with an address another member had): that member's answers must not keep
-                    # this one alive, nor its list pass for this one's.
-                    raise BadPeerAnswer(f"{url} answered as {answered_as!r}")
-                ips = answer_part(answer, "ips", parse_announcement) if self._ip is not None else None
-                activity = answer_part(answer, "activity", parse_activity)
+            reply = await self.client.members(url, to=node_id, params=params)
+            if reply.status == 421:  # another member's address now (api.app.misdirected_is_421)
+                raise BadPeerAnswer(f"{url} is another member's address now")
+            if reply.status != 200:
+                self._failed(node_id)
+                return
+            answer = reply.json()
+            members, leaving = parse_members_answer(answer, known)
+            answered_as = answer.get("node_id") if isinstance(answer, dict) else None
+            if isinstance(answered_as, str) and answered_as != node_id:
+                # Its address now belongs to another member (a pod or container restarted
+                # with an address another member had): that member's answers must not keep
+                # this one alive, nor its list pass for this one's.
+                raise BadPeerAnswer(f"{url} answered as {answered_as!r}")
+            ips = answer_part(answer, "ips", parse_announcement) if self._ip is not None else None
+            activity = answer_part(answer, "activity", parse_activity)
         except BadPeerAnswer as exc:
             self.bad_answers[node_id] += 1
             if self.bad_answers[node_id] in (1, 10, 100) or self.bad_answers[node_id] % 1000 == 0:
@@ -260,7 +232,7 @@ class Heartbeats:
                             "counted as a failure (%d so far)", node_id, exc, self.bad_answers[node_id])
             self._failed(node_id)
             return
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except (PeerUnreachable, ValueError):
             self._failed(node_id)
             return
         now = self._clock()
@@ -299,25 +271,22 @@ class Heartbeats:
             self._check_startup()
 
     # ----------------------------------------------------------------- join and leave
-    async def join(self, session: aiohttp.ClientSession) -> None:
+    async def join(self) -> None:
         """Ask the configured members, in turn, to let this node in; adopt their view."""
-        self._session = session
         body = {"id": self._node_id, "url": self._advertise_url}
         deadline = time.monotonic() + JOIN_DEADLINE_S
-        timeout = aiohttp.ClientTimeout(total=MEMBER_CALL_TIMEOUT_S)
         while time.monotonic() < deadline:
             for member in self._membership.peers():
                 try:
-                    async with self._session.post(f"{member.url}/v1/join", json=body, timeout=timeout,
-                                                  headers={ADDRESSED_TO: member.node_id}) as response:
-                        if response.status == 200:
-                            members, _ = parse_members_answer(await _json(response))
-                            self._membership.merge(members, self._clock())
-                            self._membership.observe_ok(member.node_id, self._clock())
-                            self._on_changed(f"joined through {member.node_id}")
-                            return
-                        log.warning("join through %s refused: HTTP %s", member.node_id, response.status)
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    reply = await self.client.join(member.url, body, to=member.node_id)
+                    if reply.status == 200:
+                        members, _ = parse_members_answer(reply.json())
+                        self._membership.merge(members, self._clock())
+                        self._membership.observe_ok(member.node_id, self._clock())
+                        self._on_changed(f"joined through {member.node_id}")
+                        return
+                    log.warning("join through %s refused: HTTP %s", member.node_id, reply.status)
+                except (PeerUnreachable, ValueError) as exc:
                     log.warning("join through %s failed: %s", member.node_id, exc)
             await asyncio.sleep(1.0)
         log.error("could not join through any of %s; running with the configured view", self._membership.ids())
@@ -334,7 +303,7 @@ class Heartbeats:
             for member in self._membership.peers():
                 if member.node_id != node_id:
                     self._supervisor.once(f"announce:{member.node_id}",
-                                          self._post_quietly(f"{member.url}/v1/join", {"id": node_id, "url": url}))
+                                          self.client.tell(member.url, "/v1/join", {"id": node_id, "url": url}))
         return self._membership.view()
 
     def accept_leave(self, node_id: str, *, drained: bool = False) -> None:
@@ -345,16 +314,6 @@ class Heartbeats:
         """Tell the peers this node is leaving; ``drained``: and that its queue and outbox are
         handed on and acknowledged, so it holds no work (until then, a peer counts it as a
         member that is down with work, and the cluster is not idle)."""
-        if self._session is None:
-            return
         body = {"id": self._node_id, "url": self._advertise_url, "drained": drained}
-        await asyncio.gather(*(self._post_quietly(f"{m.url}/v1/leave", body)
+        await asyncio.gather(*(self.client.tell(m.url, "/v1/leave", body)
                                for m in self._membership.peers() if m.state is not PeerState.DOWN))
-
-    async def _post_quietly(self, url: str, body: dict) -> None:
-        assert self._session is not None
-        try:
-            async with self._session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=MEMBER_CALL_TIMEOUT_S)):
-                pass
-        except (aiohttp.ClientError, TimeoutError):
-            pass  # the heartbeats' anti-entropy carries it

@@ -65,8 +65,6 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from crawler_node.settings import Settings
-
 # What a peer's announcement may hold; beyond it the answer is malformed.
 MAX_ADDRESSES_HEARD = 8192
 MAX_PEERS_SEEN = 1024
@@ -309,14 +307,15 @@ class IpShares:
         }
 
 
-def ip_shares_for(s: Settings) -> IpShares | None:
-    """The shares these settings ask for: None when each node keeps the whole limit
-    (``--ip-limit-per-node``) or there is no per-IP limit."""
-    if s.ip_limit_per_node or not s.ip_inflight_limit:
+def ip_shares_for(*, node_id: str, limit: int, per_node: bool, global_inflight: int,
+                  heartbeat_interval_s: float) -> IpShares | None:
+    """The shares of a per-IP ``limit`` this node asks for: None when each node keeps the
+    whole limit (``per_node``: --ip-limit-per-node) or there is no per-IP limit."""
+    if per_node or not limit:
         return None
     # Announced: every address with requests in flight, and room for several times as many
     # waiting. Kept a few heartbeats after its last request, so a host between two requests
     # (a lease refill, a short Crawl-delay) needs no new acknowledgement, but not much longer:
     # while it is announced, the others keep their shares down.
-    return IpShares(self_id=s.node_id, limit=s.ip_inflight_limit, epoch=secrets.token_hex(8),
-                    max_addresses=max(256, 4 * s.global_inflight), linger_s=max(2.0, 4 * s.heartbeat_interval_s))
+    return IpShares(self_id=node_id, limit=limit, epoch=secrets.token_hex(8),
+                    max_addresses=max(256, 4 * global_inflight), linger_s=max(2.0, 4 * heartbeat_interval_s))

@@ -25,14 +25,6 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_ID_CHARS = 64
-# Names the member a peer's request is meant for; a node that is another member answers 421
-# (api.app.misdirected_is_421) and the sender counts a failure, as for a heartbeat answered by
-# another id. Addresses move between members: after `docker compose stop` and `start` the
-# network hands the replicas its addresses again in another order (5 of 5 moved in a trial),
-# and a restarted pod can get an address another pod had. Without it an outbox batch went to
-# whoever holds the address now: a handback of fetched URLs became that member's replica, and
-# the member it was for fetched them all again.
-ADDRESSED_TO = "X-Crawler-To"
 DIGEST_CHARS = 16  # of a member list's digest (Membership.digest): 64 bits
 MAX_URL_CHARS = 300
 # Ids reach every member's ring (hashed as UTF-8), logs, metrics labels and the outbox table:

@@ -12,135 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 
-import aiohttp
 import msgpack
-from isal import isal_zlib
 
-from crawler_node.cluster.membership import ADDRESSED_TO, Membership, PeerState
+from crawler_node.cluster.membership import Membership, PeerState
+from crawler_node.cluster.peer_client import PeerClient, PeerUnreachable
 from crawler_node.cluster.routing import Router
-from crawler_node.frontier import AddResult, FrontierService, HostPoliteness
+from crawler_node.cluster.wire import encode_batch, gzipped
+from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.frontier.outbox import OutboxRow
-from crawler_node.frontier.replica import HostRefresh
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
 log = logging.getLogger("crawler_node.cluster")
-
-MSGPACK = "application/msgpack"
-# Names the member a batch of POST /v1/urls comes from: the receiver counts what peers
-# forwarded apart from what users submitted (Cluster.note_received).
-FORWARDED_BY = "X-Crawler-Forwarded-By"
-MAX_PEER_HOSTS = 10_000  # entries of a batch's "hosts", at most (as many as its URLs)
-_HOST_KEY = re.compile(r"[!-~]{1,300}")  # a frontier's host key: visible ASCII (IDNA), and short
-_TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a refresh's token (cluster.replica makes 16 hex digits)
-# A batch's msgpack says its hosts, its pages' URLs (every link's "via") and every row's keys
-# again and again: gzip takes testweb's batches of 87 rows from 59 to 11 bytes a row, at
-# ~0.1-0.2 µs a row to pack and as much to unpack (ISA-L's level 1; zlib's 6 is 4-7x the CPU
-# for ~17% fewer bytes; bench/cost_model.py's gzip_curve has it by batch size). A member's
-# API (aiohttp) decodes a gzip body before its handler reads it, in every version of this
-# node, and bounds what it decodes (api.http.read_body). Bodies under this size stay as they
-# are: a batch of one testweb row (~70 bytes) grows by gzip's frame (x1.13), one of two
-# (~140) already weighs 0.71 of its msgpack, of five 0.41.
-GZIP_FROM_BYTES = 128
-GZIP_LEVEL = 1
-
-
-def gzipped(payload: bytes) -> tuple[bytes, str | None]:
-    """The body to send for a batch's msgpack, and its Content-Encoding (None: as it is)."""
-    if len(payload) < GZIP_FROM_BYTES:
-        return payload, None
-    return isal_zlib.compress(payload, GZIP_LEVEL, 31), "gzip"  # wbits 31: a gzip frame
-
-
-def encode_batch(rows: Sequence[OutboxRow]) -> dict:
-    """The body of POST /v1/urls for outbox rows. A replica carries what its receiver keeps
-    of it (frontier.replica), no more: a fetched URL only its URL; a queued one what it is
-    queued with. The replicas' politeness goes once per host, as
-    ``"hosts": [[host, next_eligible, crawl_delay], ...]`` (wall-clock seconds; a row of
-    politeness alone adds its host there and nothing to ``"urls"``), and so does a
-    refresh of a host's replica, as ``"refresh": [[host, token, complete], ...]``: the batch's
-    queued replicas of the host are part of the refresh ``token``, which ends in this batch if
-    ``complete`` (its end is a row with no URL: nothing in ``"urls"``)."""
-    urls: list[dict] = []
-    hosts: dict[str, list] = {}
-    refresh: dict[str, list] = {}
-    for row in rows:
-        e = row.entry
-        polite = row.politeness
-        if polite is not None:
-            hosts[polite.host] = [polite.host, polite.next_eligible, polite.crawl_delay]
-        if row.politeness_only:
-            continue  # its politeness is all it says
-        if row.refresh is not None:
-            # the last refresh of the host in the batch is the one its replicas are part of
-            mark = refresh.get(e.host)
-            if mark is None or mark[1] != row.refresh:
-                refresh[e.host] = mark = [e.host, row.refresh, False]
-            if row.ends_refresh:
-                mark[2] = True
-                continue
-        if row.replica and row.seen:
-            urls.append({"url": e.url, "seen": True})
-        elif row.replica:
-            item: dict = {"url": e.url, "depth": e.depth, "priority": e.priority, "replica": True}
-            if e.redirects:
-                item["redirects"] = e.redirects
-            if e.via is not None:
-                item["via"] = e.via
-            urls.append(item)
-        else:
-            urls.append({"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops,
-                         "redirects": e.redirects, "via": e.via, "seen": row.seen})
-    body: dict = {"urls": urls}
-    if hosts:
-        body["hosts"] = list(hosts.values())
-    if refresh:
-        body["refresh"] = list(refresh.values())
-    return body
-
-
-def peer_politeness(document: object) -> list[HostPoliteness]:
-    """The ``"hosts"`` of a POST /v1/urls body (see encode_batch); ValueError if malformed."""
-    hosts = document.get("hosts", []) if isinstance(document, dict) else []
-    if not isinstance(hosts, list) or len(hosts) > MAX_PEER_HOSTS:
-        raise ValueError(f'"hosts" must be a list of at most {MAX_PEER_HOSTS} entries')
-    found = []
-    for entry in hosts:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and _HOST_KEY.fullmatch(entry[0]) and all(_time(value) for value in entry[1:])):
-            raise ValueError('each of "hosts" must be [host, next_eligible, crawl_delay]')
-        found.append(HostPoliteness(entry[0].lower(), float(entry[1]), float(entry[2])))
-    return found
-
-
-def peer_refresh(document: object) -> list[HostRefresh]:
-    """The ``"refresh"`` of a POST /v1/urls body (see encode_batch); ValueError if malformed."""
-    marks = document.get("refresh", []) if isinstance(document, dict) else []
-    if not isinstance(marks, list) or len(marks) > MAX_PEER_HOSTS:
-        raise ValueError(f'"refresh" must be a list of at most {MAX_PEER_HOSTS} entries')
-    found = []
-    for entry in marks:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and _HOST_KEY.fullmatch(entry[0]) and isinstance(entry[1], str) and _TOKEN.fullmatch(entry[1])
-                and isinstance(entry[2], bool)):
-            raise ValueError('each of "refresh" must be [host, token, complete]')
-        found.append(HostRefresh(entry[0].lower(), entry[1], entry[2]))
-    return found
-
-
-def _time(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11
 
 
 class Outboxes:
     name = "outbox"  # the reason admission reports while a peer's outbox is full
 
     def __init__(self, *, frontier: FrontierService, router: Router, membership: Membership,
-                 supervisor: Supervisor, capacity: int, batch: int, linger_s: float, failure_pause_s: float,
+                 client: PeerClient, supervisor: Supervisor, capacity: int, batch: int, linger_s: float,
+                 failure_pause_s: float,
                  on_taken: Callable[[AddResult], None], on_down: Callable[[str, str], None],
                  on_alive: Callable[[str], None], space: Wakeup, clock: Callable[[], float]) -> None:
         """``on_taken``: URLs a reroute brought into this node's own frontier; ``on_down(peer,
@@ -149,6 +43,7 @@ class Outboxes:
         self._frontier = frontier
         self._router = router
         self._membership = membership
+        self.client = client  # every request to a member goes through it
         self._supervisor = supervisor
         self._capacity = capacity
         self._batch = batch
@@ -160,7 +55,7 @@ class Outboxes:
         self._space = space
         self._clock = clock
         self._node_id = membership.self_id
-        self._session: aiohttp.ClientSession | None = None
+        self._started = False
         self._senders: set[str] = set()
         self._wake: dict[str, Wakeup] = {}
         self._pause: dict[str, float] = {}  # seconds the peer's sender waits before its next batch
@@ -222,8 +117,8 @@ class Outboxes:
                 "capacity": self._capacity, "senders": sorted(self._senders), "counters": dict(self.counters)}
 
     # ----------------------------------------------------------------- lifecycle
-    async def start(self, session: aiohttp.ClientSession) -> None:
-        self._session = session
+    async def start(self) -> None:
+        self._started = True
         self.counts = await self._frontier.outbox_counts()
         for member in self._membership.peers():
             self.ensure_sender(member.node_id)
@@ -231,7 +126,7 @@ class Outboxes:
             self.ensure_sender(peer)
 
     def ensure_sender(self, peer: str) -> None:
-        if peer == self._node_id or peer in self._senders or self._session is None:
+        if peer == self._node_id or peer in self._senders or not self._started:
             return
         self._senders.add(peer)
         self._wake[peer] = Wakeup()
@@ -265,7 +160,6 @@ class Outboxes:
 
     async def _send_batch(self, peer: str, url: str) -> float:
         """Send one batch; returns how long this peer's sender should wait before the next."""
-        assert self._session is not None
         rows = await self._frontier.outbox_peek(peer, self._batch)
         if not rows:
             self.counts[peer] = 0
@@ -274,17 +168,12 @@ class Outboxes:
         payload = msgpack.packb(encode_batch(rows))
         body, coding = gzipped(payload) if peer not in self._plain else (payload, None)
         try:
-            headers = {"Content-Type": MSGPACK, FORWARDED_BY: self._node_id, ADDRESSED_TO: peer}
-            if coding is not None:
-                headers["Content-Encoding"] = coding
-            async with self._session.post(f"{url}/v1/urls", data=body, headers=headers) as response:
-                status = response.status
-                retry_after = response.headers.get("Retry-After")
-                await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            reply = await self.client.send_batch(url, body, to=peer, sender=self._node_id, coding=coding)
+        except PeerUnreachable as exc:
             self.counters["forward_failed"] += 1
-            self._on_down(peer, f"forward failed: {type(exc).__name__}")
+            self._on_down(peer, f"forward failed: {exc.kind}")
             return self._failure_pause_s
+        status, retry_after = reply.status, reply.headers.get("Retry-After")
         if status == 202:
             await self._acknowledged(peer, rows)
             seen_rows = sum(1 for row in rows if row.seen)

@@ -32,15 +32,14 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiodns
-import aiohttp
 
-from crawler_node.cluster.heartbeats import BadPeerAnswer, parse_members_answer
+from crawler_node.cluster.heartbeats import parse_members_answer
 from crawler_node.cluster.membership import Membership, PeerState, member_problem
+from crawler_node.cluster.peer_client import BadPeerAnswer, PeerClient, PeerUnreachable
 from crawler_node.runtime.supervisor import Supervisor
 
 log = logging.getLogger("crawler_node.cluster")
 
-JOIN_TIMEOUT_S = 2.0
 RESOLVE_TIMEOUT_S = 2.0
 FIRST_ROUND_DEADLINE_S = 10.0
 # While this member holds its first lease (cluster.readiness), NAME is asked this often instead
@@ -140,7 +139,7 @@ class PeerDns:
 
     def __init__(self, *, name: str, port: int, interval_s: float, node_id: str, advertise_url: str,
                  membership: Membership, learn: Callable[[list[tuple[str, str]], str], None],
-                 supervisor: Supervisor, own: Iterable[str] = ()) -> None:
+                 client: PeerClient, supervisor: Supervisor, own: Iterable[str] = ()) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.name = name
@@ -150,10 +149,10 @@ class PeerDns:
         self._advertise_url = advertise_url
         self._membership = membership
         self._learn = learn
+        self.client = client  # every request to a member goes through it
         self._supervisor = supervisor
         self._candidates = DnsCandidates(own=own)
         self._holding: Callable[[], bool] = lambda: False  # the startup hold, once watched
-        self._session: aiohttp.ClientSession | None = None
         self._resolver: aiodns.DNSResolver | None = None  # made in the running loop
         self.addresses: list[str] = []  # the last answer
         self.counters = {"lookups": 0, "lookup_failures": 0, "joins": 0, "join_failures": 0}
@@ -161,10 +160,9 @@ class PeerDns:
     def snapshot(self) -> dict:
         return {"name": self.name, "port": self._port, "addresses": list(self.addresses), **self.counters}
 
-    async def start(self, session: aiohttp.ClientSession) -> None:
+    async def start(self) -> None:
         """One round at once, repeated for up to FIRST_ROUND_DEADLINE_S while DNS names no other
         member (the others start at the same moment), then a recurring job."""
-        self._session = session
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FIRST_ROUND_DEADLINE_S
         while True:
@@ -206,23 +204,21 @@ class PeerDns:
         return {node.addr[0].decode("ascii") for node in result.nodes}
 
     async def _join(self, address: str) -> None:
-        assert self._session is not None
         url = address_url(address, self._port)
         body = {"id": self._node_id, "url": self._advertise_url}
         try:
-            async with self._session.post(f"{url}/v1/join", json=body,
-                                          timeout=aiohttp.ClientTimeout(total=JOIN_TIMEOUT_S)) as response:
-                if response.status == 409:  # "same_id" (api.members.post_join): this node itself
-                    self._candidates.own_address(address)
-                    return
-                if response.status != 200:
-                    raise BadPeerAnswer(f"HTTP {response.status}")
-                answer = await response.json(content_type=None)
-                members, _ = parse_members_answer(answer)
-                via = answer.get("node_id")
-                if member_problem(via, url) is not None:
-                    raise BadPeerAnswer("no node_id in the answer")
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # BadPeerAnswer is a ValueError
+            reply = await self.client.join(url, body)  # to an address: which member is there is the question
+            if reply.status == 409:  # "same_id" (api.members.post_join): this node itself
+                self._candidates.own_address(address)
+                return
+            if reply.status != 200:
+                raise BadPeerAnswer(f"HTTP {reply.status}")
+            answer = reply.json()
+            members, _ = parse_members_answer(answer)
+            via = answer.get("node_id") if isinstance(answer, dict) else None
+            if member_problem(via, url) is not None:
+                raise BadPeerAnswer("no node_id in the answer")
+        except (PeerUnreachable, ValueError) as exc:  # BadPeerAnswer is a ValueError
             self.counters["join_failures"] += 1
             self._candidates.failed(address)
             log.debug("peer-dns: join through %s failed: %s", url, exc)

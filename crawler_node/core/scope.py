@@ -15,15 +15,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from crawler_node.core.outcomes import Rejection
 from crawler_node.core.traps import NO_TRAP_RULES, TrapRules
 from crawler_node.core.urls import bare_host, host_of, idna_encode
-
-if TYPE_CHECKING:
-    from crawler_node.settings import Settings
 
 ANY_HOST = "*"
 
@@ -51,14 +47,6 @@ class Scope:
             else None
         )
         self._traps = traps if traps.active else None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Scope:
-        s = settings
-        return cls(allow_hosts=s.allow_hosts, max_depth=s.max_depth,
-                   traps=TrapRules(max_path_repeats=s.max_path_repeats, max_path_depth=s.max_path_depth,
-                                   max_query_params=s.max_query_params, allow_urls=s.allow_urls,
-                                   deny_urls=s.deny_urls))
 
     def too_deep(self, depth: int) -> bool:
         return self.max_depth is not None and depth > self.max_depth

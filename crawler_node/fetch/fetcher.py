@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
+from crawler_node.config import FetchConfig
 from crawler_node.core.addresses import is_ip_literal, is_public_address
 from crawler_node.core.encoding import ACCEPT_ENCODING
 from crawler_node.core.outcomes import ErrorKind
@@ -130,40 +131,29 @@ def cookie_jar() -> aiohttp.CookieJar:
 
 
 class Fetcher:
-    def __init__(
-        self,
-        *,
-        user_agent: str,
-        proxy: str | None,
-        allow_private: bool,
-        connect_timeout_s: float,
-        fetch_timeout_s: float,
-        max_body_bytes: int,
-        max_connections: int,
-        keepalive_hosts: int = 512,
-        ca_bundle: str | None = None,
-        resolver: Resolver | None = None,
-        cookies: bool = True,
-    ) -> None:
+    def __init__(self, *, config: FetchConfig, resolver: Resolver | None = None) -> None:
         """``resolver``: resolves the sites' names for direct fetches (fetch.dns), shared with
         the per-IP gates; made here when not given; the fetcher closes it. Through a proxy,
-        the proxy resolves, and no resolver of ours is used. ``keepalive_hosts``: hosts whose idle
-        keep-alive connections are kept (FetchConnector). ``cookies``: keep what sites set and send
-        it back (`cookie_jar`), or neither."""
+        the proxy resolves, and no resolver of ours is used. ``config.keepalive_hosts``: hosts
+        whose idle keep-alive connections are kept (FetchConnector). ``config.cookies``: keep
+        what sites set and send it back (`cookie_jar`), or neither."""
+        proxy = config.proxy
         if proxy is not None and resolver is not None:
             raise ValueError("through a proxy the proxy resolves names: pass no resolver")
-        self._user_agent = user_agent
+        self._user_agent = config.user_agent
         self._proxy = proxy
         self._proxy_url = URL(proxy) if proxy else None  # parsed once, not on every request
-        self._allow_private = allow_private or proxy is not None  # with a proxy we only reach the proxy
-        self._timeout = aiohttp.ClientTimeout(total=fetch_timeout_s, sock_connect=connect_timeout_s)
-        self._max_body_bytes = max_body_bytes
-        self._max_connections = max_connections
-        self._keepalive_hosts = keepalive_hosts
-        self._cookies = cookies
-        self._tls = tls_context(ca_bundle)  # made now: a bad bundle fails the node at its start
+        self._allow_private = config.allow_private or proxy is not None  # with a proxy we only reach the proxy
+        self._timeout = aiohttp.ClientTimeout(total=config.fetch_timeout_s, sock_connect=config.connect_timeout_s)
+        self._max_body_bytes = config.max_body_bytes
+        # a few more than the requests in flight: robots.txt and a redirect's next hop share them
+        self._max_connections = config.global_inflight + 8
+        self._keepalive_hosts = config.keepalive_hosts
+        self._cookies = config.cookies
+        self._tls = tls_context(config.ca_bundle)  # made now: a bad bundle fails the node at its start
         if proxy is None and resolver is None:
-            resolver = Resolver(server=None, allow_private=allow_private, cache_hosts=10_000, cache_s=300.0)
+            resolver = Resolver(server=None, allow_private=config.allow_private, cache_hosts=config.dns_cache_hosts,
+                                cache_s=config.dns_cache_s)
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
 

@@ -1,7 +1,8 @@
 """The durable frontier: per-host queues, the exact seen-set, priorities, leases, per-host
 politeness, and the outbox of URLs owed to peers.
 
-    records   what goes in and out: UrlEntry, Lease, HostQueue, HostPoliteness, AddResult, FrontierBatch
+    records   what goes in and out: UrlEntry, Lease, HostQueue, HostPoliteness, AddResult, FrontierBatch,
+              InboundBatch
     schema    the SQLite tables, the connection's settings, migrating old databases
     frontier  Frontier: the facade, and the queue and lease core (add, lease_many, apply, ...)
     shedding  Frontier.shedding: parking low-priority URLs and bringing them back
@@ -28,6 +29,8 @@ from crawler_node.frontier.records import (
     FrontierBatch,
     HostPoliteness,
     HostQueue,
+    HostRefresh,
+    InboundBatch,
     Lease,
     UrlEntry,
 )
@@ -50,6 +53,8 @@ __all__ = [
     "Handoff",
     "HostPoliteness",
     "HostQueue",
+    "HostRefresh",
+    "InboundBatch",
     "Lease",
     "Outbox",
     "Recrawl",

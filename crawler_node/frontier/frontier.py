@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from crawler_node.frontier.records import (
     FrontierBatch,
     HostPoliteness,
     HostQueue,
+    InboundBatch,
     Lease,
     UrlEntry,
     snapshot,
@@ -127,27 +128,26 @@ class Frontier:
         with self._core.transaction():
             return self._intake.insert(batch, not_before)
 
-    def take_in(self, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]], seen: bool,
-                replicas: list[str], *, queued_replicas: Sequence[UrlEntry] = (),
-                successors: Mapping[str, str] | None = None,
-                politeness: Sequence[HostPoliteness] = ()) -> AddResult:
-        """URLs sent by another node, in one transaction: those owed to a third node to the
-        outbox, the replica (fetched URLs, `replicas`, and queued ones, `queued_replicas`, with
-        the hosts' `politeness`), and this node's own, queued (or, `seen`, recorded as
-        fetched); those queued are replicated to their hosts' `successors`. All is committed
-        before the caller acknowledges: a crash before that makes the sender send again, and
-        receivers deduplicate."""
+    def take_in(self, batch: InboundBatch) -> AddResult:
+        """URLs from outside this node (InboundBatch), in one transaction: those owed to other
+        members to the outbox; a neighbour's replica (the URLs it fetched and queued, its
+        hosts' politeness, its refresh); this node's own, queued (those new are replicated to
+        their hosts' `successors`), and those another member fetched, recorded as fetched. The
+        result's duplicates count both kinds of this node's own already known."""
         with self._core.transaction():
-            self.outbox.put(forward, seen=seen)
-            self.replica.add_politeness(politeness)
-            if replicas:
-                self.handoff.replica_add(replicas)
-            if queued_replicas:
-                self.replica.add_queued(queued_replicas)
-            if seen:
-                return AddResult(accepted=[], duplicates=len(mine) - self.handoff.mark_seen(mine))
-            result = self._intake.insert(mine, 0.0)
-            self.outbox.put_replicas(result.accepted, successors or {})
+            self.outbox.put(batch.forward, seen=False)
+            self.replica.add_politeness(batch.politeness)
+            if batch.fetched_replicas:
+                self.handoff.replica_add(batch.fetched_replicas)
+            if batch.queued_replicas:
+                self.replica.add_queued(batch.queued_replicas)
+            result = self._intake.insert(batch.add, 0.0) if batch.add else AddResult(accepted=[], duplicates=0)
+            if result.accepted:
+                self.outbox.put_replicas(result.accepted, batch.successors)
+            if batch.seen:
+                result.duplicates += len(batch.seen) - self.handoff.mark_seen(batch.seen)
+            if batch.refreshes:
+                self.replica.refresh(batch.refreshes, batch.queued_replicas)
             return result
 
     # -- leasing -------------------------------------------------------------------------

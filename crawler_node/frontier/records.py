@@ -83,6 +83,16 @@ class HostPoliteness:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class HostRefresh:
+    """What a batch says of a host's refresh: its queued replicas in the batch are part of the
+    refresh `token`; `complete`: the refresh ends in this batch (frontier.replica)."""
+
+    host: str
+    token: str
+    complete: bool = False
+
+
 @dataclass(slots=True)
 class HostQueue:
     """The in-memory record of one host that has work (queued, leased or deferred rows).
@@ -157,6 +167,31 @@ class FrontierBatch:
     # done URLs to fetch once more (a redirect back into its own chain, with cookies on), after
     # the outcomes above: see Recrawl.refetch
     refetch: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class InboundBatch:
+    """URLs that arrived from outside the node (a user's, a seed, a member's batch), routed by
+    the node's intake and taken in by `Frontier.take_in` in one transaction: the mirror of
+    `FrontierBatch`. All of it is committed before the sender is answered; a crash before that
+    makes the sender send again, and receivers deduplicate."""
+
+    add: list[UrlEntry] = field(default_factory=list)  # of hosts served here: queued if new
+    forward: list[tuple[str, UrlEntry]] = field(default_factory=list)  # (member, url) owed to it: the outbox
+    # fetched by another member, of hosts served here (a handback, a join): recorded as fetched
+    seen: list[UrlEntry] = field(default_factory=list)
+    # a neighbour's replica (frontier.replica): URLs it fetched, URLs it queued, its hosts' politeness
+    fetched_replicas: list[str] = field(default_factory=list)
+    queued_replicas: list[UrlEntry] = field(default_factory=list)
+    politeness: list[HostPoliteness] = field(default_factory=list)
+    # the neighbour's refresh of its replica here, of which `queued_replicas` are part
+    refreshes: list[HostRefresh] = field(default_factory=list)
+    # host -> its successor, for the hosts in `add`: the URLs queued of them are replicated there
+    successors: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return (len(self.add) + len(self.forward) + len(self.seen) + len(self.fetched_replicas)
+                + len(self.queued_replicas))
 
 
 def snapshot(record: HostQueue) -> HostQueue:

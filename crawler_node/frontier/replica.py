@@ -36,12 +36,11 @@ stay at the old successor (a new successor holds what is queued or fetched from 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from crawler_node.frontier.core import FrontierCore
 from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.outbox import Outbox, successors_of
-from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
+from crawler_node.frontier.records import AddResult, HostPoliteness, HostRefresh, UrlEntry
 from crawler_node.frontier.schema import incarnation
 from crawler_node.frontier.statements import in_lists
 
@@ -54,16 +53,6 @@ def clamped(record: HostPoliteness, now: float) -> HostPoliteness:
     """A neighbour's politeness for a host, held to MAX_POLITENESS_AHEAD_S from `now`."""
     return HostPoliteness(record.host, min(record.next_eligible, now + MAX_POLITENESS_AHEAD_S),
                           min(record.crawl_delay, MAX_POLITENESS_AHEAD_S))
-
-
-@dataclass(frozen=True, slots=True)
-class HostRefresh:
-    """What a batch says of a host's refresh: its queued replicas in the batch are part of the
-    refresh `token`; `complete`: the refresh ends in this batch."""
-
-    host: str
-    token: str
-    complete: bool = False
 
 
 _ADD_QUEUED_SQL = ("INSERT INTO replica (host, url, state, depth, priority, hops, redirects, via)"
@@ -116,15 +105,6 @@ class Replica:
             self._core.conn.executemany(_ADD_POLITENESS_SQL, [
                 (r.host, r.next_eligible, r.crawl_delay) for r in (clamped(record, now) for record in records)])
         self._has_politeness = True
-
-    def take_refreshed(self, take: Callable[[], AddResult], refreshes: Sequence[HostRefresh],
-                       queued: Sequence[UrlEntry]) -> AddResult:
-        """`take()` (a batch taken in, with the queued replicas `queued`), then `refresh`, in one
-        transaction: a batch is acknowledged whole, or sent again whole."""
-        with self._core.transaction():
-            result = take()
-            self.refresh(refreshes, queued)
-            return result
 
     def refresh(self, refreshes: Sequence[HostRefresh], queued: Sequence[UrlEntry]) -> None:
         """A neighbour's refresh of its hosts' replica (see the module's docstring): the queued

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -25,8 +24,16 @@ from crawler_node.frontier import checkpointer
 from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.outbox import OutboxRow
-from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
-from crawler_node.frontier.replica import Cursor, HostRefresh
+from crawler_node.frontier.records import (
+    AddResult,
+    FrontierBatch,
+    HostPoliteness,
+    HostQueue,
+    InboundBatch,
+    Lease,
+    UrlEntry,
+)
+from crawler_node.frontier.replica import Cursor
 from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
 
@@ -108,18 +115,9 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.add, entries, not_before=not_before)
 
-    async def take_in(self, mine: list[UrlEntry], forward: list[tuple[str, UrlEntry]], seen: bool,
-                      replicas: list[str], *, queued_replicas: Sequence[UrlEntry] = (),
-                      successors: Mapping[str, str] | None = None,
-                      politeness: Sequence[HostPoliteness] = (),
-                      refreshes: Sequence[HostRefresh] = ()) -> AddResult:
+    async def take_in(self, batch: InboundBatch) -> AddResult:
         thread, frontier = self._opened()
-        take = partial(frontier.take_in, mine, forward, seen, replicas, queued_replicas=queued_replicas,
-                       successors=successors, politeness=politeness)
-        if refreshes:  # a neighbour's refresh of its replica (frontier.replica): one transaction with the rest
-            return await self._timed("take_in", thread, frontier.replica.take_refreshed, take, refreshes,
-                                     queued_replicas)
-        return await self._timed("take_in", thread, take)
+        return await self._timed("take_in", thread, frontier.take_in, batch)
 
     async def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
         thread, frontier = self._opened()

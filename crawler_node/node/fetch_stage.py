@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from crawler_node.config import FetchConfig
 from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
@@ -50,21 +51,18 @@ class NextStage(Protocol):
 
 
 class FetchStage:
-    def __init__(self, *, fetcher: Fetcher, hosts: HostTable, admission: FetchAdmission, rules: ResponseRules,
-                 held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope, robots_max_bytes: int,
-                 sitemaps: str = "robots",
+    def __init__(self, *, config: FetchConfig, fetcher: Fetcher, hosts: HostTable, admission: FetchAdmission,
+                 rules: ResponseRules, held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope,
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
-                 clock: Callable[[], float], max_redirects: int = 10, cookies: bool = True) -> None:
+                 clock: Callable[[], float]) -> None:
         """``on_api_paused``: the API's quota was just spent (the lease buffers go back);
-        ``returned``: a lease whose request was cancelled before its answer, to give back;
-        ``max_redirects``: redirects a chain may follow; the answer that would take one more
-        ends it (outcome too_many_redirects, its target not queued); ``cookies``: the fetcher
-        keeps the cookies sites set, so a redirect back into its own chain is worth following
-        (see _redirect_target)."""
-        if max_redirects < 0:
-            raise ValueError(f"max_redirects must be >= 0, got {max_redirects}")
-        self._max_redirects = max_redirects
-        self._cookies = cookies
+        ``returned``: a lease whose request was cancelled before its answer, to give back.
+        From ``config``: ``max_redirects``, redirects a chain may follow (the answer that would
+        take one more ends it: outcome too_many_redirects, its target not queued);
+        ``cookies``, the fetcher keeps the cookies sites set, so a redirect back into its own
+        chain is worth following (see _redirect_target); ``robots_max_bytes`` and ``sitemaps``."""
+        self._max_redirects = config.max_redirects
+        self._cookies = config.cookies
         self._fetcher = fetcher
         self._hosts = hosts
         self._admission = admission
@@ -73,8 +71,8 @@ class FetchStage:
         self._parse = parse
         self._store = store
         self._scope = scope
-        self._robots_max_bytes = robots_max_bytes
-        self._sitemaps = sitemaps
+        self._robots_max_bytes = config.robots_max_bytes
+        self._sitemaps = config.sitemaps
         self._on_api_paused = on_api_paused
         self._returned = returned
         self._clock = clock

@@ -28,6 +28,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from crawler_node.config import PolitenessConfig
 from crawler_node.core.backoff import BackoffState, HostBackoffPolicy
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy, RobotsStatus, scheme_of
@@ -49,23 +50,21 @@ LEASE_AHEAD = 2  # a host's lease buffer is topped up below this many windows (l
 
 
 class HostTable:
-    def __init__(self, *, new_limiter: Callable[[], AimdLimiter], backoff_policy: HostBackoffPolicy,
-                 work: Wakeup, started_at: float, idle_s: float = 60.0, memory_target: int = 10_000,
-                 turn_s: float = 0.0, robots_cache: RobotsCache | None = None,
-                 robots_policy: RobotsPolicy | None = None, min_delay_s: float = 0.0) -> None:
+    def __init__(self, *, config: PolitenessConfig, new_limiter: Callable[[], AimdLimiter],
+                 backoff_policy: HostBackoffPolicy, work: Wakeup, started_at: float,
+                 robots_cache: RobotsCache | None = None, robots_policy: RobotsPolicy | None = None) -> None:
         """``work`` is notified when a host may have become ready; ``started_at`` is when this
-        process started (no request of an earlier run can have ended later); hosts idle for
-        ``idle_s`` leave memory, sooner while more than ``memory_target`` are in it; a host
-        with work ends its turn after ``turn_s`` when asked (``end_turns``; 0: never);
-        ``robots_cache`` keeps their robots.txt answers; ``robots_policy`` says when to ask again;
-        ``min_delay_s``: every host is paced at least this much, as a Crawl-delay (one request
-        at a time, spaced from the end of the last), whatever its robots.txt says."""
+        process started (no request of an earlier run can have ended later); ``robots_cache``
+        keeps their robots.txt answers; ``robots_policy`` says when to ask again. From
+        ``config``: hosts idle for ``host_idle_s`` leave memory, sooner while more than
+        ``host_memory_target`` are in it; a host with work ends its turn after ``host_turn_s``
+        when asked (``end_turns``; 0: never); every host is paced at least ``min_host_delay_s``,
+        as a Crawl-delay (one request at a time, spaced from the end of the last), whatever its
+        robots.txt says."""
         self._new_limiter = new_limiter
         self._work = work
         self._started_at = started_at
-        if min_delay_s < 0:
-            raise ValueError(f"min_delay_s must be >= 0, got {min_delay_s}")
-        self._min_delay_s = min_delay_s
+        self._min_delay_s = config.min_host_delay_s
         self._robots = HostRobots(
             cache=robots_cache if robots_cache is not None else RobotsCache(agent="*", max_bytes=0),
             policy=robots_policy if robots_policy is not None else RobotsPolicy())
@@ -75,7 +74,8 @@ class HostTable:
         self.went_idle = Wakeup()
         self._rotation = Rotation(work=work, went_idle=self.went_idle)
         self._memory = HostMemory(states=self._hosts, idle=self._rotation.idle, backoff_policy=backoff_policy,
-                                  idle_s=idle_s, memory_target=memory_target, turn_s=turn_s)
+                                  idle_s=config.host_idle_s, memory_target=config.host_memory_target,
+                                  turn_s=config.host_turn_s)
         self.unsaved = UnsavedPoliteness()  # durable politeness to save in the frontier (node.upkeep)
 
     # ----------------------------------------------------------------- reading

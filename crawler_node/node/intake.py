@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from crawler_node.cluster.wire import Item, UrlsBody
+from crawler_node.config import IntakeConfig
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url, resolve_plain
-from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, UrlEntry
-from crawler_node.frontier.replica import HostRefresh, clamped
+from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, HostRefresh, InboundBatch, UrlEntry
+from crawler_node.frontier.replica import clamped
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
 
@@ -29,7 +31,9 @@ log = logging.getLogger("crawler_node.intake")
 _PLAIN_SCHEMES = ("http://", "https://")
 
 
-class Ring(Protocol):
+class Router(Protocol):
+    """Where a host's URLs go (cluster.routing.Router)."""
+
     @property
     def is_single(self) -> bool: ...
     def route(self, host: str) -> str | None: ...
@@ -47,29 +51,38 @@ class CrawlLog(Protocol):
 
 @dataclass(slots=True)
 class Prepared:
-    """Submitted items, checked: the entries to take in, and those turned away (url, reason)."""
+    """URLs that arrived, checked (normalised, in scope), by what the sender says of them: the
+    intake's one input (``Intake.take``). What was turned away is listed, not taken."""
 
-    entries: list[UrlEntry] = field(default_factory=list)
+    entries: list[UrlEntry] = field(default_factory=list)  # to crawl
+    # a member's only (cluster.wire): URLs it fetched, URLs it queued, its politeness, its refresh
+    seen: list[UrlEntry] = field(default_factory=list)
+    replica: list[UrlEntry] = field(default_factory=list)
+    politeness: list[HostPoliteness] = field(default_factory=list)
+    refreshes: list[HostRefresh] = field(default_factory=list)
     invalid: list[tuple[int, str, str]] = field(default_factory=list)  # (index, url, reason): malformed
     out_of_scope: list[tuple[str, str]] = field(default_factory=list)  # (url, reason)
+
+    def __len__(self) -> int:
+        return len(self.entries) + len(self.seen) + len(self.replica)
 
 
 class Intake:
     name = "inbound"
 
-    def __init__(self, *, frontier: FrontierService, hosts: HostTable, ring: Ring, outboxes: Outboxes,
-                 scope: Scope, capacity: int, max_hops: int, clock: Callable[[], float],
+    def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Router,
+                 outboxes: Outboxes, scope: Scope, clock: Callable[[], float],
                  crawl_log: CrawlLog | None = None) -> None:
-        """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged)."""
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged);
+        ``config``: URLs waiting for the frontier, at most (``inbound_capacity``), and times a URL
+        may be passed on by a member that disagrees on its owner (``max_hops``)."""
         self._frontier = frontier
         self._hosts = hosts
-        self._ring = ring
+        self._router = router
         self._outboxes = outboxes
         self._scope = scope
-        self._capacity = capacity
-        self._max_hops = max_hops
+        self._capacity = config.inbound_capacity
+        self._max_hops = config.max_hops
         self._clock = clock
         self._crawl_log = crawl_log
         self._pending = 0
@@ -93,14 +106,32 @@ class Intake:
                 "blocked_puts": self.counters["inbound_rejected_batches"]}
 
     # ----------------------------------------------------------------- the path in
-    def prepare(self, items: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> Prepared:
+    def prepare(self, items: Iterable[str | Mapping[str, Any]], *, priority: int = SEED_PRIORITY) -> Prepared:
         """Normalise and scope-check URLs (strings, or {"url", "depth"?, "priority"?, "hops"?,
-        "redirects"?})."""
+        "redirects"?, "via"?}) to crawl."""
         prepared = Prepared()
+        self._check(items, prepared, prepared.entries, priority)
+        return prepared
+
+    def prepare_body(self, body: UrlsBody) -> Prepared:
+        """A POST /v1/urls body (cluster.wire), checked: ``invalid`` by the items' indexes there."""
+        prepared = Prepared(politeness=body.politeness, refreshes=body.refreshes)
+        for items, entries in ((body.crawl, prepared.entries), (body.seen, prepared.seen),
+                               (body.replica, prepared.replica)):
+            self._check_items(items, prepared, entries)
+        return prepared
+
+    def _check_items(self, items: list[Item], prepared: Prepared, entries: list[UrlEntry]) -> None:
+        start = len(prepared.invalid)
+        self._check([item for _, item in items], prepared, entries, SEED_PRIORITY)
+        prepared.invalid[start:] = [(items[position][0], url, reason)
+                                    for position, url, reason in prepared.invalid[start:]]
+
+    def _check(self, items: Iterable[str | Mapping[str, Any]], prepared: Prepared, entries: list[UrlEntry],
+               priority: int) -> None:
         check = self._scope.check
-        entries = prepared.entries
         for index, item in enumerate(items):
-            fields: Mapping = {"url": item} if isinstance(item, str) else item
+            fields: Mapping[str, Any] = {"url": item} if isinstance(item, str) else item
             raw = fields["url"]
             # A peer's rows are canonical, and most canonical URLs are plain: for those the
             # shortcut gives what normalize_url gives, at ~60% of its cost (urls.resolve_plain).
@@ -119,66 +150,67 @@ class Intake:
                 continue
             entries.append(UrlEntry(url, host_of(url), depth, int(fields.get("priority", priority)),
                                     int(fields.get("hops") or 0), redirects, via))
-        return prepared
 
-    async def submit(self, urls: Iterable[str | Mapping], *,
+    async def submit(self, urls: Iterable[str | Mapping[str, Any]], *,
                      priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         """Seeds and submitted URLs: whatever is malformed or out of scope is counted as rejected."""
         prepared = self.prepare(urls, priority=priority)
-        result = await self.take(prepared.entries)
+        result = await self.take(prepared)
         self.rejected(len(prepared.invalid) + len(prepared.out_of_scope))
         return result, prepared
 
     def rejected(self, count: int) -> None:
         self.counters["rejected"] += count
 
-    async def take(self, entries: list[UrlEntry], *, seen: bool = False, replica: bool = False,
-                   politeness: Sequence[HostPoliteness] = (), refreshes: Sequence[HostRefresh] = ()) -> AddResult:
-        """Durably take URLs in: this node's own go to its frontier, the others to the owner's
-        outbox. Returns only after the commit. Raises InboundFull instead of queueing more.
-        ``seen``: fetched elsewhere — recorded where it lands, never forwarded: in the frontier
-        for hosts served here (handback, join), as a replica for the others. ``replica``:
-        queued by their owner — kept as its replica (frontier.replica), or queued here for
-        hosts served here. ``politeness``: of the sender's hosts, kept with its replica;
-        ``refreshes``: the sender's refresh of its replica here (with ``replica``). What is
-        queued here is replicated to its hosts' successors."""
-        if self._pending and self._pending + len(entries) > self._capacity:
+    async def take(self, prepared: Prepared) -> AddResult:
+        """Durably take URLs in, in one transaction of the frontier (InboundBatch), and return
+        only after its commit. Raises InboundFull instead of queueing more.
+
+        - To crawl (``entries``): this node's own go to its frontier, the others to their
+          owner's outbox (``_route_received``).
+        - ``seen``, fetched by another member: recorded where it lands, never forwarded: in the
+          frontier for hosts served here (handback, join), as a replica for the others.
+        - ``replica``, queued by their owner: kept as its replica (frontier.replica), or queued
+          here for hosts served here; with the sender's ``politeness`` (kept with its replica,
+          and honoured now for hosts served here) and its ``refreshes`` of its replica here.
+
+        What is queued here is replicated to its hosts' successors."""
+        size = len(prepared)
+        if self._pending and self._pending + size > self._capacity:
             self.counters["inbound_rejected_batches"] += 1
             raise InboundFull(retry_after_s=1.0)
-        ring = self._ring
-        forward: list[tuple[str, UrlEntry]] = []
-        replicas: list[str] = []
-        queued_replicas: list[UrlEntry] = []
-        if seen:
-            mine = [e for e in entries if ring.serves(e.host)]
-            replicas = [e.url for e in entries if not ring.serves(e.host)]
-        elif replica:
-            mine = [e for e in entries if ring.serves(e.host)]
-            queued_replicas = [e for e in entries if not ring.serves(e.host)]
-            self.counters["queued_replicas"] += len(queued_replicas)
-        else:
-            mine, forward = self._route_received(entries)
-        successors = {} if seen or ring.is_single else self._successors(mine)
-        if politeness:
+        router = self._router
+        serves = router.serves
+        batch = InboundBatch(politeness=prepared.politeness, refreshes=prepared.refreshes)
+        batch.add, batch.forward = self._route_received(prepared.entries)
+        for entry in prepared.seen:
+            if serves(entry.host):
+                batch.seen.append(entry)
+            else:
+                batch.fetched_replicas.append(entry.url)
+        for entry in prepared.replica:
+            (batch.add if serves(entry.host) else batch.queued_replicas).append(entry)
+        self.counters["queued_replicas"] += len(batch.queued_replicas)
+        if not router.is_single:
+            batch.successors = self._successors(batch.add)
+        if prepared.politeness:
             # Of the hosts crawled here (a handback): honoured now, besides kept (a record
             # made later inherits it from the replica's politeness).
-            self._honour([record for record in politeness if ring.serves(record.host)])
-        self._pending += len(entries)
+            self._honour([record for record in prepared.politeness if serves(record.host)])
+        self._pending += size
         try:
-            result = await self._frontier.take_in(mine, forward, seen, replicas, queued_replicas=queued_replicas,
-                                                  successors=successors, politeness=politeness,
-                                                  refreshes=refreshes if replica else ())
+            result = await self._frontier.take_in(batch)
         finally:
-            self._pending -= len(entries)
-        outboxed = Counter(peer for peer, _ in forward)
-        if successors:
-            outboxed.update(peer for entry in result.accepted if (peer := successors.get(entry.host)))
+            self._pending -= size
+        outboxed = Counter(peer for peer, _ in batch.forward)
+        if batch.successors:
+            outboxed.update(peer for entry in result.accepted if (peer := batch.successors.get(entry.host)))
         if outboxed:
             self._outboxes.note_outboxed(outboxed)
         self._hosts.add_queued(result, self._clock())
         self.counters["submitted"] += len(result.accepted)
-        self.counters["forwarded"] += len(forward)
-        result.forwarded = len(forward)
+        self.counters["forwarded"] += len(batch.forward)
+        result.forwarded = len(batch.forward)
         if result.capped and self._crawl_log is not None:
             await self._crawl_log.log_capped(result.capped)  # counted there, with the crawl's other lines
         return result
@@ -189,7 +221,7 @@ class Intake:
 
     def _successors(self, entries: list[UrlEntry]) -> dict[str, str]:
         """host -> its successor, for the hosts of ``entries`` that have one."""
-        successor_for = self._ring.successor_for
+        successor_for = self._router.successor_for
         return {host: successor for host in {entry.host for entry in entries}
                 if (successor := successor_for(host)) is not None}
 
@@ -197,13 +229,13 @@ class Intake:
         """Split URLs that arrived here: keep this node's, pass the rest on — at most
         ``max_hops`` times, after which a URL stays where it is (views that disagree for a
         moment must neither drop a URL nor bounce it forever)."""
-        ring = self._ring
-        if ring.is_single:
+        router = self._router
+        if router.is_single:
             return entries, []
         mine: list[UrlEntry] = []
         forward: list[tuple[str, UrlEntry]] = []
         for entry in entries:
-            owner = ring.route(entry.host)
+            owner = router.route(entry.host)
             if owner is None:
                 mine.append(entry)
             elif entry.hops >= self._max_hops:

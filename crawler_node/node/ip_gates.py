@@ -86,14 +86,15 @@ class IpGates:
 
     def __init__(self, *, limit: int, cache_s: float, clock: Callable[[], float],
                  resolve: Callable[[str], Awaitable[str | None]] | None = None,
-                 shares: IpShares | None = None) -> None:
+                 shares: IpShares | None = None, wake: Callable[[set[Any]], None] | None = None) -> None:
+        """``wake(hosts)``: hosts parked on a gate whose cap grew may go again (with ``shares``)."""
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         if shares is not None and shares.limit != limit:
             raise ValueError(f"the shares split limit {shares.limit}, the gates have {limit}")
         self.limit = limit
         self.shares = shares
-        self._wake: Callable[[set[Any]], None] = lambda states: None
+        self._wake: Callable[[set[Any]], None] = wake if wake is not None else (lambda states: None)
         self._acquired_seen: dict[str, int] = {}
         self.cache_s = cache_s
         self._clock = clock
@@ -121,10 +122,6 @@ class IpGates:
         return gate
 
     # ----------------------------------------------------------------- cluster shares
-    def wake_with(self, wake: Callable[[set[Any]], None]) -> None:
-        """``wake(hosts)``: hosts parked on a gate whose cap grew may go again."""
-        self._wake = wake
-
     def _claim(self, gate: IpGate[Any]) -> bool:
         # Asked from admits(), inside the host rotation: no waking from here.
         shares = self.shares

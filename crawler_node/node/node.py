@@ -24,17 +24,16 @@ import logging
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from crawler_node.cluster.cluster import Cluster, ClusterConfig
+from crawler_node.cluster.cluster import Cluster
 from crawler_node.cluster.fencing import FencedFetcher
 from crawler_node.cluster.ipshare import ip_shares_for
 from crawler_node.cluster.readiness import StartupHold
+from crawler_node.config import NodeConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache, RobotsPolicy
-from crawler_node.core.scope import Scope
 from crawler_node.core.shedding import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
@@ -42,7 +41,7 @@ from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
-from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates
+from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, PressureSource
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.dispatch import Dispatcher
 from crawler_node.node.fetch_stage import FetchStage
@@ -59,7 +58,6 @@ from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.malloctune import release_free_heap
 from crawler_node.runtime.supervisor import Supervisor, cut_short
 from crawler_node.runtime.wakeup import Wakeup
-from crawler_node.settings import Settings
 from crawler_node.store.worker import StoreWorker
 from crawler_node.store.writer import CrawlInfo
 
@@ -72,55 +70,66 @@ HANDOFF_RECHECK_S = 0.1
 OUTBOX_FLUSH_S = 5.0
 
 
-def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRules:
-    """What a response means, as these settings say (core.verdict)."""
+def build_rules(config: NodeConfig, *, rng: random.Random | None = None) -> ResponseRules:
+    """What a response means, as this configuration says (core.verdict)."""
     rng = rng if rng is not None else random.Random()
+    retry, polite = config.retry, config.politeness
     return ResponseRules(
-        retry=RetryPolicy(budget=s.retry_budget, base_s=s.retry_base_s, cap_s=s.retry_cap_s,
-                          retry_after_cap_s=s.retry_after_cap_s, rng=rng),
-        host_backoff=HostBackoffPolicy(initial_s=s.host_backoff_initial_s, cap_s=s.host_backoff_cap_s,
-                                       forgive_after_s=s.host_backoff_forgive_s, rng=rng),
-        host_backoff_after=s.host_backoff_after,
-        retry_after_cap_s=s.retry_after_cap_s,
-        latency=LatencyModel(factor=s.latency_rise_factor, min_rise_s=s.latency_rise_min_s)
-        if s.latency_rise_factor else None,
-        through_api=s.proxy is not None,
-        api_limit_header=s.api_limit_header,
-        robots_agent=s.robots_agent,
-        max_crawl_delay_s=s.max_crawl_delay_s,
-        robots_max_bytes=s.robots_max_bytes,
-        robots=RobotsPolicy(ttl_s=s.robots_ttl_s, retry_s=s.robots_error_retry_s, retry_cap_s=s.robots_retry_cap_s,
-                            max_attempts=s.robots_max_attempts),
+        retry=RetryPolicy(budget=retry.retry_budget, base_s=retry.retry_base_s, cap_s=retry.retry_cap_s,
+                          retry_after_cap_s=retry.retry_after_cap_s, rng=rng),
+        host_backoff=HostBackoffPolicy(initial_s=retry.host_backoff_initial_s, cap_s=retry.host_backoff_cap_s,
+                                       forgive_after_s=retry.host_backoff_forgive_s, rng=rng),
+        host_backoff_after=retry.host_backoff_after,
+        retry_after_cap_s=retry.retry_after_cap_s,
+        latency=LatencyModel(factor=retry.latency_rise_factor, min_rise_s=retry.latency_rise_min_s)
+        if retry.latency_rise_factor else None,
+        through_api=config.fetch.proxy is not None,
+        api_limit_header=config.admission.api_limit_header,
+        robots_agent=polite.robots_agent,
+        max_crawl_delay_s=polite.max_crawl_delay_s,
+        robots_max_bytes=config.fetch.robots_max_bytes,
+        robots=RobotsPolicy(ttl_s=polite.robots_ttl_s, retry_s=polite.robots_error_retry_s,
+                            retry_cap_s=polite.robots_retry_cap_s, max_attempts=polite.robots_max_attempts),
     )
 
 
-def build_admission(s: Settings, *, pressure: list, resolver: Resolver | None = None) -> FetchAdmission:
+def build_ip_gates(config: NodeConfig, *, resolver: Resolver | None,
+                   wake: Callable[[set[Any]], None]) -> IpGates | None:
+    """Per-IP limits of direct fetches (rule 5), shared out over the cluster unless each node
+    keeps its own (``--ip-limit-per-node``); ``wake(hosts)``: hosts parked on a gate whose
+    share grew. None through a proxy (the sites' addresses are never learnt) or with no limit."""
+    gates, fetch = config.admission, config.fetch
+    if fetch.proxy or not gates.ip_inflight_limit:
+        return None
+    # The fetcher's resolver: a gate and the fetch it admits agree on the address, and the name
+    # is asked once. IpGates keeps its own small cache, asked once per host (at its first
+    # contact): cache_s is the resolver's cap, so the two agree.
+    shares = ip_shares_for(node_id=config.node_id, limit=gates.ip_inflight_limit, per_node=gates.ip_limit_per_node,
+                           global_inflight=fetch.global_inflight,
+                           heartbeat_interval_s=config.cluster.heartbeat_interval_s)
+    return IpGates(limit=gates.ip_inflight_limit, cache_s=fetch.dns_cache_s, clock=time.monotonic,
+                   resolve=resolver.first_address if resolver is not None else None, shares=shares, wake=wake)
+
+
+def build_admission(config: NodeConfig, *, ip_gates: IpGates | None,
+                    pressure: list[PressureSource]) -> FetchAdmission:
     """The global gates of rule 5: the fetch-through API's limiter, per-IP gates, pressure."""
     api = None
-    if s.proxy:
+    if config.fetch.proxy:
         # Until the API says otherwise, assume it takes everything we send.
-        start = s.api_limit_start or s.global_inflight
-        api = ApiGate(limiter=AimdLimiter(start=start, floor=1, ceiling=s.global_inflight),
-                      quota_reset_s=s.api_quota_reset_s)
-    ip_gates = None
-    if not s.proxy and s.ip_inflight_limit:
-        # With a proxy we never learn the sites' addresses: no per-IP limit there.
-        # The fetcher's resolver: a gate and the fetch it admits agree on the address, and
-        # the name is asked once. IpGates keeps its own small cache, asked once per host (at
-        # its first contact): cache_s is the resolver's cap, so the two agree.
-        ip_gates = IpGates(limit=s.ip_inflight_limit, cache_s=s.dns_cache_s, clock=time.monotonic,
-                           resolve=resolver.first_address if resolver is not None else None,
-                           shares=ip_shares_for(s))
+        inflight = config.fetch.global_inflight
+        api = ApiGate(limiter=AimdLimiter(start=config.admission.api_limit_start or inflight, floor=1,
+                                          ceiling=inflight),
+                      quota_reset_s=config.admission.api_quota_reset_s)
     return FetchAdmission(api=api, ip_gates=ip_gates, pressure=pressure)
 
 
 class Node:
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
-        s = settings
-        self.settings = settings
-        self.node_id = s.node_id
+    def __init__(self, config: NodeConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.node_id = config.node_id
         self._clock = clock
-        self.data_dir = Path(s.data_dir)
+        self.data_dir = config.data_dir
         self.started_at = time.monotonic()
         self.fatal_error: BaseException | None = None
         self._stop_requested = asyncio.Event()
@@ -129,89 +138,82 @@ class Node:
         work, pressure = Wakeup(), Wakeup()  # a host may be ready; a stage may have drained
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
-        self.frontier = FrontierService(path=self.data_dir / FRONTIER_FILENAME, lease_timeout_s=s.lease_timeout_s,
-                                        clock=clock, max_pages_per_host=s.max_pages_per_host,
-                                        resident_hosts=s.active_hosts, urgent_priority=SEED_PRIORITY)
-        scope = Scope.from_settings(s)
-        rules = build_rules(s)
-        recrawl = s.recrawl_policy()
+        self._build_frontier_and_hosts(work)
+        self._build_pipeline(work, pressure)
+
+    def _build_frontier_and_hosts(self, work: Wakeup) -> None:
+        config, clock = self.config, self._clock
+        frontier, polite = config.frontier, config.politeness
+        self.frontier = FrontierService(path=self.data_dir / FRONTIER_FILENAME,
+                                        lease_timeout_s=frontier.lease_timeout_s, clock=clock,
+                                        max_pages_per_host=frontier.max_pages_per_host,
+                                        resident_hosts=frontier.active_hosts, urgent_priority=SEED_PRIORITY)
+        self.rules = build_rules(config)
         self.hosts = HostTable(
-            new_limiter=lambda: AimdLimiter(start=s.host_limit_start, floor=s.host_limit_floor,
-                                            ceiling=s.host_limit_ceiling),
-            backoff_policy=rules.host_backoff, work=work, started_at=clock(), idle_s=s.host_idle_s,
-            memory_target=s.host_memory_target, turn_s=s.host_turn_s,
-            robots_cache=RobotsCache(agent=s.robots_agent, max_bytes=s.robots_cache_bytes, ttl_s=s.robots_ttl_s),
-            robots_policy=rules.robots, min_delay_s=s.min_host_delay_s)
-        self.cluster = Cluster(config=ClusterConfig.from_settings(s), frontier=self.frontier,
-                               supervisor=self.supervisor, on_change=self._membership_changed,
-                               on_taken=self._taken, outbox_space=pressure, clock=clock,
-                               politeness_of=lambda host: self.hosts.politeness_to_send(host, clock()))
-        self.held = HeldBytes(limit=s.pipeline_max_bytes, released=pressure)
-        self.store = StoreStage(
-            worker=StoreWorker(self.data_dir, node_id=s.node_id, warc_max_bytes=s.warc_max_bytes,
-                               in_process=s.store_in_process, nice=s.worker_nice,
-                               crawl_log_max_bytes=s.crawl_log_max_bytes, dedup_max_entries=s.dedup_max_entries,
-                               items_max_bytes=s.items_max_bytes,
-                               info=CrawlInfo(crawl_name=s.crawl_name, operator=s.operator, user_agent=s.user_agent,
-                                              robots=f"obey (RFC 9309) as {s.robots_agent}")),
-            frontier=self.frontier, hosts=self.hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
-            held=self.held, node_id=s.node_id, queue_size=s.store_queue, lag_s=s.store_lag_s, taken=pressure,
-            clock=clock, recrawl=recrawl)
-        # After the store: URLs that come in past their host's page cap get their lines there.
-        self.intake = Intake(frontier=self.frontier, hosts=self.hosts, ring=self.cluster.router,
-                             outboxes=self.cluster.outboxes, scope=scope, capacity=s.inbound_capacity,
-                             max_hops=s.max_hops, clock=clock, crawl_log=self.store)
-        self.parse = ParseStage(scope=scope, max_links=s.max_links_per_page, workers=s.parse_workers,
-                                nice=s.worker_nice, queue_size=s.parse_queue, store=self.store,
-                                ring_generation=lambda: self.cluster.membership.version, taken=pressure,
-                                max_parse_bytes=s.max_parse_bytes, read_sitemaps=s.sitemaps != "off",
-                                sitemap_max_urls=s.sitemap_max_urls, sitemap_max_bytes=s.sitemap_max_bytes,
-                                delay_s=s.parse_delay_s, crash_url=s.parse_crash_url,
-                                outlinks=s.warc_metadata == "on", pipelines=tuple(s.pipelines),
-                                pipeline_budget_s=s.pipeline_budget_s)
+            config=polite,
+            new_limiter=lambda: AimdLimiter(start=polite.host_limit_start, floor=polite.host_limit_floor,
+                                            ceiling=polite.host_limit_ceiling),
+            backoff_policy=self.rules.host_backoff, work=work, started_at=clock(),
+            robots_cache=RobotsCache(agent=polite.robots_agent, max_bytes=polite.robots_cache_bytes,
+                                     ttl_s=polite.robots_ttl_s),
+            robots_policy=self.rules.robots)
+
+    def _build_pipeline(self, work: Wakeup, pressure: Wakeup) -> None:
+        """The stages in pipeline order, each with its group of the configuration and its
+        collaborators (the callbacks among them given here, at construction)."""
+        config, clock, hosts, fetch = self.config, self._clock, self.hosts, self.config.fetch
         # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
-        self.resolver = None if s.proxy else Resolver(server=s.dns_server, allow_private=s.allow_private,
-                                                      cache_hosts=s.dns_cache_hosts, cache_s=s.dns_cache_s)
-        self.admission = build_admission(s, pressure=[self.parse, self.store, self.held, self.cluster.outboxes],
-                                         resolver=self.resolver)
-        if self.admission.ip_gates is not None and self.admission.ip_gates.shares is not None:
-            # Per-IP shares agreed through the heartbeats; hosts parked on a grown share go again.
-            self.admission.ip_gates.wake_with(lambda states: self.hosts.wake(states, clock()))
-            self.cluster.share_ips(self.admission.ip_gates)
-        self.leases = LeaseKeeper(frontier=self.frontier, hosts=self.hosts, admission=self.admission,
+        self.resolver = None if fetch.proxy else Resolver(server=fetch.dns_server, allow_private=fetch.allow_private,
+                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s)
+        ip_gates = build_ip_gates(config, resolver=self.resolver, wake=lambda states: hosts.wake(states, clock()))
+        self.cluster = Cluster(config=config.cluster, frontier=self.frontier, supervisor=self.supervisor,
+                               on_change=self._membership_changed, on_taken=self._taken, outbox_space=pressure,
+                               clock=clock, politeness_of=lambda host: hosts.politeness_to_send(host, clock()),
+                               on_regained=hosts.regained,
+                               ip_link=ip_gates if ip_gates is not None and ip_gates.shares is not None else None)
+        self.held = HeldBytes(limit=config.admission.pipeline_max_bytes, released=pressure)
+        info = CrawlInfo(crawl_name=config.store.crawl_name, operator=config.store.operator,
+                         user_agent=fetch.user_agent, robots=f"obey (RFC 9309) as {config.politeness.robots_agent}")
+        self.store = StoreStage(
+            config=config.store,
+            worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info),
+            frontier=self.frontier, hosts=hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
+            held=self.held, node_id=self.node_id, taken=pressure, clock=clock, recrawl=config.recrawl)
+        # After the store: URLs that come in past their host's page cap get their lines there.
+        self.intake = Intake(config=config.intake, frontier=self.frontier, hosts=hosts, router=self.cluster.router,
+                             outboxes=self.cluster.outboxes, scope=config.scope, clock=clock, crawl_log=self.store)
+        self.parse = ParseStage(config=config.parse, hooks=config.hooks, scope=config.scope, store=self.store,
+                                ring_generation=lambda: self.cluster.membership.version, taken=pressure)
+        self.admission = build_admission(config, ip_gates=ip_gates,
+                                         pressure=[self.parse, self.store, self.held, self.cluster.outboxes])
+        self.leases = LeaseKeeper(frontier=self.frontier, hosts=hosts, admission=self.admission,
                                   pressure=pressure, on_returned=self._leases_returned, clock=clock,
                                   store=self.store)
-        self.operator = OperatorControl(admission=self.admission, leases=self.leases, hosts=self.hosts,
+        self.operator = OperatorControl(admission=self.admission, leases=self.leases, hosts=hosts,
                                         frontier=self.frontier, pressure=pressure, data_dir=self.data_dir,
                                         clock=clock)
-        self.fetcher = Fetcher(user_agent=s.user_agent, proxy=s.proxy, allow_private=s.allow_private,
-                               connect_timeout_s=s.connect_timeout_s, fetch_timeout_s=s.fetch_timeout_s,
-                               max_body_bytes=s.max_body_bytes, max_connections=s.global_inflight + 8,
-                               keepalive_hosts=s.keepalive_hosts, ca_bundle=s.ca_bundle, resolver=self.resolver,
-                               cookies=s.cookies == "on")
+        self.fetcher = Fetcher(config=fetch, resolver=self.resolver)
         # Asked once more just before each request: a member frozen after the dispatch sends nothing on waking.
-        fenced_fetcher = FencedFetcher(self.fetcher, fencing=self.cluster.fencing)
-        self.cluster.fencing.on_regained = self.hosts.regained
-        self.fetch = FetchStage(fetcher=fenced_fetcher, hosts=self.hosts, admission=self.admission, rules=rules,
-                                held=self.held, parse=self.parse, store=self.store, scope=scope,
-                                robots_max_bytes=s.robots_max_bytes, sitemaps=s.sitemaps,
+        self.fetch = FetchStage(config=fetch, fetcher=FencedFetcher(self.fetcher, fencing=self.cluster.fencing),
+                                hosts=hosts, admission=self.admission, rules=self.rules, held=self.held,
+                                parse=self.parse, store=self.store, scope=config.scope,
                                 on_api_paused=self.leases.api_paused,
-                                returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock,
-                                max_redirects=s.max_redirects, cookies=s.cookies == "on")
-        self.dispatcher = Dispatcher(hosts=self.hosts, admission=self.admission, leases=self.leases,
-                                     fetch=self.fetch, serves=self.cluster.serves, global_inflight=s.global_inflight,
-                                     work=work, pressure=pressure, on_fatal=self._fatal, clock=clock,
-                                     fence=self.cluster.fencing.blocked_until)
-        self.upkeep = Upkeep(frontier=self.frontier, hosts=self.hosts,
-                             shed_policy=ShedPolicy(high_water=s.shed_high_water, low_water=s.shed_low_water,
-                                                    after_s=s.shed_after_s),
-                             serves=self.cluster.serves, lease_timeout_s=s.lease_timeout_s, clock=clock,
-                             release_memory=release_free_heap, recrawl=recrawl.enabled,
-                             recrawl_priority=s.recrawl_priority,
+                                returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock)
+        self.dispatcher = Dispatcher(hosts=hosts, admission=self.admission, leases=self.leases,
+                                     fetch=self.fetch, serves=self.cluster.serves,
+                                     global_inflight=fetch.global_inflight, work=work, pressure=pressure,
+                                     on_fatal=self._fatal, clock=clock, fence=self.cluster.fencing.blocked_until)
+        frontier = config.frontier
+        self.upkeep = Upkeep(frontier=self.frontier, hosts=hosts,
+                             shed_policy=ShedPolicy(high_water=frontier.shed_high_water,
+                                                    low_water=frontier.shed_low_water, after_s=frontier.shed_after_s),
+                             serves=self.cluster.serves, lease_timeout_s=frontier.lease_timeout_s, clock=clock,
+                             release_memory=release_free_heap, recrawl=config.recrawl.enabled,
+                             recrawl_priority=frontier.recrawl_priority,
                              watermark=Watermark(self.data_dir, self.data_dir / FRONTIER_FILENAME),
                              successor_of=self.cluster.router.successor_if_served,
                              outboxed=self.cluster.outboxes.note_outboxed,
-                             turn_s=s.host_turn_s if s.active_hosts else 0.0)
+                             turn_s=config.politeness.host_turn_s if frontier.active_hosts else 0.0)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -228,7 +230,7 @@ class Node:
             # Hear from the peers before leasing, no longer than the grace: who else is alive, and,
             # for a restarted member, what its successor fetched for it (cluster.readiness).
             # No await from cluster.start to here: no heartbeat answer is missed.
-            until = self._clock() + self.settings.startup_grace_s
+            until = self._clock() + self.config.cluster.startup_grace_s
             hold = StartupHold(restarted=restarted, joining=self.cluster.joining, deadline=until,
                                release=self.dispatcher.release_hold, alone_is_enough=self.cluster.peer_dns is None)
             self.dispatcher.hold(until, hold)
@@ -236,8 +238,8 @@ class Node:
         self.leases.start(self.supervisor)
         self.dispatcher.start(self.supervisor)
         self.upkeep.start(self.supervisor)
-        if self.settings.seeds:
-            result, prepared = await self.intake.submit(self.settings.seeds, priority=SEED_PRIORITY)
+        if self.config.seeds:
+            result, prepared = await self.intake.submit(self.config.seeds, priority=SEED_PRIORITY)
             for _, raw, reason in prepared.invalid:
                 log.warning("seed %r rejected: %s", raw, reason)
             for url, reason in prepared.out_of_scope:
@@ -277,7 +279,7 @@ class Node:
         disk (before or while draining) fetches are cancelled and nothing is waited for or written
         back: unstored pages keep their leases, which return to their queues at the next start."""
         self.request_stop()
-        if self.settings.handoff_on_exit and not self.cluster.is_single:
+        if self.config.cluster.handoff_on_exit and not self.cluster.is_single:
             await self._unless_disk_full(self._hand_everything_off(grace_s))
         await self._unless_disk_full(self.dispatcher.drain(grace_s))
         drained = await self._pressure.wait_until(

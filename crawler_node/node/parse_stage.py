@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
+from crawler_node.config import NO_TEST_HOOKS, ParseConfig, TestHooks
 from crawler_node.core.outcomes import Rejection
 from crawler_node.core.scope import Scope
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
 from crawler_node.node.pipeline import PageResult
 from crawler_node.node.queues import StageQueue
-from crawler_node.parse.links import MAX_PARSE_BYTES
 from crawler_node.parse.worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
@@ -41,31 +41,30 @@ Parser = ProcessWorker | ThreadWorker
 class ParseStage:
     name = "parse"  # the reason admission reports while the queue is full
 
-    def __init__(self, *, scope: Scope, max_links: int, workers: int, nice: int, queue_size: int,
-                 store: NextStage, ring_generation: Callable[[], int], taken: Wakeup,
-                 max_parse_bytes: int = MAX_PARSE_BYTES, read_sitemaps: bool = True,
-                 sitemap_max_urls: int = 50_000, sitemap_max_bytes: int = 52_428_800,
-                 delay_s: float = 0.0, crash_url: str = "", outlinks: bool = False,
-                 pipelines: tuple[str, ...] = (), pipeline_budget_s: float = 2.0) -> None:
-        """``workers``: parser processes (0: one thread in this process); ``ring_generation``:
-        the cluster's membership version, which tells the parsers when to hand links over
-        again; ``taken`` is notified whenever a page leaves the queue or a batch is done;
-        ``read_sitemaps=False``: a page that is not HTML goes to the store unread;
-        ``outlinks``: every HTML page's links come back for its WARC metadata record;
-        ``pipelines``: the user's pipeline specs (pipelines.loader), run in the parsers on every
-        HTML page, each stopped after ``pipeline_budget_s`` on a page;
-        ``delay_s`` and ``crash_url`` are test hooks (see parse.worker.ParseContext)."""
-        self._with_meta = bool(pipelines)
-        self._context = partial(new_context, pipeline_specs=pipelines, pipeline_budget_s=pipeline_budget_s,
-                                scope=scope, max_links=max_links, delay_s=delay_s, outlinks=outlinks,
-                                crash_url=crash_url, max_parse_bytes=max_parse_bytes,
-                                sitemap_max_urls=sitemap_max_urls, sitemap_max_bytes=sitemap_max_bytes)
-        self._read_sitemaps = read_sitemaps
+    def __init__(self, *, config: ParseConfig, scope: Scope, store: NextStage, ring_generation: Callable[[], int],
+                 taken: Wakeup, hooks: TestHooks = NO_TEST_HOOKS) -> None:
+        """``ring_generation``: the cluster's membership version, which tells the parsers when to
+        hand links over again; ``taken`` is notified whenever a page leaves the queue or a batch
+        is done; ``hooks``: faults the tests stage (see parse.worker.ParseContext). From
+        ``config``: ``parse_workers``, parser processes (0: one thread in this process);
+        ``read_sitemaps`` False, a page that is not HTML goes to the store unread;
+        ``warc_metadata``, every HTML page's links come back for its WARC metadata record;
+        ``pipelines``, the user's pipeline specs (pipelines.loader), run in the parsers on
+        every HTML page, each stopped after ``pipeline_budget_s`` on a page."""
+        self._with_meta = bool(config.pipelines)
+        self._context = partial(new_context, pipeline_specs=config.pipelines,
+                                pipeline_budget_s=config.pipeline_budget_s, scope=scope,
+                                max_links=config.max_links_per_page, delay_s=hooks.parse_delay_s,
+                                outlinks=config.warc_metadata, crash_url=hooks.parse_crash_url,
+                                max_parse_bytes=config.max_parse_bytes, sitemap_max_urls=config.sitemap_max_urls,
+                                sitemap_max_bytes=config.sitemap_max_bytes)
+        self._read_sitemaps = config.read_sitemaps
+        workers = config.parse_workers
         self._in_process = workers > 0
-        self._nice = nice
+        self._nice = config.worker_nice
         self._store = store
         self._ring_generation = ring_generation
-        self.queue: StageQueue[PageResult] = StageQueue("parse", queue_size, taken=taken)
+        self.queue: StageQueue[PageResult] = StageQueue("parse", config.parse_queue, taken=taken)
         self._parsers: list[Parser] = [self._new_parser(f"parse-{index}") for index in range(max(1, workers))]
         self._replacing = asyncio.Lock()
         self._busy = 0

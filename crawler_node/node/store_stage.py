@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
+from crawler_node.config import StoreConfig
 from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
 from crawler_node.core.recrawl import RecrawlPolicy
 from crawler_node.core.urls import host_of
@@ -59,10 +60,11 @@ class Outboxes(Protocol):
 class StoreStage:
     name = "store"  # the reason admission reports while the store is full or lagging
 
-    def __init__(self, *, worker: StoreWorker, frontier: FrontierService, hosts: HostTable, router: Router,
-                 outboxes: Outboxes, held: HeldBytes, node_id: str, queue_size: int, lag_s: float,
-                 taken: Wakeup, clock: Callable[[], float], recrawl: RecrawlPolicy | None = None) -> None:
-        """``recrawl``: when a URL done with an answer of its site is due again (None: never)."""
+    def __init__(self, *, config: StoreConfig, worker: StoreWorker, frontier: FrontierService, hosts: HostTable,
+                 router: Router, outboxes: Outboxes, held: HeldBytes, node_id: str, taken: Wakeup,
+                 clock: Callable[[], float], recrawl: RecrawlPolicy | None = None) -> None:
+        """``recrawl``: when a URL done with an answer of its site is due again (None: never);
+        ``config``: the queue's bound (``store_queue``) and when the store lags (``store_lag_s``)."""
         self._worker = worker
         self._frontier = frontier
         self._hosts = hosts
@@ -70,11 +72,11 @@ class StoreStage:
         self._outboxes = outboxes
         self._held = held
         self._node_id = node_id
-        self._lag_s = lag_s
+        self._lag_s = config.store_lag_s
         self._clock = clock
         self._recrawl = recrawl if recrawl is not None and recrawl.enabled else None
         self._idle = taken
-        self.queue: StageQueue[PageResult] = StageQueue("store", queue_size, taken=taken)
+        self.queue: StageQueue[PageResult] = StageQueue("store", config.store_queue, taken=taken)
         self._busy = False
         # Wall-clock time of the last commit of fetch attempts (store and frontier): when a
         # crawl ended, or since when a node with work has made no progress.

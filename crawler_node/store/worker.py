@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from crawler_node.config import StoreConfig
 from crawler_node.runtime.datadir import DataDirError, DiskFull, writing
 from crawler_node.runtime.workers import ProcessWorker, WorkerDied, make_worker
 from crawler_node.store.writer import CrawlInfo, FetchRecord, Store
@@ -67,14 +68,14 @@ def _drop_unwritten(store: Store) -> None:
 
 
 class StoreWorker:
-    def __init__(self, data_dir: Path, *, node_id: str, warc_max_bytes: int, in_process: bool = True,
-                 nice: int = 0, crawl_log_max_bytes: int = 100_000_000, dedup_max_entries: int = 1_000_000,
-                 items_max_bytes: int = 100_000_000, info: CrawlInfo | None = None) -> None:
-        options = {"warc_max_bytes": warc_max_bytes, "crawl_log_max_bytes": crawl_log_max_bytes,
-                   "dedup_max_entries": dedup_max_entries, "items_max_bytes": items_max_bytes}
-        self._worker = make_worker("store", in_process=in_process, init=_open,
+    def __init__(self, data_dir: Path, *, node_id: str, config: StoreConfig, info: CrawlInfo | None = None) -> None:
+        """The store's worker (its own process with ``config.store_in_process``) on ``data_dir``;
+        ``info``: what the warcinfo record says of the crawl."""
+        options = {"warc_max_bytes": config.warc_max_bytes, "crawl_log_max_bytes": config.crawl_log_max_bytes,
+                   "dedup_max_entries": config.dedup_max_entries, "items_max_bytes": config.items_max_bytes}
+        self._worker = make_worker("store", in_process=config.store_in_process, init=_open,
                                    init_args=(str(data_dir), node_id, options, asdict(info or CrawlInfo())),
-                                   nice=nice)
+                                   nice=config.worker_nice)
         self._full: DiskFull | None = None  # the write that ended the store
         self._open = False
 

@@ -31,7 +31,7 @@ from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.scope import Scope
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.datadir_layout import WARC_SUFFIX, WATERMARK_FILENAME, DataDirLayout
-from crawler_node.frontier import UrlEntry
+from crawler_node.frontier import InboundBatch, UrlEntry
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
 from crawler_node.runtime.frontier_guard import highest_url_id, write_watermark
@@ -118,7 +118,7 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
             (again if outcome in RETRIED else done).append(item)
         for start in range(0, len(done), BATCH):
             batch = done[start:start + BATCH]
-            recovered.done += len(batch) - frontier.take_in(batch, [], True, []).duplicates
+            recovered.done += len(batch) - frontier.take_in(InboundBatch(seen=batch)).duplicates
         for start in range(0, len(again), BATCH):
             recovered.requeued += len(frontier.add(again[start:start + BATCH]).accepted)
         found: list[UrlEntry] = []
