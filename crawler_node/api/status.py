@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from crawler_node.api.snapshot import Snapshots
 from crawler_node.cluster.activity import Activity, PeerActivity
+from crawler_node.core.stats import json_value, to_json
 
 if TYPE_CHECKING:
+    from crawler_node.node.fetch_stage import FetchSnapshot
     from crawler_node.node.node import Node
 
 TOP_HOSTS = 20
@@ -75,8 +77,8 @@ async def node_status(node: Node) -> dict[str, Any]:
             "fetched": fetched,
             "pages_done": store["pages_done"],
             "failed": store["failed"],
-            "retries": fetch["retries"],
-            "retry_ratio": fetch["retry_ratio"],
+            "retries": fetch.counters.retries,
+            "retry_ratio": fetch.counters.retry_ratio,
             # redirects back into their own chain with cookies on: that URL fetched once more
             "cookie_refetches": store["cookie_refetches"],
             "submitted": intake["submitted"],
@@ -91,14 +93,14 @@ async def node_status(node: Node) -> dict[str, Any]:
             "host_page_cap": store["host_page_cap"],  # past --max-pages-per-host
             "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
             "host_dropped": leases["host_dropped"],  # URLs ended unfetched: an operator dropped their host
-            "robots_fetched": fetch["robots_fetched"],
-            "robots_given_up": fetch["robots_given_up"],  # authorities given up
+            "robots_fetched": fetch.counters.robots_fetched,
+            "robots_given_up": fetch.counters.robots_given_up,  # authorities given up
             "links_discovered": parse["links_discovered"],
             "parse_truncated": parse["parse_truncated"],  # pages read only to max_parse_bytes
             "sitemaps": parse["sitemaps"],
             "sitemap_urls": parse["sitemap_urls"],
             "sitemap_errors": parse["sitemap_errors"],
-            "too_many_redirects": fetch["outcomes"].get("too_many_redirects", 0),
+            "too_many_redirects": fetch.counters.too_many_redirects,
             "parse_errors": parse["parse_errors"],
             "parser_restarts": parse["parser_restarts"],
             "items": parse["items"],  # made by the pipelines
@@ -107,7 +109,7 @@ async def node_status(node: Node) -> dict[str, Any]:
             "turns_ended": upkeep["turns_ended"],  # active hosts parked for others (--host-turn-s)
             "pipeline_errors": parse["pipeline_errors"],
             "pipeline_timeouts": parse["pipeline_timeouts"],
-            "outcomes": fetch["outcomes"],
+            "outcomes": json_value(fetch.counters.outcomes),
         },
         "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
         "frontier": totals,
@@ -130,13 +132,13 @@ async def node_status(node: Node) -> dict[str, Any]:
         "supervisor": node.supervisor.snapshot(),
         "leases_expired": upkeep["leases_expired"],
         # page fetches: durations, body sizes (histograms), answers by status class, bytes received
-        "fetches": {key: fetch[key] for key in ("fetch_seconds", "body_bytes", "responses", "fetched_bytes")},
+        "fetches": to_json(fetch.fetches),
         # the frontier's calls on the crawl's path (histograms), the wait for its thread included
-        "frontier_calls": node.frontier.call_snapshot(),
+        "frontier_calls": json_value(node.frontier.call_snapshot()),
     }
 
 
-def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict, policy: dict) -> dict[str, Any]:
+def _flow_control(node: Node, fetch: FetchSnapshot, totals: dict, shed_state: dict, policy: dict) -> dict[str, Any]:
     """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
     admission = node.admission.snapshot(time.time())
     api, ip = admission.pop("api"), admission.pop("ip")
@@ -153,14 +155,7 @@ def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict, polic
             "restored_total": restored,
             "cut_priority": shed_state["cut"],
         },
-        "retries": {
-            "total": fetch["retries"],
-            "host_attempts": fetch["host_attempts"],
-            "ratio": fetch["retry_ratio"],
-            "api_postponed": fetch["api_postponed"],
-            "host_backoffs": fetch["host_backoffs"],
-            "gave_up": fetch["gave_up"],
-        },
+        "retries": to_json(fetch.retries),
         "ip": ip,
     }
 

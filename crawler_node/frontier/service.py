@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram
+from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.frontier import checkpointer
 from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
@@ -141,7 +141,7 @@ class FrontierService:
         finally:  # a call that failed took its time too
             self.call_seconds[name].observe(time.monotonic() - started)
 
-    def call_snapshot(self) -> dict[str, dict]:
+    def call_snapshot(self) -> dict[str, HistogramSnapshot]:
         """The timed calls' histograms (core.histogram snapshots), by call."""
         return {name: histogram.snapshot() for name, histogram in self.call_seconds.items()}
 
