@@ -24,6 +24,7 @@ from prometheus_client.utils import floatToGoString
 from crawler_node import __version__
 from crawler_node.api.status import node_status
 from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
+from crawler_node.core.stats import to_json
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
@@ -375,4 +376,4 @@ class NodeMetrics:
 
     def _host_snapshot(self, host: str) -> dict | None:
         state = self._node.hosts.get(host)
-        return state.snapshot() if state is not None else None
+        return to_json(state.snapshot()) if state is not None else None

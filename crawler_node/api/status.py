@@ -18,6 +18,7 @@ from crawler_node.cluster.activity import Activity, PeerActivity
 from crawler_node.core.stats import json_value, to_json
 
 if TYPE_CHECKING:
+    from crawler_node.node.admission import AdmissionSnapshot
     from crawler_node.node.fetch_stage import FetchSnapshot
     from crawler_node.node.node import Node
 
@@ -36,7 +37,7 @@ def node_activity(node: Node) -> Activity:
     the frontier's thread: its totals as last read, at most a second ago while the node runs
     (the shedding round reads them every second). Not idle before the first read."""
     totals = node.frontier.last_totals or {}
-    return Activity(idle=bool(totals) and _idle(node, totals), fetched=node.store.counters["fetched"],
+    return Activity(idle=bool(totals) and _idle(node, totals), fetched=node.store.counters.fetched,
                     known=sum(int(totals.get(state, 0)) for state in _STATES),
                     paused=node.admission.operator_pause is not None,
                     finished=int(totals.get("done", 0)) + int(totals.get("failed", 0)))
@@ -47,19 +48,21 @@ async def node_status(node: Node) -> dict[str, Any]:
     shed_state = frontier.pop("shedding")
     totals = frontier
     fetch = node.fetch.snapshot()
-    parse = node.parse.snapshot()
-    store = node.store.snapshot()
-    leases = node.leases.snapshot()
-    intake = node.intake.counters
+    parse = to_json(node.parse.snapshot())
+    stored = node.store.snapshot()
+    store = to_json(stored)
+    leases = to_json(node.leases.snapshot())
+    intake = node.intake.snapshot()
     cluster = node.cluster.snapshot()
     host_table = node.hosts.snapshot(TOP_HOSTS)
-    busiest = host_table.pop("busiest")
+    busiest = json_value(host_table.busiest)
     upkeep = node.upkeep.snapshot()
     uptime = time.monotonic() - node.started_at
-    fetched = store["fetched"]
+    fetched = stored.fetched
     idle = _idle(node, totals)
-    cluster["counters"]["received_forwarded_on"] = intake["received_forwarded_on"]
-    cluster["counters"]["hop_limit_kept"] = intake["hop_limit_kept"]
+    cluster["counters"]["received_forwarded_on"] = intake.peers.received_forwarded_on
+    cluster["counters"]["hop_limit_kept"] = intake.peers.hop_limit_kept
+    admission = node.admission.snapshot(time.time())
     return {
         "node_id": node.node_id,
         "url": node.settings.advertise_url,
@@ -67,70 +70,40 @@ async def node_status(node: Node) -> dict[str, Any]:
         "stopping": node.stopping,
         # an operator's pause (crawler-node pause): no new fetch until resumed
         "paused": node.admission.operator_pause is not None,
-        "pause": node.admission.snapshot(time.time())["pause"],
+        "pause": to_json(admission.gate.pause),
         "uptime_s": round(uptime, 3),
         # Unix time of the last fetch attempt written to the store and committed to the
         # frontier (null before the first): an idle node's crawl ended then; a busy node
         # whose value stops moving is stalled.
-        "last_stored_at": store["last_stored_at"],
+        "last_stored_at": node.store.last_stored_at,
         "counters": {
-            "fetched": fetched,
-            "pages_done": store["pages_done"],
-            "failed": store["failed"],
-            "retries": fetch.counters.retries,
-            "retry_ratio": fetch.counters.retry_ratio,
-            # redirects back into their own chain with cookies on: that URL fetched once more
-            "cookie_refetches": store["cookie_refetches"],
-            "submitted": intake["submitted"],
-            "rejected": intake["rejected"],
-            "robots_disallowed": leases["robots_disallowed"],
-            "out_of_scope": store["out_of_scope"],  # links whose host is out of scope (a crawl.log line each)
-            # trap guards: URLs turned away, a crawl.log line each with this outcome
-            "repeated_segments": store["repeated_segments"],
-            "path_too_deep": store["path_too_deep"],
-            "too_many_query_params": store["too_many_query_params"],
-            "denied_url": store["denied_url"],
-            "host_page_cap": store["host_page_cap"],  # past --max-pages-per-host
-            "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
-            "host_dropped": leases["host_dropped"],  # URLs ended unfetched: an operator dropped their host
-            "robots_fetched": fetch.counters.robots_fetched,
-            "robots_given_up": fetch.counters.robots_given_up,  # authorities given up
-            "links_discovered": parse["links_discovered"],
-            "parse_truncated": parse["parse_truncated"],  # pages read only to max_parse_bytes
-            "sitemaps": parse["sitemaps"],
-            "sitemap_urls": parse["sitemap_urls"],
-            "sitemap_errors": parse["sitemap_errors"],
-            "too_many_redirects": fetch.counters.too_many_redirects,
-            "parse_errors": parse["parse_errors"],
-            "parser_restarts": parse["parser_restarts"],
-            "items": parse["items"],  # made by the pipelines
-            "recrawl_queued": upkeep["recrawl_queued"],  # URLs due again, queued again
-            "hosts_unparked": upkeep["hosts_unparked"],  # parked hosts given their turn (--active-hosts)
-            "turns_ended": upkeep["turns_ended"],  # active hosts parked for others (--host-turn-s)
-            "pipeline_errors": parse["pipeline_errors"],
-            "pipeline_timeouts": parse["pipeline_timeouts"],
-            "outcomes": json_value(fetch.counters.outcomes),
+            **store,
+            **to_json(fetch.counters),
+            **to_json(intake.counters),
+            **leases,
+            **parse,
+            **to_json(upkeep.counters),
         },
         "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
         "frontier": totals,
         "queues": {
-            "inbound": node.intake.snapshot(),
+            "inbound": to_json(intake.queue),
             "frontier": {"depth": totals.get("queued", 0),
                          "oldest_age_s": round(totals.get("oldest_queued_age_s") or 0.0, 3)},
-            "fetch": node.dispatcher.snapshot(),
-            "parse": parse["queue"],
-            "store": store["queue"],
+            "fetch": to_json(node.dispatcher.snapshot()),
+            "parse": to_json(node.parse.queue.snapshot()),
+            "store": to_json(node.store.queue.snapshot()),
         },
-        **_flow_control(node, fetch, totals, shed_state, upkeep["shedding"]),
+        **_flow_control(node, fetch, totals, shed_state, to_json(upkeep.shedding), admission),
         "hosts": busiest,
-        "host_table": host_table,
+        "host_table": to_json(host_table),
         "members": _with_heartbeat_ages(node, cluster["members"]),
         "cluster": {"counters": cluster["counters"], "events": cluster["events"],
                     "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"],
                     "peer_dns": cluster.get("peer_dns")},
         "dns": node.resolver.snapshot() if node.resolver is not None else None,
         "supervisor": node.supervisor.snapshot(),
-        "leases_expired": upkeep["leases_expired"],
+        "leases_expired": upkeep.leases_expired,
         # page fetches: durations, body sizes (histograms), answers by status class, bytes received
         "fetches": to_json(fetch.fetches),
         # the frontier's calls on the crawl's path (histograms), the wait for its thread included
@@ -138,15 +111,14 @@ async def node_status(node: Node) -> dict[str, Any]:
     }
 
 
-def _flow_control(node: Node, fetch: FetchSnapshot, totals: dict, shed_state: dict, policy: dict) -> dict[str, Any]:
+def _flow_control(node: Node, fetch: FetchSnapshot, totals: dict[str, Any], shed_state: dict[str, Any],
+                  policy: dict[str, Any], admission: AdmissionSnapshot) -> dict[str, Any]:
     """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
-    admission = node.admission.snapshot(time.time())
-    api, ip = admission.pop("api"), admission.pop("ip")
     counts = dict(shed_state["counts"])
     restored = counts.pop("restored", 0)
     return {
-        "admission": {**admission, **node.held.snapshot()},
-        "api": api,
+        "admission": {**to_json(admission.gate), **to_json(node.held.snapshot())},
+        "api": to_json(admission.api),
         "shedding": {
             **policy,
             "deferred_now": totals.get("deferred", 0),
@@ -156,7 +128,7 @@ def _flow_control(node: Node, fetch: FetchSnapshot, totals: dict, shed_state: di
             "cut_priority": shed_state["cut"],
         },
         "retries": to_json(fetch.retries),
-        "ip": ip,
+        "ip": to_json(admission.ip),
     }
 
 
