@@ -18,6 +18,7 @@ from crawler_node.cluster.activity import Activity, PeerActivity
 from crawler_node.core.stats import json_value, to_json
 
 if TYPE_CHECKING:
+    from crawler_node.frontier.snapshot import FrontierSnapshot
     from crawler_node.node.admission import AdmissionSnapshot
     from crawler_node.node.fetch_stage import FetchSnapshot
     from crawler_node.node.node import Node
@@ -45,8 +46,7 @@ def node_activity(node: Node) -> Activity:
 
 async def node_status(node: Node) -> dict[str, Any]:
     frontier = await node.frontier.snapshot()
-    shed_state = frontier.pop("shedding")
-    totals = frontier
+    totals = to_json(frontier.totals)
     fetch = node.fetch.snapshot()
     parse = to_json(node.parse.snapshot())
     stored = node.store.snapshot()
@@ -60,8 +60,6 @@ async def node_status(node: Node) -> dict[str, Any]:
     uptime = time.monotonic() - node.started_at
     fetched = stored.fetched
     idle = _idle(node, totals)
-    cluster["counters"]["received_forwarded_on"] = intake.peers.received_forwarded_on
-    cluster["counters"]["hop_limit_kept"] = intake.peers.hop_limit_kept
     admission = node.admission.snapshot(time.time())
     return {
         "node_id": node.node_id,
@@ -88,21 +86,22 @@ async def node_status(node: Node) -> dict[str, Any]:
         "frontier": totals,
         "queues": {
             "inbound": to_json(intake.queue),
-            "frontier": {"depth": totals.get("queued", 0),
-                         "oldest_age_s": round(totals.get("oldest_queued_age_s") or 0.0, 3)},
+            "frontier": {"depth": frontier.totals.queued,
+                         "oldest_age_s": round(frontier.totals.oldest_queued_age_s or 0.0, 3)},
             "fetch": to_json(node.dispatcher.snapshot()),
             "parse": to_json(node.parse.queue.snapshot()),
             "store": to_json(node.store.queue.snapshot()),
         },
-        **_flow_control(node, fetch, totals, shed_state, to_json(upkeep.shedding), admission),
+        **_flow_control(node, fetch, frontier, to_json(upkeep.shedding), admission),
         "hosts": busiest,
         "host_table": to_json(host_table),
-        "members": _with_heartbeat_ages(node, cluster["members"]),
-        "cluster": {"counters": cluster["counters"], "events": cluster["events"],
-                    "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"],
-                    "peer_dns": cluster.get("peer_dns")},
-        "dns": node.resolver.snapshot() if node.resolver is not None else None,
-        "supervisor": node.supervisor.snapshot(),
+        "members": json_value(cluster.members),
+        "cluster": {"counters": {**to_json(cluster.counters), **to_json(intake.peers)},
+                    "events": json_value(cluster.events),
+                    "heartbeats": to_json(cluster.heartbeats), "outbox_total": cluster.outbox_total,
+                    "peer_dns": json_value(cluster.peer_dns)},
+        "dns": to_json(node.resolver.snapshot()) if node.resolver is not None else None,
+        "supervisor": to_json(node.supervisor.snapshot()),
         "leases_expired": upkeep.leases_expired,
         # page fetches: durations, body sizes (histograms), answers by status class, bytes received
         "fetches": to_json(fetch.fetches),
@@ -111,35 +110,25 @@ async def node_status(node: Node) -> dict[str, Any]:
     }
 
 
-def _flow_control(node: Node, fetch: FetchSnapshot, totals: dict[str, Any], shed_state: dict[str, Any],
+def _flow_control(node: Node, fetch: FetchSnapshot, frontier: FrontierSnapshot,
                   policy: dict[str, Any], admission: AdmissionSnapshot) -> dict[str, Any]:
     """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
-    counts = dict(shed_state["counts"])
+    counts = dict(frontier.shedding.counts)
     restored = counts.pop("restored", 0)
     return {
         "admission": {**to_json(admission.gate), **to_json(node.held.snapshot())},
         "api": to_json(admission.api),
         "shedding": {
             **policy,
-            "deferred_now": totals.get("deferred", 0),
+            "deferred_now": frontier.totals.deferred,
             "deferred_total": sum(counts.values()),
             "deferred_by_reason": counts,
             "restored_total": restored,
-            "cut_priority": shed_state["cut"],
+            "cut_priority": frontier.shedding.cut,
         },
         "retries": to_json(fetch.retries),
         "ip": to_json(admission.ip),
     }
-
-
-def _with_heartbeat_ages(node: Node, members: list[dict]) -> list[dict]:
-    """Each member with the seconds since it last answered a heartbeat (0 for this node)."""
-    now = time.time()
-    seen = {member.node_id: member.last_ok for member in node.cluster.membership.members()}
-    for member in members:
-        last_ok = seen.get(member["id"])
-        member["heartbeat_age_s"] = 0.0 if member["self"] or last_ok is None else round(max(0.0, now - last_ok), 1)
-    return members
 
 
 def member_summary(status: dict | None) -> dict[str, Any]:

@@ -36,7 +36,8 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import aiohttp
@@ -66,6 +67,14 @@ STARTUP_POLL_S = 0.05
 OWED_POLL_S = 0.2
 _DIGEST = re.compile(rf"[0-9a-f]{{{DIGEST_CHARS}}}")
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatsSnapshot:
+    """The status's ``cluster.heartbeats``, by peer."""
+
+    failures: Mapping[str, int]  # heartbeats that failed
+    bad_answers: Mapping[str, int]  # answers that were not member lists
 
 
 class BadPeerAnswer(ValueError):
@@ -195,8 +204,8 @@ class Heartbeats:
         self._session = session
         self._supervisor.recurring("heartbeats", self.round)
 
-    def snapshot(self) -> dict:
-        return {"failures": dict(self.failures), "bad_answers": dict(self.bad_answers)}
+    def snapshot(self) -> HeartbeatsSnapshot:
+        return HeartbeatsSnapshot(failures=dict(self.failures), bad_answers=dict(self.bad_answers))
 
     # ----------------------------------------------------------------- heartbeats
     async def round(self) -> None:

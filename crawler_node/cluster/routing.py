@@ -5,9 +5,28 @@ version moves (a member added, gone down, back)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.ring import Ring, ring_key
+
+
+class RingMember(TypedDict):
+    id: str
+    url: str
+    state: str
+    arc_share: float
+    points: int
+
+
+class RingView(TypedDict):
+    """``GET /v1/ring``: the ring as this node routes by it."""
+
+    node_id: str
+    vnodes: int
+    key_by: str
+    members: list[RingMember]
+    points: NotRequired[list[tuple[int, str]]]  # with ?points=1: every point and its owner
 
 ROUTE_CACHE_MAX = 100_000  # hosts; the cache is emptied when full (a crawl meets most hosts once)
 
@@ -83,7 +102,7 @@ class Router:
     def _ring_members(self) -> dict[str, int]:
         return {node_id: self._weights.get(node_id, 1) for node_id in self.membership.ids()}
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> RingView:
         shares = self._ring.arc_shares()
         points: dict[str, int] = {}
         for _, owner in self._ring.points():

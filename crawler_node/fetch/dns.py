@@ -241,9 +241,21 @@ class Resolver(AbstractResolver):
         if channel is not None:
             await channel.close()
 
-    def snapshot(self) -> dict:
-        return {"server": self.server or "system", "cached_names": len(self.cache), "lookups": self.lookups,
-                "hits": self.hits, "failures": self.failures, "evicted": self.cache.evicted}
+    def snapshot(self) -> DnsSnapshot:
+        return DnsSnapshot(server=self.server or "system", cached_names=len(self.cache), lookups=self.lookups,
+                           hits=self.hits, failures=self.failures, evicted=self.cache.evicted)
+
+
+@dataclass(frozen=True, slots=True)
+class DnsSnapshot:
+    """The resolver of direct fetches (the status's ``dns``)."""
+
+    server: str
+    cached_names: int
+    lookups: int  # queries sent
+    hits: int
+    failures: int
+    evicted: int
 
 
 def nameserver(server: str) -> str:

@@ -13,6 +13,7 @@ the fetchers feel (`call_seconds`, `/metrics` crawler_frontier_call_duration_sec
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from crawler_node.frontier.frontier import Frontier
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import AddResult, FrontierBatch, HostPoliteness, HostQueue, Lease, UrlEntry
 from crawler_node.frontier.replica import Cursor, HostRefresh
+from crawler_node.frontier.snapshot import FrontierSnapshot
 from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
 
@@ -180,10 +182,10 @@ class FrontierService:
         self.last_totals = dict(totals)  # a copy: callers may change theirs
         return totals
 
-    async def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self) -> FrontierSnapshot:
         thread, frontier = self._opened()
         snapshot = await thread.call(frontier.snapshot)
-        self.last_totals = dict(snapshot)
+        self.last_totals = dataclasses.asdict(snapshot.totals)
         return snapshot
 
     # -- shedding --------------------------------------------------------------------------
