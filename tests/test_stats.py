@@ -74,3 +74,40 @@ def test_every_declared_metric_is_found_below_a_snapshot_class() -> None:
     names = [metric.name for metric in metrics_of(Sample)]
     assert names == ["test_retries", "test_ratio", "test_urls", "test_urls", "test_outcomes", "test_moved",
                      "test_ip_in_flight", "test_last"]
+
+
+def exposition(*snapshots: object) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """What /metrics shows of ``snapshots`` (api.metrics walks them): family -> samples."""
+    from crawler_node.api.metrics import Exposition
+
+    shown = Exposition()
+    for snapshot in snapshots:
+        shown.walk(snapshot)
+    return {family.name: [(s.name, s.labels, s.value) for s in family.samples] for family in shown.families()}
+
+
+def test_one_declaration_renders_one_value_in_the_json_and_in_the_metrics() -> None:
+    snapshot = sample(last=12.5)
+    json, metrics = to_json(snapshot), exposition(snapshot)
+    assert metrics["test_retries"] == [("test_retries_total", {}, json["retries"])]
+    assert metrics["test_ratio"] == [("test_ratio", {}, json["ratio"])]
+    assert metrics["test_last"] == [("test_last", {}, json["last"])]
+    # a family two fields make, one label value each
+    assert metrics["test_urls"] == [("test_urls", {"state": "queued"}, 7), ("test_urls", {"state": "done"}, 2)]
+    # a mapping's keys are a label's values, with the declared ones from the start
+    assert metrics["test_outcomes"] == [("test_outcomes_total", {"outcome": "ok"}, 0),
+                                        ("test_outcomes_total", {"outcome": "timeout"}, 1)]
+    # a label taken from a field of each item
+    assert metrics["test_ip_in_flight"] == [("test_ip_in_flight", {"ip": "10.0.0.1"}, 2)]
+    # not shown (when=) and None: no family at all
+    assert "test_moved" not in metrics and "test_last" not in exposition(sample())
+
+
+def test_the_node_snapshot_declares_each_metric_once() -> None:
+    from crawler_node.node.host_snapshot import HostSnapshot
+    from crawler_node.node.snapshot import NodeSnapshot
+
+    declared: dict[str, Metric] = {}
+    for metric in [*metrics_of(NodeSnapshot), *metrics_of(HostSnapshot)]:
+        assert declared.setdefault(metric.name, metric) == metric, metric.name
+    assert len(declared) == 78  # every family /metrics had before the snapshots were typed

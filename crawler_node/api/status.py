@@ -1,36 +1,28 @@
-"""A node's status, assembled from its components' snapshots.
+"""A node's status: its snapshot (node.snapshot, gathered by ``Node.snapshot``) as JSON, and the
+cluster as this node sees it.
 
-``GET /v1/status`` answers with it and ``/metrics`` renders the same dictionary (api.metrics),
-so one quantity has one definition: a retry ratio, a queue depth or an idle flag is computed
-once, by the component that owns it. The API serves both from snapshots (api.snapshot):
-``status_snapshots`` makes them, and ``watched_state`` says which changes make one out of date
-at once, whatever its age.
+``GET /v1/status?scope=local`` is ``to_json`` of the node's snapshot, and ``/metrics`` walks
+the same object (api.metrics): one quantity has one definition, in the component that owns it,
+and one declaration, beside its field (core.stats). The cluster view adds each member's own
+status (read from it, as JSON), ``idle`` for the whole cluster and ``crawl_state`` in words.
+The API serves both from snapshots (api.snapshot): ``status_snapshots`` makes them, and
+``watched_state`` says which changes make one out of date at once, whatever its age.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from crawler_node.api.snapshot import Snapshots
 from crawler_node.cluster.activity import Activity, PeerActivity
-from crawler_node.core.stats import json_value, to_json
+from crawler_node.core.stats import to_json
+from crawler_node.node.snapshot import NodeSnapshot, is_idle
 
 if TYPE_CHECKING:
-    from crawler_node.frontier.snapshot import FrontierSnapshot
-    from crawler_node.node.admission import AdmissionSnapshot
-    from crawler_node.node.fetch_stage import FetchSnapshot
     from crawler_node.node.node import Node
 
-TOP_HOSTS = 20
 _STATES = ("queued", "leased", "done", "failed", "deferred")  # a frontier row's, all of them
-
-
-def _idle(node: Node, totals: dict[str, Any]) -> bool:
-    """Nothing queued, leased or deferred in the frontier and nothing in flight in any stage."""
-    return (totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0
-            and node.pipeline_idle())
 
 
 def node_activity(node: Node) -> Activity:
@@ -38,100 +30,20 @@ def node_activity(node: Node) -> Activity:
     the frontier's thread: its totals as last read, at most a second ago while the node runs
     (the shedding round reads them every second). Not idle before the first read."""
     totals = node.frontier.last_totals or {}
-    return Activity(idle=bool(totals) and _idle(node, totals), fetched=node.store.counters.fetched,
+    idle = bool(totals) and is_idle(int(totals["queued"]), int(totals["leased"]), int(totals.get("deferred", 0)),
+                                    node.pipeline_idle())
+    return Activity(idle=idle, fetched=node.store.counters.fetched,
                     known=sum(int(totals.get(state, 0)) for state in _STATES),
                     paused=node.admission.operator_pause is not None,
                     finished=int(totals.get("done", 0)) + int(totals.get("failed", 0)))
 
 
 async def node_status(node: Node) -> dict[str, Any]:
-    frontier = await node.frontier.snapshot()
-    totals = to_json(frontier.totals)
-    fetch = node.fetch.snapshot()
-    parse = to_json(node.parse.snapshot())
-    stored = node.store.snapshot()
-    store = to_json(stored)
-    leases = to_json(node.leases.snapshot())
-    intake = node.intake.snapshot()
-    cluster = node.cluster.snapshot()
-    host_table = node.hosts.snapshot(TOP_HOSTS)
-    busiest = json_value(host_table.busiest)
-    upkeep = node.upkeep.snapshot()
-    uptime = time.monotonic() - node.started_at
-    fetched = stored.fetched
-    idle = _idle(node, totals)
-    admission = node.admission.snapshot(time.time())
-    return {
-        "node_id": node.node_id,
-        "url": node.settings.advertise_url,
-        "idle": idle,
-        "stopping": node.stopping,
-        # an operator's pause (crawler-node pause): no new fetch until resumed
-        "paused": node.admission.operator_pause is not None,
-        "pause": to_json(admission.gate.pause),
-        "uptime_s": round(uptime, 3),
-        # Unix time of the last fetch attempt written to the store and committed to the
-        # frontier (null before the first): an idle node's crawl ended then; a busy node
-        # whose value stops moving is stalled.
-        "last_stored_at": node.store.last_stored_at,
-        "counters": {
-            **store,
-            **to_json(fetch.counters),
-            **to_json(intake.counters),
-            **leases,
-            **parse,
-            **to_json(upkeep.counters),
-        },
-        "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
-        "frontier": totals,
-        "queues": {
-            "inbound": to_json(intake.queue),
-            "frontier": {"depth": frontier.totals.queued,
-                         "oldest_age_s": round(frontier.totals.oldest_queued_age_s or 0.0, 3)},
-            "fetch": to_json(node.dispatcher.snapshot()),
-            "parse": to_json(node.parse.queue.snapshot()),
-            "store": to_json(node.store.queue.snapshot()),
-        },
-        **_flow_control(node, fetch, frontier, to_json(upkeep.shedding), admission),
-        "hosts": busiest,
-        "host_table": to_json(host_table),
-        "members": json_value(cluster.members),
-        "cluster": {"counters": {**to_json(cluster.counters), **to_json(intake.peers)},
-                    "events": json_value(cluster.events),
-                    "heartbeats": to_json(cluster.heartbeats), "outbox_total": cluster.outbox_total,
-                    "peer_dns": json_value(cluster.peer_dns)},
-        "dns": to_json(node.resolver.snapshot()) if node.resolver is not None else None,
-        "supervisor": to_json(node.supervisor.snapshot()),
-        "leases_expired": upkeep.leases_expired,
-        # page fetches: durations, body sizes (histograms), answers by status class, bytes received
-        "fetches": to_json(fetch.fetches),
-        # the frontier's calls on the crawl's path (histograms), the wait for its thread included
-        "frontier_calls": json_value(node.frontier.call_snapshot()),
-    }
+    """This node's status (``?scope=local``), built now."""
+    return to_json(await node.snapshot())
 
 
-def _flow_control(node: Node, fetch: FetchSnapshot, frontier: FrontierSnapshot,
-                  policy: dict[str, Any], admission: AdmissionSnapshot) -> dict[str, Any]:
-    """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
-    counts = dict(frontier.shedding.counts)
-    restored = counts.pop("restored", 0)
-    return {
-        "admission": {**to_json(admission.gate), **to_json(node.held.snapshot())},
-        "api": to_json(admission.api),
-        "shedding": {
-            **policy,
-            "deferred_now": frontier.totals.deferred,
-            "deferred_total": sum(counts.values()),
-            "deferred_by_reason": counts,
-            "restored_total": restored,
-            "cut_priority": frontier.shedding.cut,
-        },
-        "retries": to_json(fetch.retries),
-        "ip": to_json(admission.ip),
-    }
-
-
-def member_summary(status: dict | None) -> dict[str, Any]:
+def member_summary(status: dict[str, Any] | None) -> dict[str, Any]:
     """What the cluster view shows of one member, from that member's own status."""
     if status is None:
         return {"reachable": False, "idle": None}
@@ -213,31 +125,28 @@ def heard_status(local: dict[str, Any], peers: Sequence[PeerActivity]) -> dict[s
     return status
 
 
-def watched_state(node: Node) -> tuple:
+def watched_state(node: Node) -> tuple[Hashable, ...]:
     """What an operator's command (pause, resume, stop) or a member's change of state alters
     and is read back at once: a status built before it differs is rebuilt before it is served."""
     members = tuple((m.node_id, m.url, m.state, m.left) for m in node.cluster.membership.members())
     return node.admission.operator_pause, node.stopping, node.cluster.leaving, members
 
 
-def status_snapshots(node: Node) -> tuple[Snapshots, Snapshots]:
+def status_snapshots(node: Node) -> tuple[Snapshots[NodeSnapshot], Snapshots[dict[str, Any]]]:
     """The snapshots of this node's status and of the cluster's as this node sees it."""
-    def watched() -> tuple:
+    def watched() -> tuple[Hashable, ...]:
         return watched_state(node)
-
-    async def local() -> dict[str, Any]:
-        return await node_status(node)
 
     async def cluster(local: dict[str, Any]) -> dict[str, Any]:
         return await cluster_status(node, local)
 
     # The cluster view is built on a new snapshot of this node: ?scope=local (or /metrics)
     # read after it never goes back in time.
-    local_snapshots = Snapshots("node", local, watched=watched)
+    local_snapshots = Snapshots("node", node.snapshot, watched=watched, render=to_json)
     return local_snapshots, Snapshots("cluster", cluster, watched=watched, base=local_snapshots)
 
 
-def crawl_state(status: dict) -> str:
+def crawl_state(status: dict[str, Any]) -> str:
     """The cluster's state in words: "crawling", "paused (why)", "idle", or "idle, but n2 is
     down and its queue waits" when every member that answers is idle and one that may still
     hold work does not answer (its hosts' URLs wait for it, or for its successor)."""

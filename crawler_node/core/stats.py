@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -141,16 +140,19 @@ def shown(snapshot: object, how: Stat) -> bool:
     return how.when is None or bool(getattr(snapshot, how.when))
 
 
-@functools.cache
+_ITEMS: dict[tuple[type, str], type | None] = {}
+
+
 def item_class(cls: type, name: str) -> type | None:
-    """The snapshot class of the items of field ``name`` of ``cls`` (a sequence or mapping of
-    snapshots, or an optional one), or of the field itself: api.metrics declares the families of
-    an empty list's items too. None for plain data."""
-    hint = typing.get_type_hints(cls)[name]
-    for candidate in (hint, *typing.get_args(hint)):
-        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
-            return candidate
-    return None
+    """The snapshot class of field ``name`` of ``cls``, or of its items (a sequence or mapping
+    of snapshots, or an optional one): api.metrics declares the families of an empty list's
+    items too. None for plain data."""
+    key = (cls, name)
+    if key not in _ITEMS:
+        hint = typing.get_type_hints(cls)[name]
+        _ITEMS[key] = next((candidate for candidate in (hint, *typing.get_args(hint))
+                            if isinstance(candidate, type) and dataclasses.is_dataclass(candidate)), None)
+    return _ITEMS[key]
 
 
 def metrics_of(cls: type) -> Iterator[Metric]:

@@ -34,6 +34,16 @@ class QueueSnapshot(Indexed):
     blocked_puts: int = field(metadata=stat(BLOCKED_ENQUEUES))
 
 
+@dataclass(frozen=True, slots=True)
+class FrontierQueueSnapshot:
+    """The frontier as a stage queue: its queued URLs and the oldest one's age (it is bounded
+    by disk, not by a capacity; nothing waits to enqueue into it)."""
+
+    depth: int = field(metadata=stat(QUEUE_DEPTH))
+    oldest_age_s: float = field(metadata=stat(QUEUE_AGE))
+    blocked_puts: int = field(default=0, metadata=stat(BLOCKED_ENQUEUES, json=False))
+
+
 class StageQueue(Generic[T]):
     """An asyncio FIFO with a hard bound; ``put`` waits when full, it never grows. Every item
     taken notifies ``taken`` (admission waits on it for a full or lagging stage to drain)."""
