@@ -12,7 +12,7 @@ import dataclasses
 import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawler_node.runtime.eventloop import EVENT_LOOPS
@@ -371,5 +371,5 @@ def listen_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def settings_fields() -> list[dataclasses.Field]:
+def settings_fields() -> list[dataclasses.Field[Any]]:
     return list(fields(Settings))

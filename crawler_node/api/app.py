@@ -48,7 +48,8 @@ NODE_STATUS_KEY = web.AppKey("node_status", Snapshots)  # GET /v1/status?scope=l
 CLUSTER_STATUS_KEY = web.AppKey("cluster_status", Snapshots)  # GET /v1/status
 
 
-def validate_urls(document: Any, *, may_be_empty: bool = False) -> tuple[list[tuple[int, dict]], list[dict]]:
+def validate_urls(document: Any, *,
+                  may_be_empty: bool = False) -> tuple[list[tuple[int, dict[str, Any]]], list[dict[str, Any]]]:
     """Check the shape of ``{"urls": [...]}`` and of every item in it: the well-formed items
     with their index, and what is wrong with the others. Raises BadRequest for the body.
     ``may_be_empty``: the body says more than its URLs (a peer's batch that ends a refresh)."""
@@ -61,8 +62,8 @@ def validate_urls(document: Any, *, may_be_empty: bool = False) -> tuple[list[tu
         raise BadRequest("empty", '"urls" must not be empty')
     if len(urls) > MAX_URLS_PER_REQUEST:
         raise BadRequest("too_many", f"at most {MAX_URLS_PER_REQUEST} URLs per request")
-    items: list[tuple[int, dict]] = []
-    invalid: list[dict] = []
+    items: list[tuple[int, dict[str, Any]]] = []
+    invalid: list[dict[str, Any]] = []
     for index, item in enumerate(urls):
         if isinstance(item, str):
             item = {"url": item}
@@ -80,7 +81,7 @@ def validate_urls(document: Any, *, may_be_empty: bool = False) -> tuple[list[tu
 _COUNTS = ("depth", "hops", "redirects")
 
 
-def _fields_ok(item: dict) -> bool:
+def _fields_ok(item: dict[str, Any]) -> bool:
     # "redirects" and "via" are optional, as every field but "url": a peer of an earlier
     # version omits them. Written out rather than through a helper per field: a peer's batch
     # runs this for each of its rows (a closure per call cost a third of the check).
@@ -96,19 +97,19 @@ def _fields_ok(item: dict) -> bool:
         and type(item.get("seen", False)) is bool and type(item.get("replica", False)) is bool
 
 
-def _by_kind(items: list[tuple[int, dict]]) -> tuple[list[tuple[int, dict]], ...]:
+def _by_kind(items: list[tuple[int, dict[str, Any]]]) -> tuple[list[tuple[int, dict[str, Any]]], ...]:
     """The items to crawl, those fetched elsewhere ("seen"), and the replicas of URLs queued
     elsewhere ("replica" and not "seen"), in one pass: a peer's batch has hundreds."""
-    fresh: list[tuple[int, dict]] = []
-    seen: list[tuple[int, dict]] = []
-    replica: list[tuple[int, dict]] = []
+    fresh: list[tuple[int, dict[str, Any]]] = []
+    seen: list[tuple[int, dict[str, Any]]] = []
+    replica: list[tuple[int, dict[str, Any]]] = []
     for entry in items:
         item = entry[1]
         (seen if item.get("seen") else replica if item.get("replica") else fresh).append(entry)
     return fresh, seen, replica
 
 
-def _prepare(intake: Intake, items: list[tuple[int, dict]]) -> tuple[Prepared, list[dict]]:
+def _prepare(intake: Intake, items: list[tuple[int, dict[str, Any]]]) -> tuple[Prepared, list[dict[str, Any]]]:
     """Normalise and scope-check the items (once, in the intake); the malformed ones by index."""
     prepared = intake.prepare([item for _, item in items])
     invalid = [{"index": items[position][0], "reason": reason, "url": url[:200]}

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -149,7 +150,7 @@ class Cluster:
         self.heartbeats.share_ips(link)
         link.peers_live(self.membership.live_ids() - {self.node_id})
 
-    def ip_announcement(self, for_peer: str | None = None) -> dict | None:
+    def ip_announcement(self, for_peer: str | None = None) -> dict[str, Any] | None:
         """The ``ips`` of this node's heartbeat answers (None: it does not share); ``for_peer``:
         the answer is for that member, which reads only its own acknowledgement in ``seen``."""
         announcement = self._ip.announcement() if self._ip is not None else None
@@ -274,7 +275,7 @@ class Cluster:
         self.received += count
 
     # ----------------------------------------------------------------- membership API
-    def accept_join(self, node_id: str, url: str) -> list[dict]:
+    def accept_join(self, node_id: str, url: str) -> list[dict[str, str]]:
         """Raises ValueError for an id or URL that cannot be a member."""
         return self.heartbeats.accept_join(node_id, url)
 
@@ -297,13 +298,13 @@ class Cluster:
             self.drained = True
             await self.heartbeats.announce_leave(drained=True)
 
-    async def peer_statuses(self) -> dict[str, dict]:
+    async def peer_statuses(self) -> dict[str, dict[str, Any]]:
         """Every reachable peer's own status (``scope=local``), fetched concurrently."""
         session = self._session
         if session is None:
             return {}
 
-        async def one(node_id: str, url: str) -> tuple[str, dict | None]:
+        async def one(node_id: str, url: str) -> tuple[str, dict[str, Any] | None]:
             try:
                 async with session.get(f"{url}/v1/status", params={"scope": "local"}, headers={ADDRESSED_TO: node_id},
                                        timeout=aiohttp.ClientTimeout(total=2)) as response:

@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -84,7 +84,7 @@ class BadPeerAnswer(ValueError):
 class IpShareLink(Protocol):
     """The per-IP shares' side of the heartbeats (node.ip_gates.IpGates)."""
 
-    def announcement(self) -> dict | None: ...  # what this node's answers carry; None: it does not share
+    def announcement(self) -> dict[str, Any] | None: ...  # what this node's answers carry; None: it does not share
 
     def heard(self, peer_id: str, announcement: Announcement | None) -> None: ...
 
@@ -331,7 +331,7 @@ class Heartbeats:
             await asyncio.sleep(1.0)
         log.error("could not join through any of %s; running with the configured view", self._membership.ids())
 
-    def accept_join(self, node_id: str, url: str) -> list[dict]:
+    def accept_join(self, node_id: str, url: str) -> list[dict[str, str]]:
         problem = member_problem(node_id, url)
         if problem is not None:
             raise ValueError(problem)
@@ -360,7 +360,7 @@ class Heartbeats:
         await asyncio.gather(*(self._post_quietly(f"{m.url}/v1/leave", body)
                                for m in self._membership.peers() if m.state is not PeerState.DOWN))
 
-    async def _post_quietly(self, url: str, body: dict) -> None:
+    async def _post_quietly(self, url: str, body: dict[str, Any]) -> None:
         assert self._session is not None
         try:
             async with self._session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=MEMBER_CALL_TIMEOUT_S)):

@@ -64,6 +64,7 @@ import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from crawler_node.settings import Settings
 
@@ -284,7 +285,7 @@ class IpShares:
     def addresses(self) -> list[str]:
         return list(self._mine)
 
-    def payload(self, in_flight: Mapping[str, int]) -> dict:
+    def payload(self, in_flight: Mapping[str, int]) -> dict[str, Any]:
         """This node's announcement, as its heartbeat answers carry it."""
         return {
             "epoch": self.epoch,

@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import msgpack
@@ -57,7 +58,7 @@ def gzipped(payload: bytes) -> tuple[bytes, str | None]:
     return isal_zlib.compress(payload, GZIP_LEVEL, 31), "gzip"  # wbits 31: a gzip frame
 
 
-def encode_batch(rows: Sequence[OutboxRow]) -> dict:
+def encode_batch(rows: Sequence[OutboxRow]) -> dict[str, Any]:
     """The body of POST /v1/urls for outbox rows. A replica carries what its receiver keeps
     of it (frontier.replica), no more: a fetched URL only its URL; a queued one what it is
     queued with. The replicas' politeness goes once per host, as
@@ -66,9 +67,9 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
     refresh of a host's replica, as ``"refresh": [[host, token, complete], ...]``: the batch's
     queued replicas of the host are part of the refresh ``token``, which ends in this batch if
     ``complete`` (its end is a row with no URL: nothing in ``"urls"``)."""
-    urls: list[dict] = []
-    hosts: dict[str, list] = {}
-    refresh: dict[str, list] = {}
+    urls: list[dict[str, Any]] = []
+    hosts: dict[str, list[Any]] = {}
+    refresh: dict[str, list[Any]] = {}
     for row in rows:
         e = row.entry
         polite = row.politeness
@@ -87,7 +88,7 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
         if row.replica and row.seen:
             urls.append({"url": e.url, "seen": True})
         elif row.replica:
-            item: dict = {"url": e.url, "depth": e.depth, "priority": e.priority, "replica": True}
+            item: dict[str, Any] = {"url": e.url, "depth": e.depth, "priority": e.priority, "replica": True}
             if e.redirects:
                 item["redirects"] = e.redirects
             if e.via is not None:
@@ -96,7 +97,7 @@ def encode_batch(rows: Sequence[OutboxRow]) -> dict:
         else:
             urls.append({"url": e.url, "depth": e.depth, "priority": e.priority, "hops": e.hops,
                          "redirects": e.redirects, "via": e.via, "seen": row.seen})
-    body: dict = {"urls": urls}
+    body: dict[str, Any] = {"urls": urls}
     if hosts:
         body["hosts"] = list(hosts.values())
     if refresh:

@@ -19,6 +19,15 @@ class RingMember(TypedDict):
     points: int
 
 
+class RingOwner(TypedDict):
+    """``GET /v1/ring?host=H``: who owns the host, by the ring and among the live members."""
+
+    host: str
+    owner: str
+    successors: list[str]
+    live_owner: str | None
+
+
 class RingView(TypedDict):
     """``GET /v1/ring``: the ring as this node routes by it."""
 
@@ -83,7 +92,7 @@ class Router:
         replicated there), else None: a host crawled elsewhere has its replica kept by its owner."""
         return self.successor_for(host) if self.serves(host) else None
 
-    def owner_of(self, host: str) -> dict:
+    def owner_of(self, host: str) -> RingOwner:
         key = ring_key(host, by=self.key_by)
         return {"host": host, "owner": self._ring.owner(key), "successors": self._ring.successors(key),
                 "live_owner": self._ring.owner_among(key, self.membership.live_ids())}

@@ -230,7 +230,7 @@ class HostTable:
             state.next_eligible = now + state.crawl_delay
         return ticket
 
-    def bind_ip_gate(self, state: HostState, gate: IpGate | None) -> None:
+    def bind_ip_gate(self, state: HostState, gate: IpGate[HostState] | None) -> None:
         state.ip_gate = gate
 
     def robots_not_sent(self, state: HostState, scheme: str, ticket: int, now: float) -> None:

@@ -15,7 +15,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.stats import Indexed, counter, stat
@@ -137,14 +137,14 @@ class Intake:
                                      hop_limit_kept=counters.hop_limit_kept))
 
     # ----------------------------------------------------------------- the path in
-    def prepare(self, items: Iterable[str | Mapping], *, priority: int = SEED_PRIORITY) -> Prepared:
+    def prepare(self, items: Iterable[str | Mapping[str, Any]], *, priority: int = SEED_PRIORITY) -> Prepared:
         """Normalise and scope-check URLs (strings, or {"url", "depth"?, "priority"?, "hops"?,
         "redirects"?})."""
         prepared = Prepared()
         check = self._scope.check
         entries = prepared.entries
         for index, item in enumerate(items):
-            fields: Mapping = {"url": item} if isinstance(item, str) else item
+            fields: Mapping[str, Any] = {"url": item} if isinstance(item, str) else item
             raw = fields["url"]
             # A peer's rows are canonical, and most canonical URLs are plain: for those the
             # shortcut gives what normalize_url gives, at ~60% of its cost (urls.resolve_plain).
@@ -165,7 +165,7 @@ class Intake:
                                     int(fields.get("hops") or 0), redirects, via))
         return prepared
 
-    async def submit(self, urls: Iterable[str | Mapping], *,
+    async def submit(self, urls: Iterable[str | Mapping[str, Any]], *,
                      priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         """Seeds and submitted URLs: whatever is malformed or out of scope is counted as rejected."""
         prepared = self.prepare(urls, priority=priority)

@@ -179,7 +179,7 @@ class IpGates:
         if woken:
             self._wake(woken)
 
-    def announcement(self) -> dict | None:
+    def announcement(self) -> dict[str, Any] | None:
         """What this node's heartbeat answers carry (None: it does not share)."""
         if self.shares is None:
             return None

@@ -41,7 +41,7 @@ from crawler_node.core.verdict import ResponseRules
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
-from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates
+from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, PressureSource
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.dispatch import Dispatcher
 from crawler_node.node.fetch_stage import FetchStage
@@ -94,7 +94,7 @@ def build_rules(s: Settings, *, rng: random.Random | None = None) -> ResponseRul
     )
 
 
-def build_admission(s: Settings, *, pressure: list, resolver: Resolver | None = None) -> FetchAdmission:
+def build_admission(s: Settings, *, pressure: list[PressureSource], resolver: Resolver | None = None) -> FetchAdmission:
     """The global gates of rule 5: the fetch-through API's limiter, per-IP gates, pressure."""
     api = None
     if s.proxy:
@@ -369,7 +369,7 @@ class Node:
         self.upkeep.request_resync()
 
     # ----------------------------------------------------------------- asked by the API
-    async def submit(self, urls: Iterable[str | Mapping], *,
+    async def submit(self, urls: Iterable[str | Mapping[str, Any]], *,
                      priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         return await self.intake.submit(urls, priority=priority)
 

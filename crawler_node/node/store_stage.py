@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
 from crawler_node.core.recrawl import RecrawlPolicy
@@ -277,7 +277,7 @@ class StoreStage:
         await self._worker.write([self._unfetched_row(entry.url, outcome, entry.depth, entry.via, now)
                                   for entry in entries])
 
-    def _rejected(self, page: PageResult) -> list[tuple]:
+    def _rejected(self, page: PageResult) -> list[tuple[Any, ...]]:
         """A crawl.log line (no WARC record) per link (or redirect target) of ``page`` that
         the scope or a trap guard turned away, with its outcome, counted per outcome."""
         now, via, turned_away, rows = time.time(), page.lease.url, self.turned_away, []
@@ -288,12 +288,13 @@ class StoreStage:
                 rows.append(self._unfetched_row(url, outcome, depth, via, now))
         return rows
 
-    def _unfetched_row(self, url: str, outcome: FetchOutcome, depth: int, via: str | None, now: float) -> tuple:
+    def _unfetched_row(self, url: str, outcome: FetchOutcome, depth: int, via: str | None,
+                       now: float) -> tuple[Any, ...]:
         """A FetchRecord tuple (see _record) for a URL that ends without a request."""
         return (url, host_of(url), self._node_id, 0, now, outcome.value, None, [], [], b"", None,
                 SCOPE_OUTCOMES[outcome], None, 0.0, None, None, False, "page", None, depth, via, None, [], 0)
 
-    def _record(self, page: PageResult) -> tuple:
+    def _record(self, page: PageResult) -> tuple[Any, ...]:
         """The page's FetchRecord as the tuple of its fields in order: the store process makes
         the record (store.worker.StoreWorker.write), the loop only a tuple, which also pickles
         without a call back into Python (the outcome as its plain string value, too)."""
