@@ -10,7 +10,7 @@ from crawler_node.cluster.heartbeats import HeartbeatsSnapshot
 from crawler_node.cluster.outbox import OutboxCounters
 from crawler_node.cluster.peerdns import PeerDnsSnapshot
 from crawler_node.cluster.replica import ReplicaCounters
-from crawler_node.core.stats import Indexed, counter, gauge, stat
+from crawler_node.core.stats import counter, gauge, stat
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class ClusterCounters:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterSnapshot(Indexed):
+class ClusterSnapshot:
     members: tuple[MemberSnapshot, ...]
     counters: ClusterCounters
     events: tuple[ClusterEvent, ...]  # the last membership changes

@@ -69,7 +69,7 @@ class OperatorPause:
 
 
 @dataclass(frozen=True, slots=True)
-class PauseSnapshot(Indexed):
+class PauseSnapshot:
     """An operator's pause: the status's ``pause`` (and ``admission.pause``)."""
 
     paused: bool
@@ -311,7 +311,7 @@ class AdmissionGate:
 
 
 @dataclass(frozen=True, slots=True)
-class AdmissionSnapshot(Indexed):
+class AdmissionSnapshot:
     gate: AdmissionGate
     api: ApiSnapshot
     ip: IpSnapshot

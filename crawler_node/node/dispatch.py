@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crawler_node.core.robots import scheme_of
-from crawler_node.core.stats import Indexed, Kind, Metric, stat
+from crawler_node.core.stats import Kind, Metric, stat
 from crawler_node.node.admission import FetchAdmission
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostState, HostTable, Step
@@ -62,7 +62,7 @@ class HoldSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class DispatchSnapshot(Indexed):
+class DispatchSnapshot:
     """The status's ``queues.fetch``: requests in flight, bounded by the global limit."""
 
     depth: int = field(metadata=stat(QUEUE_DEPTH, IN_FLIGHT))

@@ -20,7 +20,7 @@ from crawler_node.core.response import FetchResult
 from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
-from crawler_node.core.stats import Indexed, counter, gauge, histogram
+from crawler_node.core.stats import counter, gauge, histogram
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.core.verdict import (
     Pause,
@@ -344,7 +344,7 @@ class FetchesSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchSnapshot(Indexed):
+class FetchSnapshot:
     counters: FetchCounters
     retries: RetrySnapshot
     fetches: FetchesSnapshot

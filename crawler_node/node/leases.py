@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crawler_node.core.outcomes import FetchOutcome
-from crawler_node.core.stats import Indexed, counter, stat
+from crawler_node.core.stats import counter, stat
 from crawler_node.frontier import FrontierBatch, FrontierService
 from crawler_node.node.admission import API_QUOTA, PAUSED, FetchAdmission
 from crawler_node.node.hosts import HostState, HostTable
@@ -37,7 +37,7 @@ class Store(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseSnapshot(Indexed):
+class LeaseSnapshot:
     """The lease keeper's part of the status's ``counters``: leases ended without a request."""
 
     robots_disallowed: int = field(metadata=counter("crawler_robots_disallowed",

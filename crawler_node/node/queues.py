@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from crawler_node.core.stats import Indexed, Kind, Metric, stat
+from crawler_node.core.stats import Kind, Metric, stat
 from crawler_node.runtime.wakeup import Wakeup
 
 T = TypeVar("T")
@@ -27,7 +27,7 @@ BLOCKED_ENQUEUES = Metric("crawler_blocked_enqueues",
 
 
 @dataclass(frozen=True, slots=True)
-class QueueSnapshot(Indexed):
+class QueueSnapshot:
     depth: int = field(metadata=stat(QUEUE_DEPTH))
     capacity: int = field(metadata=stat(QUEUE_CAPACITY))
     oldest_age_s: float = field(metadata=stat(QUEUE_AGE))

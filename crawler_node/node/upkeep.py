@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from crawler_node.core.shedding import ShedPolicy, ShedPolicySnapshot
-from crawler_node.core.stats import Indexed, counter
+from crawler_node.core.stats import counter
 from crawler_node.frontier import FrontierService
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.pipeline import SEED_PRIORITY
@@ -64,7 +64,7 @@ class UpkeepCounters:
 
 
 @dataclass(frozen=True, slots=True)
-class UpkeepSnapshot(Indexed):
+class UpkeepSnapshot:
     counters: UpkeepCounters
     leases_expired: int
     shedding: ShedPolicySnapshot
