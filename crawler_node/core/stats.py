@@ -34,9 +34,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack, cast
 
 # What /v1/status is made of.
 Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
@@ -176,26 +176,43 @@ def to_json(snapshot: object) -> dict[str, Json]:
     return out
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # JSON as they are (and most values are)
+_PLANS: dict[type, tuple[tuple[str, str, bool, str | None], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, str, bool, str | None], ...]:
+    """The fields of ``cls`` the JSON shows: (field, key, flat, when), worked out once."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = tuple((name, how.key or name, how.flat, how.when)
+                                   for name, how in fields_of(cls) if how.json)
+    return plan
+
+
 def _fill(snapshot: object, out: dict[str, Json]) -> None:
-    for name, how in fields_of(type(snapshot)):
-        if not how.json or not shown(snapshot, how):
+    for name, key, flat, when in _plan(type(snapshot)):
+        if when is not None and not getattr(snapshot, when):
             continue
         value = getattr(snapshot, name)
-        if how.flat:
+        if flat:
             _fill(value, out)
         else:
-            out[how.key or name] = json_value(value)
+            out[key] = value if type(value) in _SCALARS else json_value(value)
 
 
 def json_value(value: object) -> Json:
+    kind = type(value)
+    if kind in _SCALARS:
+        return cast(Json, value)
+    if kind is tuple or kind is list:  # most lists: a histogram's buckets, a snapshot's items
+        items: Sequence[Any] = cast(Sequence[Any], value)
+        return [item if type(item) in _SCALARS else json_value(item) for item in items]
     if isinstance(value, enum.Enum):
         return json_value(value.value)
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_json(value)
     if isinstance(value, Mapping):
-        return {str(key): json_value(item) for key, item in value.items()}
+        return {str(key): item if type(item) in _SCALARS else json_value(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [json_value(item) for item in value]
     raise TypeError(f"no JSON for {type(value).__name__}: {value!r}")
