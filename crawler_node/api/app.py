@@ -215,7 +215,7 @@ def make_app(node: Node) -> web.Application:
                           middlewares=[misdirected_is_421, disk_full_is_503, require_token])
     app[NODE_KEY] = node
     app[NODE_STATUS_KEY], app[CLUSTER_STATUS_KEY] = status_snapshots(node)
-    app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].read)
+    app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].value)
     app.on_cleanup.append(_close_snapshots)
     app[READ_TIMEOUT_KEY] = node.config.api_read_timeout_s
     app.router.add_post("/v1/urls", post_urls)

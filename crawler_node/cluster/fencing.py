@@ -50,10 +50,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.core.response import FetchResult
+from crawler_node.core.stats import Indexed
 
 log = logging.getLogger("crawler_node.cluster")
 
@@ -118,10 +120,19 @@ class Fencing:
             log.log(logging.WARNING if reason == "fenced" else logging.INFO, message, *args)
         self._said = reason
 
-    def snapshot(self) -> dict:
-        """As of the last check: ``blocked`` is "fenced", "handback" or None (leasing)."""
-        return {"blocked": self._said, "fenced": self.fenced_count, "handback_holds": self.held_count,
-                "pauses": self._membership.pauses}
+    def snapshot(self) -> FencingSnapshot:
+        return FencingSnapshot(blocked=self._said, fenced=self.fenced_count, handback_holds=self.held_count,
+                               pauses=self._membership.pauses)
+
+
+@dataclass(frozen=True, slots=True)
+class FencingSnapshot(Indexed):
+    """As of the last check: ``blocked`` is "fenced", "handback" or None (leasing)."""
+
+    blocked: str | None
+    fenced: int
+    handback_holds: int
+    pauses: int  # times this process was found to have stood still
 
 
 class Fetcher(Protocol):

@@ -16,7 +16,7 @@ error, not a slow crawl.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no types
@@ -85,7 +85,7 @@ class TrapRules:
         # A path with no more "/" than this breaks neither path rule: most links stop there.
         self._plain_slashes = min(limit for limit in (max_path_repeats, max_path_depth, 1 << 30) if limit)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[..., TrapRules], tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]:
         # The rules travel to the parser processes as their settings; each process compiles them.
         return (_rebuild, (self.max_path_repeats, self.max_path_depth, self.max_query_params,
                            self.allow_urls, self.deny_urls))

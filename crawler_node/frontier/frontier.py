@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.frontier.checkpointer import Checkpoints
@@ -47,6 +46,7 @@ from crawler_node.frontier.recrawl import Recrawl
 from crawler_node.frontier.replica import Replica
 from crawler_node.frontier.schema import connect
 from crawler_node.frontier.shedding import Shedding
+from crawler_node.frontier.snapshot import FrontierSnapshot, FrontierTotals, ShedState
 from crawler_node.frontier.statements import NOT_LEASED, in_lists
 
 RECENT_URLS = 32_768  # URLs remembered as rows (FrontierCore.recent): about 8 MB at 60-char URLs
@@ -329,18 +329,20 @@ class Frontier:
             "recrawl_scheduled": self.recrawl.scheduled,  # done, with a due time
         }
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> FrontierSnapshot:
         """`totals()` and what memory holds, with the shedding state: everything another
         thread may want to show, read on the frontier's own thread."""
-        return {
-            **self.totals(),
+        core = self._core
+        queued, leased, done, failed, deferred = core.totals
+        totals = FrontierTotals(
+            queued=queued, leased=leased, done=done, failed=failed, deferred=deferred, hosts=core.hosts.rows,
+            hosts_with_work=len(core.hosts.with_work), parked_queued=core.hosts.parked_queued,
+            oldest_queued_age_s=self._oldest_queued_age_s(), recrawl_scheduled=self.recrawl.scheduled,
             # not in totals(), which the shedding loop asks many times a second: an index
             # count, as long as the backlog of rows due
-            "recrawl_due": self.recrawl.due_count(self._core.clock()),
-            "hosts_in_memory": len(self._core.hosts.records),
-            "recent_urls": len(self._core.recent),
-            "shedding": {"cut": self.shedding.cut, "counts": self.shedding.counts()},
-        }
+            recrawl_due=self.recrawl.due_count(core.clock()), hosts_in_memory=len(core.hosts.records),
+            recent_urls=len(core.recent))
+        return FrontierSnapshot(totals=totals, shedding=ShedState(cut=self.shedding.cut, counts=self.shedding.counts()))
 
     def _oldest_queued_age_s(self) -> float:
         # One probe of the urls_age index. The age counts from first enqueue, so a URL

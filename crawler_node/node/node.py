@@ -51,6 +51,7 @@ from crawler_node.node.leases import LeaseKeeper
 from crawler_node.node.operator import OperatorControl
 from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.pipeline import SEED_PRIORITY
+from crawler_node.node.snapshot import NodeSnapshot, gather
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
 from crawler_node.runtime.datadir import DiskFull
@@ -371,7 +372,7 @@ class Node:
         self.upkeep.request_resync()
 
     # ----------------------------------------------------------------- asked by the API
-    async def submit(self, urls: Iterable[str | Mapping], *,
+    async def submit(self, urls: Iterable[str | Mapping[str, Any]], *,
                      priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         return await self.intake.submit(urls, priority=priority)
 
@@ -385,6 +386,10 @@ class Node:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    async def snapshot(self) -> NodeSnapshot:
+        """What this node shows (GET /v1/status, /metrics): its components' snapshots, gathered."""
+        return gather(self, await self.frontier.snapshot())
 
     def pipeline_idle(self) -> bool:
         """Nothing in flight in any stage of this node (the frontier's counts aside)."""
