@@ -32,7 +32,7 @@ from crawler_node.api.status import node_status, status_snapshots
 from crawler_node.cluster.wire import ADDRESSED_TO, FORWARDED_BY, MalformedBody, decode_urls
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.node.node import Node
-from crawler_node.node.pipeline import InboundFull
+from crawler_node.node.pages import InboundFull
 from crawler_node.runtime.datadir import DiskFull
 
 log = logging.getLogger("crawler_node.api")

@@ -2,7 +2,7 @@
 
 - routing (cluster.routing.Router): which member crawls a host right now;
 - heartbeats, join and leave (cluster.heartbeats.Heartbeats): who is alive;
-- outboxes (cluster.outbox.Outboxes): the URLs owed to each peer, one sender per peer;
+- outboxes (cluster.forwarding.Outboxes): the URLs owed to each peer, one sender per peer;
 - sweeps (cluster.sweep.Sweeper): hosts held here but owned elsewhere go to their owner.
 
 Every change of the live set goes through :meth:`Cluster._changed`, which refreshes the
@@ -20,14 +20,14 @@ from urllib.parse import urlsplit
 
 from crawler_node.cluster.activity import PeerActivity
 from crawler_node.cluster.fencing import Fencing
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.known_members import KnownMembers
 from crawler_node.cluster.membership import Membership, PeerState
-from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peer_client import PeerClient, PeerTimeouts, PeerUnreachable
 from crawler_node.cluster.peerdns import PeerDns, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
-from crawler_node.cluster.replica import ReplicaKeeper
+from crawler_node.cluster.replica_keeper import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.snapshot import ClusterCounters, ClusterEvent, ClusterSnapshot, MemberSnapshot
 from crawler_node.cluster.sweep import Sweeper
@@ -129,7 +129,7 @@ class Cluster:
         """Every live peer has read this node's incarnation since it started, and acted on it:
         a second heartbeat from a peer begins after it handled the answer to its first (one
         peer's heartbeats follow each other), and handling it is where a peer that holds a
-        replica of this node's queue hears that this start is empty (cluster.replica) and
+        replica of this node's queue hears that this start is empty (cluster.replica_keeper) and
         stops being idle until it has given it back."""
         return all(self._asked[peer] >= 2 for peer in self.membership.live_ids() if peer != self.node_id)
 

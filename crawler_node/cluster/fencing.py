@@ -135,7 +135,7 @@ class FencingSnapshot(Indexed):
     pauses: int  # times this process was found to have stood still
 
 
-class Fetcher(Protocol):
+class PageFetcher(Protocol):
     """What FencedFetcher wraps (fetch.fetcher.Fetcher)."""
 
     async def fetch(self, url: str, *, max_body_bytes: int | None = None,
@@ -147,7 +147,7 @@ class FencedFetcher:
     before a pause runs its first step after the wake, and there, with no await between this
     check and the request on a pooled connection, it finds the member fenced."""
 
-    def __init__(self, fetcher: Fetcher, *, fencing: Fencing) -> None:
+    def __init__(self, fetcher: PageFetcher, *, fencing: Fencing) -> None:
         self._fetcher = fetcher
         self._fencing = fencing
 

@@ -262,7 +262,7 @@ class Heartbeats:
             self._ip.heard(node_id, ips)
         incarnation = answer.get("incarnation") if isinstance(answer, dict) else None
         if self._on_incarnation is not None and isinstance(incarnation, str):
-            self._on_incarnation(node_id, incarnation)  # its frontier's name (cluster.replica)
+            self._on_incarnation(node_id, incarnation)  # its frontier's name (cluster.replica_keeper)
         new = self._membership.merge(members, now)
         if (digest := members_digest(answer)) is not None:
             self._digests[node_id] = digest  # merged: asked with it, the same list is left out

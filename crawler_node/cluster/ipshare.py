@@ -148,7 +148,7 @@ class _Peer:
 
 
 @dataclass(frozen=True, slots=True)
-class Activity:
+class AddressActivity:
     """What this node does on one address now (from its IP gate)."""
 
     address: str
@@ -199,7 +199,7 @@ class IpShares:
         self._add(address, now)
         return True, evicted
 
-    def update(self, activity: Iterable[Activity], now: float) -> list[str]:
+    def update(self, activity: Iterable[AddressActivity], now: float) -> list[str]:
         """Re-derive the announced set from the gates; returns the addresses dropped. An
         address with requests in flight is always announced (the others must count them)."""
         seen: set[str] = set()

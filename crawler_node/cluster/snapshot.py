@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from crawler_node.cluster.fencing import FencingSnapshot
+from crawler_node.cluster.forwarding import OutboxCounters
 from crawler_node.cluster.heartbeats import HeartbeatsSnapshot
-from crawler_node.cluster.outbox import OutboxCounters
 from crawler_node.cluster.peerdns import PeerDnsSnapshot
-from crawler_node.cluster.replica import ReplicaCounters
+from crawler_node.cluster.replica_keeper import ReplicaCounters
 from crawler_node.core.stats import counter, gauge, stat
 
 

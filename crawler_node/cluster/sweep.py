@@ -25,8 +25,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.membership import Membership, PeerState
-from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FrontierService, HostPoliteness
 from crawler_node.runtime.wakeup import Wakeup

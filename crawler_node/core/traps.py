@@ -4,7 +4,7 @@ A trap is a site that makes new URLs without end: a calendar, a path that repeat
 (a relative link resolved against its own page, over and over), a query string that grows a
 parameter per click. These rules turn such URLs away before they cost a fetch, each with its
 own reason (outcomes.Rejection), so crawl.log says which rule it was. The cap on URLs per
-host needs a count, so it lives where the count is kept: the frontier (frontier.intake).
+host needs a count, so it lives where the count is kept: the frontier (frontier.seen_set).
 
 User patterns (``--allow-url``, ``--deny-url``) run in RE2, whose matching is linear in the
 URL's length whatever the pattern: ``(a+)+$``, which makes Python's ``re`` backtrack for

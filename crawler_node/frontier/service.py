@@ -22,8 +22,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.frontier import checkpointer
-from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
+from crawler_node.frontier.operator_queries import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import (
     AddResult,
@@ -302,7 +302,7 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.replica.counts)
 
-    # -- operator control (frontier.control) -----------------------------------------------
+    # -- operator control (frontier.operator_queries) -----------------------------------------------
 
     async def host_counts(self) -> list[HostCounts]:
         thread, _ = self._opened()

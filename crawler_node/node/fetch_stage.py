@@ -36,13 +36,13 @@ from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.pipeline import PageResult
+from crawler_node.node.pages import PageResult
 from crawler_node.node.robots_txt import redirect_target, robots_pages, sitemap_entries
 
 log = logging.getLogger("crawler_node.fetch")
 
 
-class Fetcher(Protocol):
+class PageFetcher(Protocol):
     async def fetch(self, url: str, *, max_body_bytes: int | None = None,
                     headers: dict[str, str] | None = None) -> FetchResult: ...
 
@@ -52,7 +52,7 @@ class NextStage(Protocol):
 
 
 class FetchStage:
-    def __init__(self, *, config: FetchConfig, fetcher: Fetcher, hosts: HostTable, admission: FetchAdmission,
+    def __init__(self, *, config: FetchConfig, fetcher: PageFetcher, hosts: HostTable, admission: FetchAdmission,
                  rules: ResponseRules, held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope,
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
                  clock: Callable[[], float]) -> None:

@@ -25,7 +25,7 @@ from crawler_node.core.urls import InvalidURL, host_of, normalize_url, resolve_p
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, HostRefresh, InboundBatch, UrlEntry
 from crawler_node.frontier.replica import clamped
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
+from crawler_node.node.pages import SEED_PRIORITY, InboundFull
 from crawler_node.node.queues import QueueSnapshot
 
 log = logging.getLogger("crawler_node.intake")
@@ -33,7 +33,7 @@ log = logging.getLogger("crawler_node.intake")
 _PLAIN_SCHEMES = ("http://", "https://")
 
 
-class Router(Protocol):
+class Routes(Protocol):
     """Where a host's URLs go (cluster.routing.Router)."""
 
     @property
@@ -43,11 +43,11 @@ class Router(Protocol):
     def successor_for(self, host: str) -> str | None: ...
 
 
-class Outboxes(Protocol):
+class OutboxCounts(Protocol):
     def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
 
 
-class CrawlLog(Protocol):
+class CappedLog(Protocol):
     async def log_capped(self, entries: list[UrlEntry]) -> None: ...
 
 
@@ -108,9 +108,9 @@ class IntakeSnapshot(Indexed):
 class Intake:
     name = "inbound"
 
-    def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Router,
-                 outboxes: Outboxes, scope: Scope, clock: Callable[[], float],
-                 crawl_log: CrawlLog | None = None) -> None:
+    def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Routes,
+                 outboxes: OutboxCounts, scope: Scope, clock: Callable[[], float],
+                 crawl_log: CappedLog | None = None) -> None:
         """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged);
         ``config``: URLs waiting for the frontier, at most (``inbound_capacity``), and times a URL
         may be passed on by a member that disagrees on its owner (``max_hops``)."""

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from crawler_node.cluster.ipshare import Activity, Announcement, IpShares, IpSharesSnapshot
+from crawler_node.cluster.ipshare import AddressActivity, Announcement, IpShares, IpSharesSnapshot
 from crawler_node.core.addresses import is_ip_literal
 from crawler_node.core.stats import Indexed, counter, gauge, stat
 from crawler_node.core.urls import bare_host
@@ -152,7 +152,7 @@ class IpGates:
         for address, gate in self._gates.items():
             started = gate.acquired != self._acquired_seen.get(address)
             self._acquired_seen[address] = gate.acquired
-            activity.append(Activity(address, gate.in_flight, bool(gate.in_flight or gate.waiting or started)))
+            activity.append(AddressActivity(address, gate.in_flight, bool(gate.in_flight or gate.waiting or started)))
         for address in set(self._acquired_seen) - self._gates.keys():
             del self._acquired_seen[address]
         for address in shares.update(activity, self._clock()):

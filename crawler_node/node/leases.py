@@ -23,7 +23,7 @@ from crawler_node.core.stats import counter, stat
 from crawler_node.frontier import FrontierBatch, FrontierService
 from crawler_node.node.admission import API_QUOTA, PAUSED, FetchAdmission
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.pipeline import URLS_TURNED_AWAY, PageResult
+from crawler_node.node.pages import URLS_TURNED_AWAY, PageResult
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -32,7 +32,7 @@ log = logging.getLogger("crawler_node.leases")
 REFILL_HOSTS = 256  # hosts per batched lease round trip
 
 
-class Store(Protocol):
+class PageSink(Protocol):
     async def put(self, page: PageResult) -> None: ...
 
 
@@ -56,7 +56,7 @@ class LeaseSnapshot:
 class LeaseKeeper:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, admission: FetchAdmission,
                  pressure: Wakeup, on_returned: Callable[[], None], clock: Callable[[], float],
-                 store: Store) -> None:
+                 store: PageSink) -> None:
         """``pressure`` is notified when admission's answer may have changed;
         ``on_returned`` runs after leases went back (the cluster's sweep may move them);
         ``store`` takes the leases that end unfetched."""

@@ -34,7 +34,7 @@ from crawler_node.config import NodeConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache, RobotsPolicy
-from crawler_node.core.shedding import ShedPolicy
+from crawler_node.core.shed_policy import ShedPolicy
 from crawler_node.core.signals import LatencyModel
 from crawler_node.core.verdict import ResponseRules
 from crawler_node.datadir_layout import FRONTIER_FILENAME
@@ -49,8 +49,8 @@ from crawler_node.node.hosts import HostTable
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.leases import LeaseKeeper
 from crawler_node.node.operator import OperatorControl
+from crawler_node.node.pages import SEED_PRIORITY
 from crawler_node.node.parse_stage import ParseStage
-from crawler_node.node.pipeline import SEED_PRIORITY
 from crawler_node.node.snapshot import NodeSnapshot, gather
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep

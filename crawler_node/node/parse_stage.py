@@ -1,5 +1,5 @@
 """The parse stage: batches of pages to the parser workers, which return the links in scope
-(of an HTML page, or the URLs of a sitemap: see parse.worker.parse_page).
+(of an HTML page, or the URLs of a sitemap: see parse.parser_worker.parse_page).
 
 A parser process that dies (killed for memory, or crashed by a page) is replaced, and the
 batches it held are parsed again one page at a time on a worker of their own: a page that
@@ -20,9 +20,9 @@ from crawler_node.core.scope import Scope
 from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
-from crawler_node.node.pipeline import PageResult
+from crawler_node.node.pages import PageResult
 from crawler_node.node.queues import StageQueue
-from crawler_node.parse.worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
+from crawler_node.parse.parser_worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker
@@ -86,7 +86,7 @@ class ParseStage:
                  taken: Wakeup, hooks: TestHooks = NO_TEST_HOOKS) -> None:
         """``ring_generation``: the cluster's membership version, which tells the parsers when to
         hand links over again; ``taken`` is notified whenever a page leaves the queue or a batch
-        is done; ``hooks``: faults the tests stage (see parse.worker.ParseContext). From
+        is done; ``hooks``: faults the tests stage (see parse.parser_worker.ParseContext). From
         ``config``: ``parse_workers``, parser processes (0: one thread in this process);
         ``read_sitemaps`` False, a page that is not HTML goes to the store unread;
         ``warc_metadata``, every HTML page's links come back for its WARC metadata record;

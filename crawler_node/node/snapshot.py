@@ -20,7 +20,7 @@ from crawler_node.cluster.heartbeats import HeartbeatsSnapshot
 from crawler_node.cluster.peerdns import PeerDnsSnapshot
 from crawler_node.cluster.snapshot import ClusterCounters, ClusterEvent, MemberSnapshot
 from crawler_node.core.histogram import HistogramSnapshot
-from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER, ShedPolicySnapshot
+from crawler_node.core.shed_policy import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER, ShedPolicySnapshot
 from crawler_node.core.stats import counter, gauge, histogram, info, stat
 from crawler_node.fetch.dns import DnsSnapshot
 from crawler_node.frontier.snapshot import FrontierSnapshot, FrontierTotals

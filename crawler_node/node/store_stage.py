@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from crawler_node.config import StoreConfig
 from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
-from crawler_node.core.recrawl import RecrawlPolicy
+from crawler_node.core.recrawl_policy import RecrawlPolicy
 from crawler_node.core.stats import Indexed, Stat, counter, stat
 from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
 from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pipeline import URLS_TURNED_AWAY, PageResult
+from crawler_node.node.pages import URLS_TURNED_AWAY, PageResult
 from crawler_node.node.queues import StageQueue
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
@@ -46,14 +46,14 @@ _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_
 
 
 
-class Router(Protocol):
+class Routes(Protocol):
     @property
     def is_single(self) -> bool: ...
     def route(self, host: str) -> str | None: ...
     def successor_for(self, host: str) -> str | None: ...
 
 
-class Outboxes(Protocol):
+class OutboxGate(Protocol):
     def full(self, peers: Collection[str]) -> bool: ...
     async def wait_for_space(self, peers: Collection[str]) -> None: ...
     def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
@@ -101,7 +101,7 @@ class StoreStage:
     name = "store"  # the reason admission reports while the store is full or lagging
 
     def __init__(self, *, config: StoreConfig, worker: StoreWorker, frontier: FrontierService, hosts: HostTable,
-                 router: Router, outboxes: Outboxes, held: HeldBytes, node_id: str, taken: Wakeup,
+                 router: Routes, outboxes: OutboxGate, held: HeldBytes, node_id: str, taken: Wakeup,
                  clock: Callable[[], float], recrawl: RecrawlPolicy | None = None) -> None:
         """``recrawl``: when a URL done with an answer of its site is due again (None: never);
         ``config``: the queue's bound (``store_queue``) and when the store lags (``store_lag_s``)."""

@@ -10,7 +10,7 @@ supervisor as a recurring job: a round that fails is logged and the job runs aga
   restart keeps them;
 - host collection: hosts idle for a while leave memory;
 - load shedding (rule 7): the lowest-priority URLs are deferred while the queue stays over its
-  high-water mark, and restored once it has drained (the policy is core.shedding.ShedPolicy);
+  high-water mark, and restored once it has drained (the policy is core.shed_policy.ShedPolicy);
 - recrawl: URLs due again go back to their queues, in bounded batches and only while the
   queue is below the shedding low-water mark, at a priority below discovery's (--recrawl-*).
 """
@@ -24,11 +24,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from crawler_node.core.shedding import ShedPolicy, ShedPolicySnapshot
+from crawler_node.core.shed_policy import ShedPolicy, ShedPolicySnapshot
 from crawler_node.core.stats import counter
 from crawler_node.frontier import FrontierService
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pipeline import SEED_PRIORITY
+from crawler_node.node.pages import SEED_PRIORITY
 from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
@@ -226,7 +226,7 @@ class Upkeep:
         if action.defer:
             # Seeds and submitted URLs (SEED_PRIORITY) are never deferred.
             per_host = await self._frontier.defer_lowest(action.defer, below_priority=SEED_PRIORITY)
-            # one warning when it starts; the steps that follow (core.shedding.DEFER_STEP_MAX) at debug
+            # one warning when it starts; the steps that follow (core.shed_policy.DEFER_STEP_MAX) at debug
             log.log(logging.DEBUG if self._shed_active_in_frontier else logging.WARNING,
                     "load shedding: queue over %d for %.0f s; deferred %d lowest-priority URLs"
                     " (on to %d queued, in steps)", policy.high_water, policy.after_s, sum(per_host.values()),

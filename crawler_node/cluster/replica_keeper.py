@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.routing import Router
 from crawler_node.core.stats import stat
 from crawler_node.frontier import AddResult, FrontierService
