@@ -40,7 +40,7 @@ import scale  # noqa: E402  (the generator)
 from throughput import process_tree_cpu  # noqa: E402
 
 from crawler_node.frontier.frontier import Frontier, FrontierBatch, UrlEntry  # noqa: E402
-from crawler_node.node.pages import SEED_PRIORITY  # noqa: E402
+from crawler_node.node.stage_items import SEED_PRIORITY  # noqa: E402
 from crawler_node.runtime.malloctune import keep_heap_for_reuse  # noqa: E402
 from crawler_node.testweb.process import TestwebProcess  # noqa: E402
 from crawler_node.tools.node_process import NodeProcess  # noqa: E402

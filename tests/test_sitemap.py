@@ -17,8 +17,8 @@ from crawler_node.core.response import FetchResult
 from crawler_node.core.scope import Scope
 from crawler_node.core.verdict import ResponseRules, judge_page
 from crawler_node.frontier import Lease
-from crawler_node.node.pages import PageResult
 from crawler_node.node.parse_stage import ParseStage
+from crawler_node.node.stage_items import PageResult
 from crawler_node.parse.parser_worker import PageReport, ParseContext, parse_pages
 from crawler_node.parse.sitemap import SITEMAP_NAMESPACE, Sitemap, read_sitemap
 from crawler_node.runtime.supervisor import Supervisor

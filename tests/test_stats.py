@@ -105,7 +105,7 @@ def test_one_declaration_renders_one_value_in_the_json_and_in_the_metrics() -> N
 
 def test_the_node_snapshot_declares_each_metric_once() -> None:
     from crawler_node.node.host_snapshot import HostSnapshot
-    from crawler_node.node.snapshot import NodeSnapshot
+    from crawler_node.node.node_snapshot import NodeSnapshot
 
     declared: dict[str, Metric] = {}
     for metric in [*metrics_of(NodeSnapshot), *metrics_of(HostSnapshot)]:

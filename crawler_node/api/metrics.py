@@ -26,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 from crawler_node.core.histogram import HistogramSnapshot
 from crawler_node.core.stats import Kind, Metric, Stat, fields_of, item_class, metrics_of, shown
 from crawler_node.node.host_snapshot import HostSnapshot
-from crawler_node.node.snapshot import NodeSnapshot
+from crawler_node.node.node_snapshot import NodeSnapshot
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node

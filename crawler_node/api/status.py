@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crawler_node.api.snapshot import Snapshots
+from crawler_node.api.status_cache import Snapshots
 from crawler_node.cluster.activity import Activity, PeerActivity
 from crawler_node.core.stats import to_json
-from crawler_node.node.snapshot import NodeSnapshot, is_idle
+from crawler_node.node.node_snapshot import NodeSnapshot, is_idle
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawler_node.cluster.activity import PeerActivity
+from crawler_node.cluster.cluster_snapshot import ClusterCounters, ClusterEvent, ClusterSnapshot, MemberSnapshot
 from crawler_node.cluster.fencing import Fencing
 from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
@@ -29,7 +30,6 @@ from crawler_node.cluster.peerdns import PeerDns, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.cluster.replica_keeper import ReplicaKeeper
 from crawler_node.cluster.routing import Router
-from crawler_node.cluster.snapshot import ClusterCounters, ClusterEvent, ClusterSnapshot, MemberSnapshot
 from crawler_node.cluster.sweep import Sweeper
 from crawler_node.config import ClusterConfig
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness

@@ -51,10 +51,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from crawler_node.cluster.membership import Membership
-from crawler_node.core.response import FetchResult
+from crawler_node.core.response import FetchResult, PageFetcher
 from crawler_node.core.stats import Indexed
 
 log = logging.getLogger("crawler_node.cluster")
@@ -134,12 +133,6 @@ class FencingSnapshot(Indexed):
     handback_holds: int
     pauses: int  # times this process was found to have stood still
 
-
-class PageFetcher(Protocol):
-    """What FencedFetcher wraps (fetch.fetcher.Fetcher)."""
-
-    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
-                    headers: dict[str, str] | None = None) -> FetchResult: ...
 
 
 class FencedFetcher:

@@ -24,6 +24,7 @@ from pathlib import Path
 from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.frontier.checkpointer import Checkpoints
 from crawler_node.frontier.db import FrontierDb
+from crawler_node.frontier.frontier_snapshot import FrontierSnapshot, FrontierTotals, ShedState
 from crawler_node.frontier.handoff import Handoff
 from crawler_node.frontier.leasing import Leasing
 from crawler_node.frontier.outbox import Outbox
@@ -46,7 +47,6 @@ from crawler_node.frontier.replica import Replica
 from crawler_node.frontier.schema import connect
 from crawler_node.frontier.seen_set import SeenSet
 from crawler_node.frontier.shedding import Shedding
-from crawler_node.frontier.snapshot import FrontierSnapshot, FrontierTotals, ShedState
 from crawler_node.frontier.statements import NOT_LEASED, in_lists
 
 RECENT_URLS = 32_768  # URLs remembered as rows (FrontierDb.recent): about 8 MB at 60-char URLs

@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.frontier import checkpointer
 from crawler_node.frontier.frontier import Frontier
+from crawler_node.frontier.frontier_snapshot import FrontierSnapshot
 from crawler_node.frontier.operator_queries import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import (
@@ -35,7 +36,6 @@ from crawler_node.frontier.records import (
     UrlEntry,
 )
 from crawler_node.frontier.replica import Cursor
-from crawler_node.frontier.snapshot import FrontierSnapshot
 from crawler_node.runtime.datadir import writing
 from crawler_node.runtime.workers import SyncWorker
 

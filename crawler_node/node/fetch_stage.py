@@ -17,7 +17,7 @@ from typing import Protocol
 from crawler_node.config import FetchConfig
 from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.core.outcomes import FetchOutcome
-from crawler_node.core.response import FetchResult
+from crawler_node.core.response import FetchResult, PageFetcher
 from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
@@ -36,15 +36,11 @@ from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.pages import PageResult
 from crawler_node.node.robots_txt import redirect_target, robots_pages, sitemap_entries
+from crawler_node.node.stage_items import PageResult
 
 log = logging.getLogger("crawler_node.fetch")
 
-
-class PageFetcher(Protocol):
-    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
-                    headers: dict[str, str] | None = None) -> FetchResult: ...
 
 
 class NextStage(Protocol):

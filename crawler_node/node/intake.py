@@ -25,25 +25,16 @@ from crawler_node.core.urls import InvalidURL, host_of, normalize_url, resolve_p
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, HostRefresh, InboundBatch, UrlEntry
 from crawler_node.frontier.replica import clamped
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pages import SEED_PRIORITY, InboundFull
 from crawler_node.node.queues import QueueSnapshot
+from crawler_node.node.stage_items import SEED_PRIORITY, InboundFull, Routes
 
 log = logging.getLogger("crawler_node.intake")
 
 _PLAIN_SCHEMES = ("http://", "https://")
 
 
-class Routes(Protocol):
-    """Where a host's URLs go (cluster.routing.Router)."""
 
-    @property
-    def is_single(self) -> bool: ...
-    def route(self, host: str) -> str | None: ...
-    def serves(self, host: str) -> bool: ...
-    def successor_for(self, host: str) -> str | None: ...
-
-
-class OutboxCounts(Protocol):
+class OutboxNotes(Protocol):
     def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
 
 
@@ -109,7 +100,7 @@ class Intake:
     name = "inbound"
 
     def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Routes,
-                 outboxes: OutboxCounts, scope: Scope, clock: Callable[[], float],
+                 outboxes: OutboxNotes, scope: Scope, clock: Callable[[], float],
                  crawl_log: CappedLog | None = None) -> None:
         """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged);
         ``config``: URLs waiting for the frontier, at most (``inbound_capacity``), and times a URL

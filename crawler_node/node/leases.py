@@ -23,7 +23,7 @@ from crawler_node.core.stats import counter, stat
 from crawler_node.frontier import FrontierBatch, FrontierService
 from crawler_node.node.admission import API_QUOTA, PAUSED, FetchAdmission
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.pages import URLS_TURNED_AWAY, PageResult
+from crawler_node.node.stage_items import URLS_TURNED_AWAY, PageResult
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 

@@ -48,10 +48,10 @@ from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.leases import LeaseKeeper
+from crawler_node.node.node_snapshot import NodeSnapshot, gather
 from crawler_node.node.operator import OperatorControl
-from crawler_node.node.pages import SEED_PRIORITY
 from crawler_node.node.parse_stage import ParseStage
-from crawler_node.node.snapshot import NodeSnapshot, gather
+from crawler_node.node.stage_items import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
 from crawler_node.runtime.datadir import DiskFull

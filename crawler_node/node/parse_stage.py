@@ -20,8 +20,8 @@ from crawler_node.core.scope import Scope
 from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
-from crawler_node.node.pages import PageResult
 from crawler_node.node.queues import StageQueue
+from crawler_node.node.stage_items import PageResult
 from crawler_node.parse.parser_worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup

@@ -24,8 +24,8 @@ from crawler_node.core.verdict import RetryAction
 from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pages import URLS_TURNED_AWAY, PageResult
 from crawler_node.node.queues import StageQueue
+from crawler_node.node.stage_items import URLS_TURNED_AWAY, PageResult, Routes
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.store.worker import StoreWorker
@@ -45,12 +45,6 @@ _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_
 
 
 
-
-class Routes(Protocol):
-    @property
-    def is_single(self) -> bool: ...
-    def route(self, host: str) -> str | None: ...
-    def successor_for(self, host: str) -> str | None: ...
 
 
 class OutboxGate(Protocol):

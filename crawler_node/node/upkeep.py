@@ -28,7 +28,7 @@ from crawler_node.core.shed_policy import ShedPolicy, ShedPolicySnapshot
 from crawler_node.core.stats import counter
 from crawler_node.frontier import FrontierService
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pages import SEED_PRIORITY
+from crawler_node.node.stage_items import SEED_PRIORITY
 from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from crawler_node.core.outcomes import Rejection
 from crawler_node.core.response import FetchResult
@@ -43,3 +44,13 @@ class InboundFull(Exception):
     def __init__(self, retry_after_s: float) -> None:
         super().__init__("inbound queue is full")
         self.retry_after_s = retry_after_s
+
+
+class Routes(Protocol):
+    """Where a host's URLs go, asked by the stages that route them (cluster.routing.Router)."""
+
+    @property
+    def is_single(self) -> bool: ...
+    def route(self, host: str) -> str | None: ...
+    def serves(self, host: str) -> bool: ...
+    def successor_for(self, host: str) -> str | None: ...

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crawler_node import __version__
+from crawler_node.cluster.cluster_snapshot import ClusterCounters, ClusterEvent, MemberSnapshot
 from crawler_node.cluster.heartbeats import HeartbeatsSnapshot
 from crawler_node.cluster.peerdns import PeerDnsSnapshot
-from crawler_node.cluster.snapshot import ClusterCounters, ClusterEvent, MemberSnapshot
 from crawler_node.core.histogram import HistogramSnapshot
 from crawler_node.core.shed_policy import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER, ShedPolicySnapshot
 from crawler_node.core.stats import counter, gauge, histogram, info, stat
 from crawler_node.fetch.dns import DnsSnapshot
-from crawler_node.frontier.snapshot import FrontierSnapshot, FrontierTotals
+from crawler_node.frontier.frontier_snapshot import FrontierSnapshot, FrontierTotals
 from crawler_node.node.admission import AdmissionGate, ApiSnapshot, PauseSnapshot
 from crawler_node.node.budget import HeldSnapshot
 from crawler_node.node.dispatch import DispatchSnapshot
@@ -83,7 +83,7 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
-class Shedding:
+class SheddingStatus:
     """Load shedding (rule 7): the policy's state, and what the frontier deferred."""
 
     policy: ShedPolicySnapshot = field(metadata=_FLAT)
@@ -137,7 +137,7 @@ class NodeSnapshot:
     queues: Queues
     admission: Admission
     api: ApiSnapshot
-    shedding: Shedding
+    shedding: SheddingStatus
     retries: RetrySnapshot
     ip: IpSnapshot
     hosts: tuple[HostSnapshot, ...] = field(metadata=stat(scrape=False))  # the busiest now: /metrics pins its own
@@ -193,8 +193,9 @@ def gather(node: Node, frontier: FrontierSnapshot) -> NodeSnapshot:
                       store=node.store.queue.snapshot()),
         admission=Admission(gate=admission.gate, held=node.held.snapshot()),
         api=admission.api,
-        shedding=Shedding(policy=upkeep.shedding, deferred_now=totals.deferred, deferred_total=sum(deferred.values()),
-                          deferred_by_reason=deferred, restored_total=restored, cut_priority=shed.cut),
+        shedding=SheddingStatus(policy=upkeep.shedding, deferred_now=totals.deferred,
+                                deferred_total=sum(deferred.values()), deferred_by_reason=deferred,
+                                restored_total=restored, cut_priority=shed.cut),
         retries=fetch.retries, ip=admission.ip, hosts=hosts.busiest, host_table=hosts, members=cluster.members,
         cluster=ClusterSection(counters=ClusterCountersSection(cluster=cluster.counters, intake=intake.peers),
                                events=cluster.events, heartbeats=cluster.heartbeats,

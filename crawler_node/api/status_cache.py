@@ -42,7 +42,7 @@ def _as_json(value: object) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot(Generic[S]):
-    value: S  # what the build made (node.snapshot.NodeSnapshot, or a status already in JSON)
+    value: S  # what the build made (node.node_snapshot.NodeSnapshot, or a status already in JSON)
     status: dict[str, Any]  # its JSON
     started_at: float  # monotonic: when its build began (its data is at least this old)
     watched: Hashable  # the operator-visible state when its build began
