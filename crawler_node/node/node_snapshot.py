@@ -10,12 +10,9 @@ field there. api.status adds the cluster view on top (each member's own status, 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from crawler_node import __version__
 from crawler_node.cluster.cluster_snapshot import ClusterCounters, ClusterEvent, MemberSnapshot
 from crawler_node.cluster.heartbeats import HeartbeatsSnapshot
 from crawler_node.cluster.peerdns import PeerDnsSnapshot
@@ -23,7 +20,7 @@ from crawler_node.core.histogram import HistogramSnapshot
 from crawler_node.core.shed_policy import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER, ShedPolicySnapshot
 from crawler_node.core.stats import counter, gauge, histogram, info, stat
 from crawler_node.fetch.dns import DnsSnapshot
-from crawler_node.frontier.frontier_snapshot import FrontierSnapshot, FrontierTotals
+from crawler_node.frontier.frontier_snapshot import FrontierTotals
 from crawler_node.node.admission import AdmissionGate, ApiSnapshot, PauseSnapshot
 from crawler_node.node.budget import HeldSnapshot
 from crawler_node.node.dispatch import DispatchSnapshot
@@ -37,9 +34,6 @@ from crawler_node.node.queues import FrontierQueueSnapshot, QueueSnapshot
 from crawler_node.node.store_stage import StoreSnapshot
 from crawler_node.node.upkeep import UpkeepCounters
 from crawler_node.runtime.supervisor import SupervisorSnapshot
-
-if TYPE_CHECKING:
-    from crawler_node.node.node import Node
 
 TOP_HOSTS = 20  # the busiest hosts the status shows
 DEFERRAL_REASONS = (QUEUE_OVER_HIGH_WATER, ARRIVED_WHILE_SHEDDING)  # each a series from the start
@@ -165,41 +159,3 @@ class NodeSnapshot:
 def is_idle(queued: int, leased: int, deferred: int, pipeline_idle: bool) -> bool:
     """Nothing queued, leased or deferred in the frontier and nothing in flight in any stage."""
     return queued == 0 and leased == 0 and deferred == 0 and pipeline_idle
-
-
-def gather(node: Node, frontier: FrontierSnapshot) -> NodeSnapshot:
-    """The node's snapshot from its components' (``frontier``: the frontier's, read on its thread)."""
-    now = time.time()
-    uptime = time.monotonic() - node.started_at
-    totals, shed = frontier.totals, frontier.shedding
-    store, fetch, intake = node.store.snapshot(), node.fetch.snapshot(), node.intake.snapshot()
-    upkeep, cluster, hosts = node.upkeep.snapshot(), node.cluster.snapshot(), node.hosts.snapshot(TOP_HOSTS)
-    admission = node.admission.snapshot(now)
-    deferred = dict(shed.counts)
-    restored = deferred.pop("restored", 0)
-    return NodeSnapshot(
-        node_id=node.node_id, url=node.config.advertise_url,
-        idle=is_idle(totals.queued, totals.leased, totals.deferred, node.pipeline_idle()), stopping=node.stopping,
-        paused=admission.gate.pause.paused, pause=admission.gate.pause, uptime_s=round(uptime, 3),
-        last_stored_at=node.store.last_stored_at,
-        counters=Counters(store=store, fetch=fetch.counters, intake=intake.counters, leases=node.leases.snapshot(),
-                          parse=node.parse.snapshot(), upkeep=upkeep.counters),
-        rates=Rates(fetched_per_s=round(store.fetched / uptime, 2) if uptime > 0 else 0.0),
-        frontier=totals,
-        queues=Queues(inbound=intake.queue,
-                      frontier=FrontierQueueSnapshot(depth=totals.queued,
-                                                     oldest_age_s=round(totals.oldest_queued_age_s or 0.0, 3)),
-                      fetch=node.dispatcher.snapshot(), parse=node.parse.queue.snapshot(),
-                      store=node.store.queue.snapshot()),
-        admission=Admission(gate=admission.gate, held=node.held.snapshot()),
-        api=admission.api,
-        shedding=SheddingStatus(policy=upkeep.shedding, deferred_now=totals.deferred,
-                                deferred_total=sum(deferred.values()), deferred_by_reason=deferred,
-                                restored_total=restored, cut_priority=shed.cut),
-        retries=fetch.retries, ip=admission.ip, hosts=hosts.busiest, host_table=hosts, members=cluster.members,
-        cluster=ClusterSection(counters=ClusterCountersSection(cluster=cluster.counters, intake=intake.peers),
-                               events=cluster.events, heartbeats=cluster.heartbeats,
-                               outbox_total=cluster.outbox_total, peer_dns=cluster.peer_dns),
-        dns=node.resolver.snapshot() if node.resolver is not None else None,
-        supervisor=node.supervisor.snapshot(), leases_expired=upkeep.leases_expired, fetches=fetch.fetches,
-        frontier_calls=node.frontier.call_snapshot(), start_time_s=round(now - uptime, 3), version=__version__)
