@@ -7,7 +7,7 @@ this runs the node itself. Each side's data directory gets a frontier made befor
 process, with the node's Frontier: the roots of --testweb-hosts testweb hosts (`site-N.test`),
 then --queued URLs from bench/scale.py's generator (`www.site-N.example`, Zipf over a million
 names; --reference for the small side). A node brings its active hosts in by host name
-(frontier/hosts.py), so with more testweb hosts than --active-hosts the crawl stays on testweb
+(frontier/host_records.py), so with more testweb hosts than --active-hosts the crawl stays on testweb
 for the whole window and the generator's hosts only weigh on the frontier's tables, as the rest
 of a big crawl does: each of their rows is in the indexes every new link and every lease meets.
 
@@ -40,7 +40,7 @@ import scale  # noqa: E402  (the generator)
 from throughput import process_tree_cpu  # noqa: E402
 
 from crawler_node.frontier.frontier import Frontier, FrontierBatch, UrlEntry  # noqa: E402
-from crawler_node.node.pipeline import SEED_PRIORITY  # noqa: E402
+from crawler_node.node.stage_items import SEED_PRIORITY  # noqa: E402
 from crawler_node.runtime.malloctune import keep_heap_for_reuse  # noqa: E402
 from crawler_node.testweb.process import TestwebProcess  # noqa: E402
 from crawler_node.tools.node_process import NodeProcess  # noqa: E402

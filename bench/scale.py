@@ -282,7 +282,7 @@ def reopen(frontier, path: Path, active_hosts: int, checkpoints_from: int | None
     close, opened anew (its leases queued again, its counts and active hosts rebuilt from the
     file); how long the open and the first lease round then take."""
     frontier.lease_many([(record.host, LEASE_PER_HOST) for record in frontier.hosts_with_work()[:REFILL_HOSTS]])
-    frontier._core.conn.close()  # the bench reaches into the core: a kill closes nothing
+    frontier._db.conn.close()  # the bench reaches into the database: a kill closes nothing
     if getattr(frontier, "_checkpoints", None) is not None:  # ... and ends the checkpoint thread with it
         frontier._checkpoints.close()
     started = time.perf_counter()
@@ -309,8 +309,8 @@ def run_child(directory: Path, pragmas: list[str], hosts: int, active_hosts: int
         pragmas = []  # they were the prototype's settings
     else:
         frontier = open_frontier(path, active_hosts, checkpoints_from)
-    for pragma in pragmas:  # the bench reaches into the core only to try a setting before it is made
-        frontier._core.conn.execute(f"PRAGMA {pragma}")
+    for pragma in pragmas:  # the bench reaches into the database only to try a setting before it is made
+        frontier._db.conn.execute(f"PRAGMA {pragma}")
     web = Web(hosts)
     batches = fill_batches(web)
     for line in sys.stdin:

@@ -48,7 +48,7 @@ def _add_settings_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
 
 
-def _default_of(field: dataclasses.Field) -> object:
+def _default_of(field: dataclasses.Field[typing.Any]) -> object:
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.name == "node_id":
@@ -57,7 +57,7 @@ def _default_of(field: dataclasses.Field) -> object:
     return factory() if factory is not dataclasses.MISSING else None
 
 
-def _flags(args: argparse.Namespace) -> dict:
+def _flags(args: argparse.Namespace) -> dict[str, typing.Any]:
     names = {field.name for field in settings_fields()}
     return {key: value for key, value in vars(args).items() if key in names}
 
@@ -194,8 +194,8 @@ def _secret(args: argparse.Namespace) -> str | None:
     return args.secret or os.environ.get("CRAWLER_SECRET") or None
 
 
-def _control_call(args: argparse.Namespace, call: typing.Callable[[], dict],
-                  render: typing.Callable[[dict], str], *, complete: bool = False) -> int:
+def _control_call(args: argparse.Namespace, call: typing.Callable[[], dict[str, typing.Any]],
+                  render: typing.Callable[[dict[str, typing.Any]], str], *, complete: bool = False) -> int:
     """Run one control call: print its answer (JSON or a table); 1 when the node cannot be
     reached, refuses, or (``complete``) a member did not apply the command."""
     from crawler_node.tools import client
@@ -241,7 +241,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
 def cmd_drop_host(args: argparse.Namespace) -> int:
     from crawler_node.tools import client
 
-    def render(answer: dict) -> str:
+    def render(answer: dict[str, typing.Any]) -> str:
         dropped = answer["dropped"]
         return (f"dropped {answer['host']} on {answer['member']}: {dropped.get('queued', 0)} queued, "
                 f"{dropped.get('deferred', 0)} deferred, {dropped.get('leased', 0)} buffered URLs deleted")

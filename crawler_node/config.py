@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from crawler_node.core.recrawl import RecrawlPolicy
+from crawler_node.core.recrawl_policy import RecrawlPolicy
 from crawler_node.core.scope import Scope
 
 SITEMAP_MODES = ("off", "robots", "probe")

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import time
+from typing import Any
 
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
@@ -44,7 +45,7 @@ class ProgressLog:
         self._last_line = 0.0
         self._said: str | None = None  # the idle state last said, so each is said once
         self._idle_view: View | None = None  # the activities when a read last found the cluster idle
-        self._idle_status: dict | None = None  # ... and what it read
+        self._idle_status: dict[str, Any] | None = None  # ... and what it read
 
     def start(self) -> None:
         self._last_line = time.monotonic()
@@ -101,7 +102,7 @@ class ProgressLog:
             else:
                 log.warning("%s", state)
 
-    def _line(self, status: dict, now: float) -> None:
+    def _line(self, status: dict[str, Any], now: float) -> None:
         window_s = now - self._last_line
         self._last_line = now
         rate = self._rates.rate("fetched", status["counters"]["fetched"], now)

@@ -32,7 +32,7 @@ from crawler_node.config import (
     TestHooks,
     default,
 )
-from crawler_node.core.recrawl import RecrawlPolicy
+from crawler_node.core.recrawl_policy import RecrawlPolicy
 from crawler_node.core.scope import Scope
 from crawler_node.core.traps import PatternError, TrapRules, compile_pattern
 from crawler_node.datadir_layout import KNOWN_MEMBERS_FILENAME

@@ -47,7 +47,7 @@ def clock() -> FakeClock:
 
 
 # Every test of the `frontier` fixture runs twice: every host with work in memory, and at most
-# 64 of them (the node's way: frontier.hosts), the test's few hosts all active.
+# 64 of them (the node's way: frontier.host_records), the test's few hosts all active.
 @pytest.fixture(params=[0, 64], ids=["all-active", "bounded"])
 def frontier(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Frontier]:
     with Frontier(tmp_path / FRONTIER_FILENAME, lease_timeout_s=60.0, clock=clock,

@@ -128,7 +128,7 @@ def test_a_batch_addressed_to_another_member_gets_421_and_nothing_is_queued(node
 
 
 def test_a_gzip_body_is_taken_as_its_content(node):
-    """Members send their batches gzip'd (cluster.outbox); any client may."""
+    """Members send their batches gzip'd (cluster.forwarding); any client may."""
     packed = msgpack.packb({"urls": [{"url": f"http://gz.test/{i}", "depth": 1, "via": "http://gz.test/"}
                                      for i in range(50)]})
     body = gzip.compress(packed)

@@ -154,7 +154,7 @@ _ANY = st.recursive(_SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=6)
 _URL = st.one_of(st.builds("http://site-{}.test/p/{}".format, st.integers(0, 5), st.integers(0, 50)),
                  st.text(max_size=60), st.binary(max_size=20))
 _FIELD = st.one_of(_HUGE, _SCALAR)
-# The outbox's own item (cluster.outbox.Outbox._send_batch), each field sometimes of a wrong type.
+# The outbox's own item (cluster.forwarding.Outbox._send_batch), each field sometimes of a wrong type.
 _PEER_ITEM = st.fixed_dictionaries(
     {"url": _URL},
     optional={"depth": _FIELD, "priority": _FIELD, "hops": _FIELD, "redirects": _FIELD,

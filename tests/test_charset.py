@@ -10,7 +10,7 @@ from crawler_node.core.response import FetchResult
 from crawler_node.core.scope import Scope
 from crawler_node.parse.charset import ENCODING_OF_LABEL, decode_document, encoding_for_label, prescan
 from crawler_node.parse.links import extract_links
-from crawler_node.parse.worker import PageReport, ParseContext, parse_pages
+from crawler_node.parse.parser_worker import PageReport, ParseContext, parse_pages
 
 PAGE = "http://latin1.test/"
 CAFE_LINK = "http://latin1.test/caf%C3%A9.html"  # é percent-encoded as UTF-8, whatever the page's encoding

@@ -18,7 +18,7 @@ from conftest import roots
 from frontier_helpers import entry
 
 from crawler_node.frontier import FrontierBatch
-from crawler_node.frontier.control import FrontierControl
+from crawler_node.frontier.operator_queries import FrontierControl
 
 TOKEN = SECURED[1]
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

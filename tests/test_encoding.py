@@ -7,7 +7,7 @@ import zlib
 
 from crawler_node.core.encoding import ACCEPT_ENCODING, codings, decode_body
 from crawler_node.core.scope import Scope
-from crawler_node.parse.worker import ParseContext, parse_pages
+from crawler_node.parse.parser_worker import ParseContext, parse_pages
 
 TEXT = b"<html><body>" + b"".join(b"<a href='/p%d'>p</a>" % n for n in range(50)) + b"</body></html>"
 

@@ -61,7 +61,7 @@ def test_the_wal_starts_over_while_commits_keep_coming(tmp_path: Path) -> None:
     grows (to 2.3 MB once on a loaded machine): the file only has to stay well below what was
     written, which a WAL that never started over would exceed."""
     with Frontier(tmp_path / FRONTIER_FILENAME, background_checkpoints_from=0) as frontier:
-        frontier._core.conn.execute("PRAGMA wal_autocheckpoint = 64")  # 128 KiB instead of 128 MB
+        frontier._db.conn.execute("PRAGMA wal_autocheckpoint = 64")  # 128 KiB instead of 128 MB
         wal = frontier.path.with_name(frontier.path.name + "-wal")
         for batch in range(400):
             frontier.add([entry(f"h{n % 13}.test", batch * 250 + n) for n in range(250)])
@@ -73,7 +73,7 @@ def test_the_wal_starts_over_while_commits_keep_coming(tmp_path: Path) -> None:
 def test_the_thread_starts_once_the_file_passes_its_size_and_raises_the_writers_threshold(tmp_path: Path) -> None:
     threshold = 1024 * 1024
     with Frontier(tmp_path / FRONTIER_FILENAME, background_checkpoints_from=threshold) as frontier:
-        conn = frontier._core.conn
+        conn = frontier._db.conn
         conn.execute("PRAGMA wal_autocheckpoint = 64")  # the file grows as the writer checkpoints
         frontier.add([entry("small.test", n) for n in range(10)])
         assert frontier.path.stat().st_size < threshold

@@ -196,7 +196,7 @@ def test_a_restore_step_over_many_parked_hosts_gives_back_its_share_of_each(tmp_
 
 
 def test_a_parked_host_is_shown_and_dropped_from_disk(tmp_path: Path, clock: FakeClock) -> None:
-    from crawler_node.frontier.control import FrontierControl
+    from crawler_node.frontier.operator_queries import FrontierControl
 
     with open_bounded(tmp_path, clock, resident=1) as frontier:
         frontier.add([entry(host, n) for host in HOSTS[:3] for n in range(4)])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler_node.core.shedding import QUEUE_OVER_HIGH_WATER
+from crawler_node.core.shed_policy import QUEUE_OVER_HIGH_WATER
 from crawler_node.frontier import FrontierBatch, FrontierService, HostPoliteness, InboundBatch, UrlEntry
 
 

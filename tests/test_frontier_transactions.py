@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from frontier_helpers import FakeClock, entry
 
-from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING
+from crawler_node.core.shed_policy import ARRIVED_WHILE_SHEDDING
 from crawler_node.frontier import Frontier, FrontierBatch, HostPoliteness, InboundBatch, UrlEntry
 
 

@@ -11,7 +11,7 @@ from collections import defaultdict, deque
 import pytest
 
 from crawler_node.cluster.ipshare import (
-    Activity,
+    AddressActivity,
     BadAnnouncement,
     IpShares,
     parse_announcement,
@@ -166,10 +166,10 @@ def test_peers_that_do_not_share_are_not_waited_for() -> None:
 def test_addresses_in_use_stay_announced_and_idle_ones_leave_after_the_linger() -> None:
     a = shares("a", max_addresses=1, linger_s=5.0)
     assert claim(a, X, 0.0) and not claim(a, Y, 0.0, {X: 1})  # full, and X in use: Y waits for room
-    assert a.update([Activity(X, 1, True), Activity(Y, 1, True)], now=1.0) == []
+    assert a.update([AddressActivity(X, 1, True), AddressActivity(Y, 1, True)], now=1.0) == []
     assert sorted(a.addresses()) == [X, Y]  # in flight: announced over the cap, the others must count it
-    assert a.update([Activity(X, 0, False), Activity(Y, 0, False)], now=5.5) == []
-    assert sorted(a.update([Activity(X, 0, False), Activity(Y, 0, False)], now=6.5)) == [X, Y]
+    assert a.update([AddressActivity(X, 0, False), AddressActivity(Y, 0, False)], now=5.5) == []
+    assert sorted(a.update([AddressActivity(X, 0, False), AddressActivity(Y, 0, False)], now=6.5)) == [X, Y]
     assert a.update([], now=7.0) == [] and a.addresses() == []
 
 
@@ -291,7 +291,7 @@ class Simulation:
 
     def _refresh(self, node_id: str) -> None:
         in_flight = self.in_flight[node_id]
-        self.nodes[node_id].update([Activity(address, in_flight[address],
+        self.nodes[node_id].update([AddressActivity(address, in_flight[address],
                                              bool(in_flight[address]) or address in self.wants[node_id])
                                     for address in self.addresses], self.now)
 

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 from wire_helpers import peer_at, peer_server
 
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.membership import Membership
-from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FrontierService, UrlEntry

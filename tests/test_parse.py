@@ -1,7 +1,7 @@
 """The parse worker's unit of work: in-scope links, each handed to the node once per ring."""
 
 from crawler_node.core.scope import Scope
-from crawler_node.parse.worker import ParseContext, ReturnedLinks, parse_pages
+from crawler_node.parse.parser_worker import ParseContext, ReturnedLinks, parse_pages
 
 
 def page(*hrefs: str) -> bytes:

@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import read_crawl_log, roots
 
-from crawler_node.core.recrawl import RecrawlPolicy, parse_duration
+from crawler_node.core.recrawl_policy import RecrawlPolicy, parse_duration
 
 HOSTS, PAGES = 3, 30
 

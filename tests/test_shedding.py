@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_node.core.shedding import (
+from crawler_node.core.shed_policy import (
     ARRIVED_WHILE_SHEDDING,
     DEFER_STEP_MAX,
     QUEUE_OVER_HIGH_WATER,
@@ -95,7 +95,7 @@ def test_a_deferral_step_reads_only_the_rows_it_defers(tmp_path) -> None:
     # thread for minutes; the lowest priorities, newest first, come from an index in order.
     with Frontier(tmp_path) as frontier:
         frontier.add(entries("a.test", [-1, -2, -3]))
-        plan = " / ".join(row[3] for row in frontier._core.conn.execute(f"EXPLAIN QUERY PLAN {_DEFER_SQL}", (SEED, 2)))
+        plan = " / ".join(row[3] for row in frontier._db.conn.execute(f"EXPLAIN QUERY PLAN {_DEFER_SQL}", (SEED, 2)))
     assert "USING INDEX urls_shed" in plan and "TEMP B-TREE" not in plan, plan
 
 

@@ -18,9 +18,9 @@ from crawler_node.core.scope import Scope
 from crawler_node.core.verdict import ResponseRules, judge_page
 from crawler_node.frontier import Lease
 from crawler_node.node.parse_stage import ParseStage
-from crawler_node.node.pipeline import PageResult
+from crawler_node.node.stage_items import PageResult
+from crawler_node.parse.parser_worker import PageReport, ParseContext, parse_pages
 from crawler_node.parse.sitemap import SITEMAP_NAMESPACE, Sitemap, read_sitemap
-from crawler_node.parse.worker import PageReport, ParseContext, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 

@@ -31,7 +31,7 @@ from crawler_node.node.hosts import HostState, HostTable
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.leases import LeaseKeeper
 from crawler_node.node.parse_stage import ParseStage
-from crawler_node.node.pipeline import InboundFull, PageResult
+from crawler_node.node.stage_items import InboundFull, PageResult
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup

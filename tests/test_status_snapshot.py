@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from crawler_node.api.snapshot import Snapshots
+from crawler_node.api.status_cache import Snapshots
 
 
 class Builds:

@@ -19,7 +19,7 @@ from crawler_node.core.scope import Scope, source_of
 from crawler_node.core.traps import PatternError, TrapRules, compile_pattern
 from crawler_node.frontier import FRONTIER_FILENAME, Frontier, FrontierBatch, UrlEntry
 from crawler_node.frontier.schema import SCHEMA_VERSION
-from crawler_node.parse.worker import PageReport, ParseContext, parse_pages
+from crawler_node.parse.parser_worker import PageReport, ParseContext, parse_pages
 from crawler_node.settings import SettingsError
 from crawler_node.settings_sources import load_settings
 

@@ -12,8 +12,8 @@ import msgpack
 import pytest
 from aiohttp import web
 
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.membership import Membership
-from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peer_client import PeerClient
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FRONTIER_FILENAME, FrontierService, UrlEntry

@@ -27,12 +27,12 @@ from crawler_node.api.http import (
 from crawler_node.api.members import MEMBERS_ONLY, add_member_routes
 from crawler_node.api.metrics import NodeMetrics
 from crawler_node.api.openapi import OPENAPI_PATH, get_openapi
-from crawler_node.api.snapshot import Snapshots
 from crawler_node.api.status import node_status, status_snapshots
+from crawler_node.api.status_cache import Snapshots
 from crawler_node.cluster.wire import ADDRESSED_TO, FORWARDED_BY, MalformedBody, decode_urls
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.node.node import Node
-from crawler_node.node.pipeline import InboundFull
+from crawler_node.node.stage_items import InboundFull
 from crawler_node.runtime.datadir import DiskFull
 
 log = logging.getLogger("crawler_node.api")
@@ -215,7 +215,7 @@ def make_app(node: Node) -> web.Application:
                           middlewares=[misdirected_is_421, disk_full_is_503, require_token])
     app[NODE_KEY] = node
     app[NODE_STATUS_KEY], app[CLUSTER_STATUS_KEY] = status_snapshots(node)
-    app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].read)
+    app[METRICS_KEY] = NodeMetrics(node, status=app[NODE_STATUS_KEY].value)
     app.on_cleanup.append(_close_snapshots)
     app[READ_TIMEOUT_KEY] = node.config.api_read_timeout_s
     app.router.add_post("/v1/urls", post_urls)

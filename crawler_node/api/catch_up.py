@@ -53,7 +53,7 @@ def _state(node: Node) -> dict[str, Any]:
     return {"change": mine.to_json() if mine else None, "dropped": sorted(node.hosts.dropped)}
 
 
-async def answer_sync(node: Node, body: dict) -> tuple[int, dict[str, Any]]:
+async def answer_sync(node: Node, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """(HTTP status, answer) for a member's sync body (read and bounded by api.control)."""
     try:
         theirs, dropped = _state_of(body)

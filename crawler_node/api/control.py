@@ -136,7 +136,7 @@ class SlowBody(Exception):
     """The body did not arrive within the API's read timeout."""
 
 
-async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) -> dict:
+async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) -> dict[str, Any]:
     if request.content_length and request.content_length > limit:
         raise BadQuery(f"body over {limit} bytes")
     # Read to the end (one read() gives what has arrived so far: a body in two TCP segments was
@@ -166,7 +166,8 @@ async def _command_body(request: web.Request, limit: int = MAX_COMMAND_BYTES) ->
     return body
 
 
-def _summarise(action: str, own: dict, peers: dict[str, Any], down: list[str], node_id: str) -> dict:
+def _summarise(action: str, own: dict[str, Any], peers: dict[str, Any], down: list[str],
+               node_id: str) -> dict[str, Any]:
     members: dict[str, Any] = {node_id: {"ok": True, **own}}
     for peer, reply in peers.items():
         ok = reply["status"] == 200
@@ -180,7 +181,8 @@ def _summarise(action: str, own: dict, peers: dict[str, Any], down: list[str], n
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _command(action: str, apply: Callable[[Node, dict], Awaitable[dict]], *, others_first: bool = False) -> Handler:
+def _command(action: str, apply: Callable[[Node, dict[str, Any]], Awaitable[dict[str, Any]]], *,
+             others_first: bool = False) -> Handler:
     """A cluster-wide command: ``apply(node, body)`` here and on every member not down."""
 
     async def handler(request: web.Request) -> web.Response:
@@ -211,16 +213,16 @@ def _command(action: str, apply: Callable[[Node, dict], Awaitable[dict]], *, oth
     return handler
 
 
-async def _pause(node: Node, body: dict) -> dict:
+async def _pause(node: Node, body: dict[str, Any]) -> dict[str, Any]:
     changed = await node.operator.pause(reason=body.get("reason") or "operator", by=body["by"])
     return {"paused": True, "changed": changed}
 
 
-async def _resume(node: Node, body: dict) -> dict:
+async def _resume(node: Node, body: dict[str, Any]) -> dict[str, Any]:
     return {"paused": False, "changed": await node.operator.resume_crawl(by=body["by"])}
 
 
-async def _stop(node: Node, body: dict) -> dict:
+async def _stop(node: Node, body: dict[str, Any]) -> dict[str, Any]:
     log.warning("stop requested by %s: stopping as on SIGTERM", body["by"])
     node.request_stop()  # what SIGTERM does: daemon.serve then stops the node in order and exits 0
     return {"stopping": True}
@@ -241,7 +243,7 @@ async def _sync(request: web.Request) -> web.Response:
 # ----------------------------------------------------------------- hosts
 
 
-async def local_hosts(node: Node) -> list[dict]:
+async def local_hosts(node: Node) -> list[dict[str, Any]]:
     """Every host with unfinished rows in this node's frontier, with the host table's view of it."""
     now = time.time()
     rows = []
@@ -264,14 +266,14 @@ async def local_hosts(node: Node) -> list[dict]:
     return rows
 
 
-def _sort_key(sort: str) -> Callable[[dict], Any]:
+def _sort_key(sort: str) -> Callable[[dict[str, Any]], Any]:
     field = {"queued": "queued", "inflight": "in_flight", "next_eligible": "next_eligible"}.get(sort)
     if field is None:
         return lambda row: (row["host"], row["member"])
     return lambda row: (row[field], row["host"], row["member"])
 
 
-def page_of(rows: list[dict], *, sort: str, order: str, offset: int, limit: int) -> list[dict]:
+def page_of(rows: list[dict[str, Any]], *, sort: str, order: str, offset: int, limit: int) -> list[dict[str, Any]]:
     """Rows ``offset`` to ``offset + limit`` in the order asked (ties by host, then member)."""
     pick = heapq.nlargest if order == "desc" else heapq.nsmallest
     return pick(offset + limit, rows, key=_sort_key(sort))[offset:]

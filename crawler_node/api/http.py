@@ -21,7 +21,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 _MSGPACK_LIMITS = {"max_str_len": 4 * MAX_URL_LENGTH + 64, "max_bin_len": 0, "max_ext_len": 0,
                    "max_array_len": MAX_URLS_PER_REQUEST, "max_map_len": 16}
 # The content codings a body may come in, which aiohttp decodes before a handler reads it (a
-# member's batches come gzip'd: cluster.outbox). Any other would reach the decoders as it is
+# member's batches come gzip'd: cluster.forwarding). Any other would reach the decoders as it is
 # (aiohttp passes a coding it does not know through, and fails inside the read on "br").
 BODY_CODINGS = ("gzip", "deflate")
 _IDENTITY = frozenset({"", "identity", *BODY_CODINGS})

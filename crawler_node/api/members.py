@@ -3,6 +3,8 @@ Only members call them (api.app: MEMBERS_ONLY), with the cluster token."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from crawler_node.api.http import NODE_KEY, BadRequest, decode_body, error, read_body
@@ -44,7 +46,7 @@ async def _member_body(request: web.Request) -> tuple[str, str]:
     return node_id, url
 
 
-async def _member_body_and_fields(request: web.Request) -> tuple[str, str, dict]:
+async def _member_body_and_fields(request: web.Request) -> tuple[str, str, dict[str, Any]]:
     body = decode_body(await read_body(request, MAX_MEMBER_BODY_BYTES), "application/json")
     node_id, url = (body.get("id"), body.get("url", "")) if isinstance(body, dict) else (None, None)
     problem = member_problem(node_id, url)

@@ -1,32 +1,28 @@
-"""A node's status, assembled from its components' snapshots.
+"""A node's status: its snapshot (node.snapshot, gathered by ``Node.snapshot``) as JSON, and the
+cluster as this node sees it.
 
-``GET /v1/status`` answers with it and ``/metrics`` renders the same dictionary (api.metrics),
-so one quantity has one definition: a retry ratio, a queue depth or an idle flag is computed
-once, by the component that owns it. The API serves both from snapshots (api.snapshot):
-``status_snapshots`` makes them, and ``watched_state`` says which changes make one out of date
-at once, whatever its age.
+``GET /v1/status?scope=local`` is ``to_json`` of the node's snapshot, and ``/metrics`` walks
+the same object (api.metrics): one quantity has one definition, in the component that owns it,
+and one declaration, beside its field (core.stats). The cluster view adds each member's own
+status (read from it, as JSON), ``idle`` for the whole cluster and ``crawl_state`` in words.
+The API serves both from snapshots (api.snapshot): ``status_snapshots`` makes them, and
+``watched_state`` says which changes make one out of date at once, whatever its age.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crawler_node.api.snapshot import Snapshots
+from crawler_node.api.status_cache import Snapshots
 from crawler_node.cluster.activity import Activity, PeerActivity
+from crawler_node.core.stats import to_json
+from crawler_node.node.node_snapshot import NodeSnapshot, is_idle
 
 if TYPE_CHECKING:
     from crawler_node.node.node import Node
 
-TOP_HOSTS = 20
 _STATES = ("queued", "leased", "done", "failed", "deferred")  # a frontier row's, all of them
-
-
-def _idle(node: Node, totals: dict[str, Any]) -> bool:
-    """Nothing queued, leased or deferred in the frontier and nothing in flight in any stage."""
-    return (totals["queued"] == 0 and totals["leased"] == 0 and totals.get("deferred", 0) == 0
-            and node.pipeline_idle())
 
 
 def node_activity(node: Node) -> Activity:
@@ -34,148 +30,20 @@ def node_activity(node: Node) -> Activity:
     the frontier's thread: its totals as last read, at most a second ago while the node runs
     (the shedding round reads them every second). Not idle before the first read."""
     totals = node.frontier.last_totals or {}
-    return Activity(idle=bool(totals) and _idle(node, totals), fetched=node.store.counters["fetched"],
+    idle = bool(totals) and is_idle(int(totals["queued"]), int(totals["leased"]), int(totals.get("deferred", 0)),
+                                    node.pipeline_idle())
+    return Activity(idle=idle, fetched=node.store.counters.fetched,
                     known=sum(int(totals.get(state, 0)) for state in _STATES),
                     paused=node.admission.operator_pause is not None,
                     finished=int(totals.get("done", 0)) + int(totals.get("failed", 0)))
 
 
 async def node_status(node: Node) -> dict[str, Any]:
-    frontier = await node.frontier.snapshot()
-    shed_state = frontier.pop("shedding")
-    totals = frontier
-    fetch = node.fetch.snapshot()
-    parse = node.parse.snapshot()
-    store = node.store.snapshot()
-    leases = node.leases.snapshot()
-    intake = node.intake.counters
-    cluster = node.cluster.snapshot()
-    host_table = node.hosts.snapshot(TOP_HOSTS)
-    busiest = host_table.pop("busiest")
-    upkeep = node.upkeep.snapshot()
-    uptime = time.monotonic() - node.started_at
-    fetched = store["fetched"]
-    idle = _idle(node, totals)
-    cluster["counters"]["received_forwarded_on"] = intake["received_forwarded_on"]
-    cluster["counters"]["hop_limit_kept"] = intake["hop_limit_kept"]
-    return {
-        "node_id": node.node_id,
-        "url": node.config.advertise_url,
-        "idle": idle,
-        "stopping": node.stopping,
-        # an operator's pause (crawler-node pause): no new fetch until resumed
-        "paused": node.admission.operator_pause is not None,
-        "pause": node.admission.snapshot(time.time())["pause"],
-        "uptime_s": round(uptime, 3),
-        # Unix time of the last fetch attempt written to the store and committed to the
-        # frontier (null before the first): an idle node's crawl ended then; a busy node
-        # whose value stops moving is stalled.
-        "last_stored_at": store["last_stored_at"],
-        "counters": {
-            "fetched": fetched,
-            "pages_done": store["pages_done"],
-            "failed": store["failed"],
-            "retries": fetch["retries"],
-            "retry_ratio": fetch["retry_ratio"],
-            # redirects back into their own chain with cookies on: that URL fetched once more
-            "cookie_refetches": store["cookie_refetches"],
-            "submitted": intake["submitted"],
-            "rejected": intake["rejected"],
-            "robots_disallowed": leases["robots_disallowed"],
-            "out_of_scope": store["out_of_scope"],  # links whose host is out of scope (a crawl.log line each)
-            # trap guards: URLs turned away, a crawl.log line each with this outcome
-            "repeated_segments": store["repeated_segments"],
-            "path_too_deep": store["path_too_deep"],
-            "too_many_query_params": store["too_many_query_params"],
-            "denied_url": store["denied_url"],
-            "host_page_cap": store["host_page_cap"],  # past --max-pages-per-host
-            "robots_unavailable": leases["robots_unavailable"],  # URLs ended: their robots.txt was given up
-            "host_dropped": leases["host_dropped"],  # URLs ended unfetched: an operator dropped their host
-            "robots_fetched": fetch["robots_fetched"],
-            "robots_given_up": fetch["robots_given_up"],  # authorities given up
-            "links_discovered": parse["links_discovered"],
-            "parse_truncated": parse["parse_truncated"],  # pages read only to max_parse_bytes
-            "sitemaps": parse["sitemaps"],
-            "sitemap_urls": parse["sitemap_urls"],
-            "sitemap_errors": parse["sitemap_errors"],
-            "too_many_redirects": fetch["outcomes"].get("too_many_redirects", 0),
-            "parse_errors": parse["parse_errors"],
-            "parser_restarts": parse["parser_restarts"],
-            "items": parse["items"],  # made by the pipelines
-            "recrawl_queued": upkeep["recrawl_queued"],  # URLs due again, queued again
-            "hosts_unparked": upkeep["hosts_unparked"],  # parked hosts given their turn (--active-hosts)
-            "turns_ended": upkeep["turns_ended"],  # active hosts parked for others (--host-turn-s)
-            "pipeline_errors": parse["pipeline_errors"],
-            "pipeline_timeouts": parse["pipeline_timeouts"],
-            "outcomes": fetch["outcomes"],
-        },
-        "rates": {"fetched_per_s": round(fetched / uptime, 2) if uptime > 0 else 0.0},
-        "frontier": totals,
-        "queues": {
-            "inbound": node.intake.snapshot(),
-            "frontier": {"depth": totals.get("queued", 0),
-                         "oldest_age_s": round(totals.get("oldest_queued_age_s") or 0.0, 3)},
-            "fetch": node.dispatcher.snapshot(),
-            "parse": parse["queue"],
-            "store": store["queue"],
-        },
-        **_flow_control(node, fetch, totals, shed_state, upkeep["shedding"]),
-        "hosts": busiest,
-        "host_table": host_table,
-        "members": _with_heartbeat_ages(node, cluster["members"]),
-        "cluster": {"counters": cluster["counters"], "events": cluster["events"],
-                    "heartbeats": cluster["heartbeats"], "outbox_total": cluster["outbox_total"],
-                    "peer_dns": cluster.get("peer_dns")},
-        "dns": node.resolver.snapshot() if node.resolver is not None else None,
-        "supervisor": node.supervisor.snapshot(),
-        "leases_expired": upkeep["leases_expired"],
-        # page fetches: durations, body sizes (histograms), answers by status class, bytes received
-        "fetches": {key: fetch[key] for key in ("fetch_seconds", "body_bytes", "responses", "fetched_bytes")},
-        # the frontier's calls on the crawl's path (histograms), the wait for its thread included
-        "frontier_calls": node.frontier.call_snapshot(),
-    }
+    """This node's status (``?scope=local``), built now."""
+    return to_json(await node.snapshot())
 
 
-def _flow_control(node: Node, fetch: dict, totals: dict, shed_state: dict, policy: dict) -> dict[str, Any]:
-    """The sections of rules 5-8: admission, the API, shedding, per-IP gates, retries."""
-    admission = node.admission.snapshot(time.time())
-    api, ip = admission.pop("api"), admission.pop("ip")
-    counts = dict(shed_state["counts"])
-    restored = counts.pop("restored", 0)
-    return {
-        "admission": {**admission, **node.held.snapshot()},
-        "api": api,
-        "shedding": {
-            **policy,
-            "deferred_now": totals.get("deferred", 0),
-            "deferred_total": sum(counts.values()),
-            "deferred_by_reason": counts,
-            "restored_total": restored,
-            "cut_priority": shed_state["cut"],
-        },
-        "retries": {
-            "total": fetch["retries"],
-            "host_attempts": fetch["host_attempts"],
-            "ratio": fetch["retry_ratio"],
-            "api_postponed": fetch["api_postponed"],
-            "host_backoffs": fetch["host_backoffs"],
-            "gave_up": fetch["gave_up"],
-        },
-        "ip": ip,
-    }
-
-
-def _with_heartbeat_ages(node: Node, members: list[dict]) -> list[dict]:
-    """Each member with the seconds since it last answered a heartbeat (0 for this node)."""
-    now = time.time()
-    seen = {member.node_id: member.last_ok for member in node.cluster.membership.members()}
-    for member in members:
-        last_ok = seen.get(member["id"])
-        member["heartbeat_age_s"] = 0.0 if member["self"] or last_ok is None else round(max(0.0, now - last_ok), 1)
-    return members
-
-
-def member_summary(status: dict | None) -> dict[str, Any]:
+def member_summary(status: dict[str, Any] | None) -> dict[str, Any]:
     """What the cluster view shows of one member, from that member's own status."""
     if status is None:
         return {"reachable": False, "idle": None}
@@ -257,31 +125,28 @@ def heard_status(local: dict[str, Any], peers: Sequence[PeerActivity]) -> dict[s
     return status
 
 
-def watched_state(node: Node) -> tuple:
+def watched_state(node: Node) -> tuple[Hashable, ...]:
     """What an operator's command (pause, resume, stop) or a member's change of state alters
     and is read back at once: a status built before it differs is rebuilt before it is served."""
     members = tuple((m.node_id, m.url, m.state, m.left) for m in node.cluster.membership.members())
     return node.admission.operator_pause, node.stopping, node.cluster.leaving, members
 
 
-def status_snapshots(node: Node) -> tuple[Snapshots, Snapshots]:
+def status_snapshots(node: Node) -> tuple[Snapshots[NodeSnapshot], Snapshots[dict[str, Any]]]:
     """The snapshots of this node's status and of the cluster's as this node sees it."""
-    def watched() -> tuple:
+    def watched() -> tuple[Hashable, ...]:
         return watched_state(node)
-
-    async def local() -> dict[str, Any]:
-        return await node_status(node)
 
     async def cluster(local: dict[str, Any]) -> dict[str, Any]:
         return await cluster_status(node, local)
 
     # The cluster view is built on a new snapshot of this node: ?scope=local (or /metrics)
     # read after it never goes back in time.
-    local_snapshots = Snapshots("node", local, watched=watched)
+    local_snapshots = Snapshots("node", node.snapshot, watched=watched, render=to_json)
     return local_snapshots, Snapshots("cluster", cluster, watched=watched, base=local_snapshots)
 
 
-def crawl_state(status: dict) -> str:
+def crawl_state(status: dict[str, Any]) -> str:
     """The cluster's state in words: "crawling", "paused (why)", "idle", or "idle, but n2 is
     down and its queue waits" when every member that answers is idle and one that may still
     hold work does not answer (its hosts' URLs wait for it, or for its successor)."""

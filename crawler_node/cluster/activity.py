@@ -36,7 +36,7 @@ class Activity:
     paused: bool  # an operator's pause (crawler-node pause)
     finished: int = 0  # of those known, done or failed (a progress line's share)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, bool | int]:
         return {"idle": self.idle, "fetched": self.fetched, "known": self.known, "finished": self.finished,
                 "paused": self.paused}
 

@@ -2,7 +2,7 @@
 
 - routing (cluster.routing.Router): which member crawls a host right now;
 - heartbeats, join and leave (cluster.heartbeats.Heartbeats): who is alive;
-- outboxes (cluster.outbox.Outboxes): the URLs owed to each peer, one sender per peer;
+- outboxes (cluster.forwarding.Outboxes): the URLs owed to each peer, one sender per peer;
 - sweeps (cluster.sweep.Sweeper): hosts held here but owned elsewhere go to their owner.
 
 Every change of the live set goes through :meth:`Cluster._changed`, which refreshes the
@@ -19,15 +19,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawler_node.cluster.activity import PeerActivity
+from crawler_node.cluster.cluster_snapshot import ClusterCounters, ClusterEvent, ClusterSnapshot, MemberSnapshot
 from crawler_node.cluster.fencing import Fencing
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.heartbeats import Heartbeats, IpShareLink
 from crawler_node.cluster.known_members import KnownMembers
 from crawler_node.cluster.membership import Membership, PeerState
-from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.peer_client import PeerClient, PeerTimeouts, PeerUnreachable
 from crawler_node.cluster.peerdns import PeerDns, own_addresses, parse_peer_dns
 from crawler_node.cluster.readiness import StartupHold
-from crawler_node.cluster.replica import ReplicaKeeper
+from crawler_node.cluster.replica_keeper import ReplicaKeeper
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.sweep import Sweeper
 from crawler_node.config import ClusterConfig
@@ -38,8 +39,6 @@ from crawler_node.runtime.wakeup import Wakeup
 log = logging.getLogger("crawler_node.cluster")
 
 EVENTS_KEPT = 50
-_COUNTER_KEYS = ("forwarded", "sent_seen", "forward_batches", "forward_throttled", "forward_failed",
-                 "forward_misdirected", "handed_off", "rerouted", "received")
 
 
 class Cluster:
@@ -101,7 +100,7 @@ class Cluster:
         self.leaving = False  # --handoff-on-exit in progress: heartbeats say so
         self.leaving_done = False  # drained: refuse new URLs
         self.drained = False  # ... and all of it handed on and acknowledged (heartbeats say so)
-        self.events: list[dict] = []  # membership changes, newest last (bounded)
+        self.events: list[ClusterEvent] = []  # membership changes, newest last (bounded)
         self.received = 0  # URLs peers' outboxes forwarded here to crawl (the other end of "forwarded")
         self._ip = ip_link
         self.peer_dns: PeerDns | None = None
@@ -112,7 +111,7 @@ class Cluster:
                                     membership=self.membership, learn=self._learnt, client=self.client,
                                     supervisor=supervisor, own=own_addresses())
 
-    def ip_announcement(self, for_peer: str | None = None) -> dict | None:
+    def ip_announcement(self, for_peer: str | None = None) -> dict[str, Any] | None:
         """The ``ips`` of this node's heartbeat answers (None: it does not share); ``for_peer``:
         the answer is for that member, which reads only its own acknowledgement in ``seen``."""
         announcement = self._ip.announcement() if self._ip is not None else None
@@ -130,7 +129,7 @@ class Cluster:
         """Every live peer has read this node's incarnation since it started, and acted on it:
         a second heartbeat from a peer begins after it handled the answer to its first (one
         peer's heartbeats follow each other), and handling it is where a peer that holds a
-        replica of this node's queue hears that this start is empty (cluster.replica) and
+        replica of this node's queue hears that this start is empty (cluster.replica_keeper) and
         stops being idle until it has given it back."""
         return all(self._asked[peer] >= 2 for peer in self.membership.live_ids() if peer != self.node_id)
 
@@ -190,7 +189,7 @@ class Cluster:
         if self._ip is not None:  # a peer down releases its shares; one back is waited for
             self._ip.peers_live(self.membership.live_ids() - {self.node_id})
         live = sorted(self.membership.live_ids())
-        self.events.append({"at": self._clock(), "event": why, "live": live})
+        self.events.append(ClusterEvent(at=self._clock(), event=why, live=tuple(live)))
         del self.events[:-EVENTS_KEPT]
         log.info("membership: %s; live members now %s", why, live)
         self.sweeper.request(full=True)
@@ -230,7 +229,7 @@ class Cluster:
         self.received += count
 
     # ----------------------------------------------------------------- membership API
-    def accept_join(self, node_id: str, url: str) -> list[dict]:
+    def accept_join(self, node_id: str, url: str) -> list[dict[str, str]]:
         """Raises ValueError for an id or URL that cannot be a member."""
         return self.heartbeats.accept_join(node_id, url)
 
@@ -253,7 +252,7 @@ class Cluster:
             self.drained = True
             await self.heartbeats.announce_leave(drained=True)
 
-    async def peer_statuses(self) -> dict[str, dict]:
+    async def peer_statuses(self) -> dict[str, dict[str, Any]]:
         """Every reachable peer's own status (``scope=local``), fetched concurrently."""
         async def one(node_id: str, url: str) -> tuple[str, dict[str, Any] | None]:
             try:
@@ -275,24 +274,29 @@ class Cluster:
         return [PeerActivity(m.node_id, m.state.value, m.left and m.drained, activity.get(m.node_id))
                 for m in self.membership.peers()]
 
-    def members_status(self) -> list[dict]:
+    def members_status(self) -> tuple[MemberSnapshot, ...]:
         shares = self.router.ring.arc_shares()
         counts = self.outboxes.counts
-        # "left": said goodbye and handed all its work on; "leaving": said goodbye, not (yet)
-        # that it was drained: killed mid-drain, it still holds work, and the cluster is not idle.
-        return [{"id": m.node_id, "url": m.url, "state": m.state.value, "self": m.is_self,
-                 "left": m.left and (m.drained or (m.is_self and self.drained)),
-                 "leaving": m.left and not (m.drained or (m.is_self and self.drained)),
-                 "arc_share": round(shares.get(m.node_id, 0.0), 4), "outbox": counts.get(m.node_id, 0)}
-                for m in self.membership.members()]
+        failures = self.heartbeats.failures
+        now = self._clock()
+        members = []
+        for m in self.membership.members():
+            drained = m.drained or (m.is_self and self.drained)
+            members.append(MemberSnapshot(
+                id=m.node_id, url=m.url, state=m.state.value, is_self=m.is_self, left=m.left and drained,
+                leaving=m.left and not drained, arc_share=round(shares.get(m.node_id, 0.0), 4),
+                outbox=counts.get(m.node_id, 0),
+                heartbeat_age_s=0.0 if m.is_self else round(max(0.0, now - m.last_ok), 1),
+                up=None if m.left and drained else int(m.state is PeerState.ALIVE),
+                peer_outbox=None if m.is_self else counts.get(m.node_id, 0),
+                heartbeat_failures=None if m.is_self else failures.get(m.node_id, 0)))
+        return tuple(members)
 
-    def snapshot(self) -> dict:
-        counters = {key: 0 for key in _COUNTER_KEYS}
-        counters.update(self.outboxes.counters)
-        counters["handed_off"] = self.sweeper.counters["handed_off"]
-        counters.update({f"replica_{key}": value for key, value in self.replicas.counters.items()})
-        counters["received"] = self.received
-        return {"members": self.members_status(), "counters": counters, "events": self.events[-10:],
-                "outbox_total": self.outboxes.total(), "heartbeats": self.heartbeats.snapshot(),
-                "leaving": self.leaving, "fencing": self.fencing.snapshot(),
-                "peer_dns": self.peer_dns.snapshot() if self.peer_dns is not None else None}
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            members=self.members_status(),
+            counters=ClusterCounters(outbox=self.outboxes.snapshot().counters, handed_off=self.sweeper.handed_off,
+                                     replica=self.replicas.snapshot(), received=self.received),
+            events=tuple(self.events[-10:]), outbox_total=self.outboxes.total(), heartbeats=self.heartbeats.snapshot(),
+            leaving=self.leaving, fencing=self.fencing.snapshot(),
+            peer_dns=self.peer_dns.snapshot() if self.peer_dns is not None else None)

@@ -50,10 +50,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
 
 from crawler_node.cluster.membership import Membership
-from crawler_node.core.response import FetchResult
+from crawler_node.core.response import FetchResult, PageFetcher
+from crawler_node.core.stats import Indexed
 
 log = logging.getLogger("crawler_node.cluster")
 
@@ -118,17 +119,20 @@ class Fencing:
             log.log(logging.WARNING if reason == "fenced" else logging.INFO, message, *args)
         self._said = reason
 
-    def snapshot(self) -> dict:
-        """As of the last check: ``blocked`` is "fenced", "handback" or None (leasing)."""
-        return {"blocked": self._said, "fenced": self.fenced_count, "handback_holds": self.held_count,
-                "pauses": self._membership.pauses}
+    def snapshot(self) -> FencingSnapshot:
+        return FencingSnapshot(blocked=self._said, fenced=self.fenced_count, handback_holds=self.held_count,
+                               pauses=self._membership.pauses)
 
 
-class Fetcher(Protocol):
-    """What FencedFetcher wraps (fetch.fetcher.Fetcher)."""
+@dataclass(frozen=True, slots=True)
+class FencingSnapshot(Indexed):
+    """As of the last check: ``blocked`` is "fenced", "handback" or None (leasing)."""
 
-    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
-                    headers: dict[str, str] | None = None) -> FetchResult: ...
+    blocked: str | None
+    fenced: int
+    handback_holds: int
+    pauses: int  # times this process was found to have stood still
+
 
 
 class FencedFetcher:
@@ -136,7 +140,7 @@ class FencedFetcher:
     before a pause runs its first step after the wake, and there, with no await between this
     check and the request on a pooled connection, it finds the member fenced."""
 
-    def __init__(self, fetcher: Fetcher, *, fencing: Fencing) -> None:
+    def __init__(self, fetcher: PageFetcher, *, fencing: Fencing) -> None:
         self._fetcher = fetcher
         self._fencing = fencing
 

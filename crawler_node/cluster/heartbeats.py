@@ -36,8 +36,9 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from crawler_node.cluster.activity import Activity, parse_activity
 from crawler_node.cluster.ipshare import Announcement, parse_announcement
@@ -59,10 +60,18 @@ _DIGEST = re.compile(rf"[0-9a-f]{{{DIGEST_CHARS}}}")
 _T = TypeVar("_T")
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatsSnapshot:
+    """The status's ``cluster.heartbeats``, by peer."""
+
+    failures: Mapping[str, int]  # heartbeats that failed
+    bad_answers: Mapping[str, int]  # answers that were not member lists
+
+
 class IpShareLink(Protocol):
     """The per-IP shares' side of the heartbeats (node.ip_gates.IpGates)."""
 
-    def announcement(self) -> dict | None: ...  # what this node's answers carry; None: it does not share
+    def announcement(self) -> dict[str, Any] | None: ...  # what this node's answers carry; None: it does not share
 
     def heard(self, peer_id: str, announcement: Announcement | None) -> None: ...
 
@@ -168,8 +177,8 @@ class Heartbeats:
     def start(self) -> None:
         self._supervisor.recurring("heartbeats", self.round)
 
-    def snapshot(self) -> dict:
-        return {"failures": dict(self.failures), "bad_answers": dict(self.bad_answers)}
+    def snapshot(self) -> HeartbeatsSnapshot:
+        return HeartbeatsSnapshot(failures=dict(self.failures), bad_answers=dict(self.bad_answers))
 
     # ----------------------------------------------------------------- heartbeats
     async def round(self) -> None:
@@ -253,7 +262,7 @@ class Heartbeats:
             self._ip.heard(node_id, ips)
         incarnation = answer.get("incarnation") if isinstance(answer, dict) else None
         if self._on_incarnation is not None and isinstance(incarnation, str):
-            self._on_incarnation(node_id, incarnation)  # its frontier's name (cluster.replica)
+            self._on_incarnation(node_id, incarnation)  # its frontier's name (cluster.replica_keeper)
         new = self._membership.merge(members, now)
         if (digest := members_digest(answer)) is not None:
             self._digests[node_id] = digest  # merged: asked with it, the same list is left out
@@ -291,7 +300,7 @@ class Heartbeats:
             await asyncio.sleep(1.0)
         log.error("could not join through any of %s; running with the configured view", self._membership.ids())
 
-    def accept_join(self, node_id: str, url: str) -> list[dict]:
+    def accept_join(self, node_id: str, url: str) -> list[dict[str, str]]:
         problem = member_problem(node_id, url)
         if problem is not None:
             raise ValueError(problem)

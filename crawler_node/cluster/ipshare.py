@@ -64,6 +64,7 @@ import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # What a peer's announcement may hold; beyond it the answer is malformed.
 MAX_ADDRESSES_HEARD = 8192
@@ -147,7 +148,7 @@ class _Peer:
 
 
 @dataclass(frozen=True, slots=True)
-class Activity:
+class AddressActivity:
     """What this node does on one address now (from its IP gate)."""
 
     address: str
@@ -198,7 +199,7 @@ class IpShares:
         self._add(address, now)
         return True, evicted
 
-    def update(self, activity: Iterable[Activity], now: float) -> list[str]:
+    def update(self, activity: Iterable[AddressActivity], now: float) -> list[str]:
         """Re-derive the announced set from the gates; returns the addresses dropped. An
         address with requests in flight is always announced (the others must count them)."""
         seen: set[str] = set()
@@ -282,7 +283,7 @@ class IpShares:
     def addresses(self) -> list[str]:
         return list(self._mine)
 
-    def payload(self, in_flight: Mapping[str, int]) -> dict:
+    def payload(self, in_flight: Mapping[str, int]) -> dict[str, Any]:
         """This node's announcement, as its heartbeat answers carry it."""
         return {
             "epoch": self.epoch,
@@ -293,18 +294,43 @@ class IpShares:
                      for peer_id, peer in sorted(self._peers.items()) if peer.heard is not None},
         }
 
-    def snapshot(self, in_flight: Mapping[str, int], top: int = 20) -> dict:
+    def snapshot(self, in_flight: Mapping[str, int], top: int = 20) -> IpSharesSnapshot:
         busiest = sorted(self._mine, key=lambda address: (-in_flight.get(address, 0), address))[:top]
-        return {
-            "mode": "cluster",
-            "version": self.version,
-            "announced": len(self._mine),
-            "peers": {peer_id: {"shares": peer.speaks, "addresses": len(peer.heard.addresses) if peer.heard else 0}
-                      for peer_id, peer in sorted(self._peers.items())},
-            "addresses": [{"ip": address, "in_flight": in_flight.get(address, 0), "cap": self.cap(address),
-                           "share": self.share(address), "sharers": self.sharers(address),
-                           "waiting_for": self.waiting_for(address)} for address in busiest],
-        }
+        return IpSharesSnapshot(
+            mode="cluster", version=self.version, announced=len(self._mine),
+            peers={peer_id: IpSharePeer(shares=peer.speaks,
+                                        addresses=len(peer.heard.addresses) if peer.heard else 0)
+                   for peer_id, peer in sorted(self._peers.items())},
+            addresses=tuple(IpShareAddress(ip=address, in_flight=in_flight.get(address, 0), cap=self.cap(address),
+                                           share=self.share(address), sharers=tuple(self.sharers(address)),
+                                           waiting_for=tuple(self.waiting_for(address))) for address in busiest))
+
+
+@dataclass(frozen=True, slots=True)
+class IpSharePeer:
+    shares: bool | None  # None: not heard yet
+    addresses: int
+
+
+@dataclass(frozen=True, slots=True)
+class IpShareAddress:
+    ip: str
+    in_flight: int
+    cap: int
+    share: int
+    sharers: tuple[str, ...]
+    waiting_for: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IpSharesSnapshot:
+    """The per-IP limits agreed with the other members (the status's ``ip.cluster``)."""
+
+    mode: str
+    version: int
+    announced: int
+    peers: Mapping[str, IpSharePeer]
+    addresses: tuple[IpShareAddress, ...]
 
 
 def ip_shares_for(*, node_id: str, limit: int, per_node: bool, global_inflight: int,

@@ -5,7 +5,7 @@ its first lookups return and what the members it joins through list. After ``doc
 stop`` and ``start`` every replica restarts at once and enters DNS in its own time, so a member
 could end its start-up hold (cluster.readiness) without one that was in the cluster before.
 Unknown, that member is not down either: no takeover promotes the replica this node keeps of
-its queue (cluster.replica), its hosts route here as if they had never been crawled, and their
+its queue (cluster.replica_keeper), its hosts route here as if they had never been crawled, and their
 pages are fetched again from the links that reach them.
 
 Remembered, it is a member from the start: the hold waits for its first answer (or for the

@@ -283,7 +283,7 @@ class Membership:
             self._stale_until = now + self.suspect_after_s
             self.pauses += 1
 
-    def view(self) -> list[dict]:
+    def view(self) -> list[dict[str, str]]:
         return [{"id": m.node_id, "url": m.url, "state": m.state.value} for m in self.members()]
 
     def digest(self) -> str:

@@ -36,6 +36,7 @@ import aiodns
 from crawler_node.cluster.heartbeats import parse_members_answer
 from crawler_node.cluster.membership import Membership, PeerState, member_problem
 from crawler_node.cluster.peer_client import BadPeerAnswer, PeerClient, PeerUnreachable
+from crawler_node.core.stats import Indexed
 from crawler_node.runtime.supervisor import Supervisor
 
 log = logging.getLogger("crawler_node.cluster")
@@ -130,6 +131,27 @@ def advertised_url(advertise_url: str) -> str:
     return address_url(usable[0], parts.port) if usable else advertise_url
 
 
+@dataclass(slots=True)
+class PeerDnsCounts(Indexed):
+    lookups: int = 0
+    lookup_failures: int = 0
+    joins: int = 0
+    join_failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PeerDnsSnapshot:
+    """The status's ``cluster.peer_dns``."""
+
+    name: str
+    port: int
+    addresses: tuple[str, ...]  # the last answer
+    lookups: int
+    lookup_failures: int
+    joins: int
+    join_failures: int
+
+
 class PeerDns:
     """Resolves ``name`` every ``interval_s`` and joins through the addresses not yet members.
 
@@ -155,10 +177,12 @@ class PeerDns:
         self._holding: Callable[[], bool] = lambda: False  # the startup hold, once watched
         self._resolver: aiodns.DNSResolver | None = None  # made in the running loop
         self.addresses: list[str] = []  # the last answer
-        self.counters = {"lookups": 0, "lookup_failures": 0, "joins": 0, "join_failures": 0}
+        self.counters = PeerDnsCounts()
 
-    def snapshot(self) -> dict:
-        return {"name": self.name, "port": self._port, "addresses": list(self.addresses), **self.counters}
+    def snapshot(self) -> PeerDnsSnapshot:
+        c = self.counters
+        return PeerDnsSnapshot(name=self.name, port=self._port, addresses=tuple(self.addresses), lookups=c.lookups,
+                               lookup_failures=c.lookup_failures, joins=c.joins, join_failures=c.join_failures)
 
     async def start(self) -> None:
         """One round at once, repeated for up to FIRST_ROUND_DEADLINE_S while DNS names no other
@@ -194,11 +218,11 @@ class PeerDns:
         NXDOMAIN before the first replica started, or a resolver timeout)."""
         if self._resolver is None:
             self._resolver = aiodns.DNSResolver(timeout=RESOLVE_TIMEOUT_S, tries=2)
-        self.counters["lookups"] += 1
+        self.counters.lookups += 1
         try:
             result = await self._resolver.getaddrinfo(self.name, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
         except (aiodns.error.DNSError, ValueError, TypeError) as exc:
-            self.counters["lookup_failures"] += 1
+            self.counters.lookup_failures += 1
             log.debug("peer-dns: %s did not resolve: %s", self.name, exc)
             return None
         return {node.addr[0].decode("ascii") for node in result.nodes}
@@ -219,13 +243,13 @@ class PeerDns:
             if member_problem(via, url) is not None:
                 raise BadPeerAnswer("no node_id in the answer")
         except (PeerUnreachable, ValueError) as exc:  # BadPeerAnswer is a ValueError
-            self.counters["join_failures"] += 1
+            self.counters.join_failures += 1
             self._candidates.failed(address)
             log.debug("peer-dns: join through %s failed: %s", url, exc)
             return
         if via == self._node_id:
             self._candidates.own_address(address)
             return
-        self.counters["joins"] += 1
+        self.counters.joins += 1
         self._candidates.joined(address, str(via))
         self._learn(members, str(via))

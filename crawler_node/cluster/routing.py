@@ -5,9 +5,37 @@ version moves (a member added, gone down, back)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
 from crawler_node.cluster.membership import Membership
 from crawler_node.cluster.ring import Ring, ring_key
+
+
+class RingMember(TypedDict):
+    id: str
+    url: str
+    state: str
+    arc_share: float
+    points: int
+
+
+class RingOwner(TypedDict):
+    """``GET /v1/ring?host=H``: who owns the host, by the ring and among the live members."""
+
+    host: str
+    owner: str
+    successors: list[str]
+    live_owner: str | None
+
+
+class RingView(TypedDict):
+    """``GET /v1/ring``: the ring as this node routes by it."""
+
+    node_id: str
+    vnodes: int
+    key_by: str
+    members: list[RingMember]
+    points: NotRequired[list[tuple[int, str]]]  # with ?points=1: every point and its owner
 
 ROUTE_CACHE_MAX = 100_000  # hosts; the cache is emptied when full (a crawl meets most hosts once)
 
@@ -64,7 +92,7 @@ class Router:
         replicated there), else None: a host crawled elsewhere has its replica kept by its owner."""
         return self.successor_for(host) if self.serves(host) else None
 
-    def owner_of(self, host: str) -> dict:
+    def owner_of(self, host: str) -> RingOwner:
         key = ring_key(host, by=self.key_by)
         return {"host": host, "owner": self._ring.owner(key), "successors": self._ring.successors(key),
                 "live_owner": self._ring.owner_among(key, self.membership.live_ids())}
@@ -83,7 +111,7 @@ class Router:
     def _ring_members(self) -> dict[str, int]:
         return {node_id: self._weights.get(node_id, 1) for node_id in self.membership.ids()}
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> RingView:
         shares = self._ring.arc_shares()
         points: dict[str, int] = {}
         for _, owner in self._ring.points():

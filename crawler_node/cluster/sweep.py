@@ -25,8 +25,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.membership import Membership, PeerState
-from crawler_node.cluster.outbox import Outboxes
 from crawler_node.cluster.routing import Router
 from crawler_node.frontier import FrontierService, HostPoliteness
 from crawler_node.runtime.wakeup import Wakeup
@@ -56,7 +56,7 @@ class Sweeper:
         self._recheck: set[str] = set()  # hosts the last full sweep found owned elsewhere
         self._recheck_until = 0.0
         self._in_flight: dict[str, str] = {}  # handed host with a fetch under way here -> its owner
-        self.counters: Counter[str] = Counter()
+        self.handed_off = 0  # URLs of hosts this node no longer owns, handed to their owners
 
     @property
     def settling(self) -> bool:
@@ -106,7 +106,7 @@ class Sweeper:
             await self._hand_off(sorted(with_work), per_peer)
         moved = sum(per_peer.values())
         if moved:
-            self.counters["handed_off"] += moved
+            self.handed_off += moved
             log.info("handed %d URLs of hosts owned elsewhere to %s", moved, dict(per_peer))
             self._outboxes.note_outboxed(per_peer)
         if full or per_peer:

@@ -50,7 +50,7 @@ MAX_URLS_PER_REQUEST = 10_000
 MAX_VIA_LENGTH = 8192  # characters of an item's "via", the page its URL was found on
 MAX_PEER_HOSTS = 10_000  # entries of a batch's "hosts" or "refresh", at most (as many as its URLs)
 _HOST_KEY = re.compile(r"[!-~]{1,300}")  # a frontier's host key: visible ASCII (IDNA), and short
-_TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a refresh's token (cluster.replica makes 16 hex digits)
+_TOKEN = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a refresh's token (cluster.replica_keeper makes 16 hex digits)
 # A batch's msgpack says its hosts, its pages' URLs (every link's "via") and every row's keys
 # again and again: gzip takes testweb's batches of 87 rows from 59 to 11 bytes a row, at
 # ~0.1-0.2 µs a row to pack and as much to unpack (ISA-L's level 1; zlib's 6 is 4-7x the CPU

@@ -30,7 +30,7 @@ _STEP = 1 << 18  # decoded bytes per inflate call: the memory held beyond the li
 
 
 @dataclass(frozen=True, slots=True)
-class Decoded:
+class DecodedBody:
     body: bytes
     truncated: bool = False  # more decoded bytes than the limit: `body` holds the first `limit`
     error: str | None = None  # why the body could not be decoded (then `body` is what was had)
@@ -43,29 +43,29 @@ def codings(content_encoding: str | None) -> list[str]:
     return [coding for part in content_encoding.split(",") if (coding := part.strip().lower()) != "identity" and coding]
 
 
-def decode_body(body: bytes, content_encoding: str | None, limit: int) -> Decoded:
+def decode_body(body: bytes, content_encoding: str | None, limit: int) -> DecodedBody:
     """``body`` with its codings undone, last applied first, up to ``limit`` bytes.
 
     A stream cut short (a body truncated at the fetch size cap, a timeout) yields what
     inflated before the cut, without an error: the page's start is still worth reading."""
     applied = codings(content_encoding)
     if not applied:
-        return Decoded(body[:limit], truncated=len(body) > limit)
+        return DecodedBody(body[:limit], truncated=len(body) > limit)
     for position, coding in enumerate(reversed(applied)):
         last = position == len(applied) - 1
         if coding in ("gzip", "x-gzip", "deflate"):
             decoded = _inflate_capped(body, limit if last else limit * 64, raw_fallback=coding == "deflate")
         else:
-            return Decoded(body[:limit], error=f"content-encoding {coding!r} is not decoded")
+            return DecodedBody(body[:limit], error=f"content-encoding {coding!r} is not decoded")
         if decoded.error is not None or decoded.truncated and not last:
-            return Decoded(decoded.body[:limit], truncated=decoded.truncated, error=decoded.error)
+            return DecodedBody(decoded.body[:limit], truncated=decoded.truncated, error=decoded.error)
         body = decoded.body
         if last:
             return decoded
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _inflate_capped(data: bytes, limit: int, *, raw_fallback: bool) -> Decoded:
+def _inflate_capped(data: bytes, limit: int, *, raw_fallback: bool) -> DecodedBody:
     try:
         return _inflate_members(data, limit, _GZIP_OR_ZLIB)
     except _INFLATE_ERRORS as exc:
@@ -74,10 +74,10 @@ def _inflate_capped(data: bytes, limit: int, *, raw_fallback: bool) -> Decoded:
                 return _inflate_members(data, limit, _RAW_DEFLATE)
             except _INFLATE_ERRORS:
                 pass
-        return Decoded(data[:limit], error=f"could not inflate: {exc}")
+        return DecodedBody(data[:limit], error=f"could not inflate: {exc}")
 
 
-def _inflate_members(data: bytes, limit: int, wbits: int) -> Decoded:
+def _inflate_members(data: bytes, limit: int, wbits: int) -> DecodedBody:
     """Inflate every gzip member in turn (a gzip file may hold several), ``_STEP`` at a time."""
     out: list[bytes] = []
     size = 0
@@ -89,7 +89,7 @@ def _inflate_members(data: bytes, limit: int, wbits: int) -> Decoded:
             out.append(chunk)
             size += len(chunk)
             if size > limit:
-                return Decoded(b"".join(out)[:limit], truncated=True)
+                return DecodedBody(b"".join(out)[:limit], truncated=True)
             pending = inflater.unconsumed_tail
             if not chunk and not pending:
                 break
@@ -98,4 +98,4 @@ def _inflate_members(data: bytes, limit: int, wbits: int) -> Decoded:
         data = inflater.unused_data
         if wbits == _RAW_DEFLATE or not data.startswith(b"\x1f\x8b"):
             break  # trailing bytes after the stream are not another member: ignored, as browsers do
-    return Decoded(b"".join(out))
+    return DecodedBody(b"".join(out))

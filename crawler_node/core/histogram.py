@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from crawler_node.core.stats import Indexed
 
 # Web fetches: from a fast local answer to a slow-drip body near the fetch timeout.
 FETCH_SECONDS_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -19,6 +23,15 @@ FRONTIER_SECONDS_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # Response bodies as received: 1 KB .. 50 MB (the default body cap is below the last).
 BODY_BYTES_BOUNDS = (1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000, 10_000_000,
                      50_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot(Indexed):
+    """``buckets``: (upper bound, cumulative count) pairs, +Inf last (as ``None`` for JSON)."""
+
+    buckets: tuple[tuple[float | None, int], ...]
+    sum: float
+    count: int
 
 
 class CountingHistogram:
@@ -44,17 +57,22 @@ class CountingHistogram:
         self.sum += value
         self.count += 1
 
-    def snapshot(self) -> dict:
-        """``buckets``: [upper bound, cumulative count] pairs, +Inf last (as ``None`` for JSON)."""
-        buckets: list[list] = []
+    def snapshot(self) -> HistogramSnapshot:
+        buckets: list[tuple[float | None, int]] = []
         running = 0
         for bound, count in zip((*self.bounds, None), self.counts, strict=True):
             running += count
-            buckets.append([bound, running])
-        return {"buckets": buckets, "sum": self.sum, "count": self.count}
+            buckets.append((bound, running))
+        return HistogramSnapshot(buckets=tuple(buckets), sum=self.sum, count=self.count)
 
 
-def quantile_bound(snapshot: dict, q: float) -> float | None:
+class HistogramJson(Protocol):
+    """A histogram as /v1/status shows it (a status read back, or a ``HistogramSnapshot``)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def quantile_bound(snapshot: HistogramJson, q: float) -> float | None:
     """The upper bound of the bucket that holds the ``q`` quantile of a ``snapshot`` (at most
     that much), or None when it lies past the last bound (+Inf) or nothing was observed."""
     count = snapshot["count"]

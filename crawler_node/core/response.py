@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from crawler_node.core.outcomes import ErrorKind
 
@@ -79,3 +80,10 @@ class FetchResult:
 
 
 _SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/gzip", "application/x-gzip"})
+
+
+class PageFetcher(Protocol):
+    """What fetches a page: fetch.fetcher.Fetcher, or a wrapper of it (cluster.fencing)."""
+
+    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
+                    headers: dict[str, str] | None = None) -> FetchResult: ...

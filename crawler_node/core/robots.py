@@ -171,5 +171,12 @@ class RobotsCache:
         if entry is not None:
             self._bytes -= self.ENTRY_BYTES + (len(entry[0]) if entry[0] else 0)
 
-    def snapshot(self) -> dict[str, int]:
-        return {"hosts": len(self._entries), "bytes": self._bytes, "hits": self.hits}
+    def snapshot(self) -> RobotsCacheSnapshot:
+        return RobotsCacheSnapshot(hosts=len(self._entries), bytes=self._bytes, hits=self.hits)
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsCacheSnapshot:
+    hosts: int
+    bytes: int
+    hits: int

@@ -4,7 +4,7 @@ A trap is a site that makes new URLs without end: a calendar, a path that repeat
 (a relative link resolved against its own page, over and over), a query string that grows a
 parameter per click. These rules turn such URLs away before they cost a fetch, each with its
 own reason (outcomes.Rejection), so crawl.log says which rule it was. The cap on URLs per
-host needs a count, so it lives where the count is kept: the frontier (frontier.intake).
+host needs a count, so it lives where the count is kept: the frontier (frontier.seen_set).
 
 User patterns (``--allow-url``, ``--deny-url``) run in RE2, whose matching is linear in the
 URL's length whatever the pattern: ``(a+)+$``, which makes Python's ``re`` backtrack for
@@ -16,7 +16,7 @@ error, not a slow crawl.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no types
@@ -85,7 +85,7 @@ class TrapRules:
         # A path with no more "/" than this breaks neither path rule: most links stop there.
         self._plain_slashes = min(limit for limit in (max_path_repeats, max_path_depth, 1 << 30) if limit)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Callable[..., TrapRules], tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]:
         # The rules travel to the parser processes as their settings; each process compiles them.
         return (_rebuild, (self.max_path_repeats, self.max_path_depth, self.max_query_params,
                            self.allow_urls, self.deny_urls))

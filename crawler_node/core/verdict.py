@@ -53,7 +53,7 @@ class HostView(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ResponseRules:
-    """The settings a verdict applies, read once from Settings (see node.node.build_rules)."""
+    """The settings a verdict applies, read once from Settings (see node.builders.build_rules)."""
 
     retry: RetryPolicy
     host_backoff: HostBackoffPolicy

@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import aiodns
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -182,7 +183,7 @@ class Resolver(AbstractResolver):
             answer.set_result(self.cache.put_failure(name, _reason(exc), self._clock()))
             return answer
 
-        def done(lookup: asyncio.Future) -> None:
+        def done(lookup: asyncio.Future[Any]) -> None:
             # Runs once per query, whatever became of the fetches that asked: the answer
             # (or the failure) is cached, and the waiters get it; nothing is left unretrieved.
             self._pending.pop(name, None)
@@ -241,9 +242,21 @@ class Resolver(AbstractResolver):
         if channel is not None:
             await channel.close()
 
-    def snapshot(self) -> dict:
-        return {"server": self.server or "system", "cached_names": len(self.cache), "lookups": self.lookups,
-                "hits": self.hits, "failures": self.failures, "evicted": self.cache.evicted}
+    def snapshot(self) -> DnsSnapshot:
+        return DnsSnapshot(server=self.server or "system", cached_names=len(self.cache), lookups=self.lookups,
+                           hits=self.hits, failures=self.failures, evicted=self.cache.evicted)
+
+
+@dataclass(frozen=True, slots=True)
+class DnsSnapshot:
+    """The resolver of direct fetches (the status's ``dns``)."""
+
+    server: str
+    cached_names: int
+    lookups: int  # queries sent
+    hits: int
+    failures: int
+    evicted: int
 
 
 def nameserver(server: str) -> str:

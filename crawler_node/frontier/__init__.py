@@ -4,15 +4,18 @@ politeness, and the outbox of URLs owed to peers.
     records   what goes in and out: UrlEntry, Lease, HostQueue, HostPoliteness, AddResult, FrontierBatch,
               InboundBatch
     schema    the SQLite tables, the connection's settings, migrating old databases
-    frontier  Frontier: the facade, and the queue and lease core (add, lease_many, apply, ...)
+    frontier  Frontier: the facade, and the queue and its leases (add, lease_many, apply, ...)
     shedding  Frontier.shedding: parking low-priority URLs and bringing them back
     outbox    Frontier.outbox: URLs owed to peers, until acknowledged
     handoff   Frontier.handoff: hosts changing owner, URLs fetched elsewhere, ownership sweeps
     recrawl   Frontier.recrawl: what a fetch leaves for the next one, and done URLs queued again when due
+    replica   Frontier.replica: what a neighbour queued and fetched, kept for a takeover
+    operator_queries  what an operator asks: each host's counts, one host's queue, a drop
     service   FrontierService: the async shell, the only holder of the Frontier and its thread
 
-Internals: core (what the parts share: connection, transactions, counters), hosts (the
-per-host table), intake (the ways into the seen-set), statements (statement shapes).
+Internals: db (FrontierDb: what the parts share, the connection, transactions, counters),
+host_records (the per-host records), seen_set (the ways into the seen-set), leasing,
+parked_scan, checkpointer, statements (statement shapes).
 """
 
 from crawler_node.datadir_layout import FRONTIER_FILENAME

@@ -20,13 +20,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.frontier.checkpointer import Checkpoints
-from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.db import FrontierDb
+from crawler_node.frontier.frontier_snapshot import FrontierSnapshot, FrontierTotals, ShedState
 from crawler_node.frontier.handoff import Handoff
-from crawler_node.frontier.intake import Intake
 from crawler_node.frontier.leasing import Leasing
 from crawler_node.frontier.outbox import Outbox
 from crawler_node.frontier.records import (
@@ -46,10 +45,11 @@ from crawler_node.frontier.records import (
 from crawler_node.frontier.recrawl import Recrawl
 from crawler_node.frontier.replica import Replica
 from crawler_node.frontier.schema import connect
+from crawler_node.frontier.seen_set import SeenSet
 from crawler_node.frontier.shedding import Shedding
 from crawler_node.frontier.statements import NOT_LEASED, in_lists
 
-RECENT_URLS = 32_768  # URLs remembered as rows (FrontierCore.recent): about 8 MB at 60-char URLs
+RECENT_URLS = 32_768  # URLs remembered as rows (FrontierDb.recent): about 8 MB at 60-char URLs
 # One probe of the urls_age index (and of `leases` per leased row met on the way).
 _OLDEST_SQL = f"SELECT enqueued_at FROM urls WHERE state = 0 AND {NOT_LEASED} ORDER BY enqueued_at LIMIT 1"
 _UNKNOWN_ROW = ("", -1)  # (host, state) of an id that matches no row
@@ -90,29 +90,29 @@ class Frontier:
         if path.is_dir():
             path = path / FRONTIER_FILENAME
         self.path = path
-        self._core = FrontierCore(connect(path), clock=clock, recent_urls=recent_urls, resident_hosts=resident_hosts)
-        self._leasing = Leasing(self._core, lease_timeout_s=lease_timeout_s)
-        self.shedding = Shedding(self._core)
-        self._intake = Intake(self._core, self.shedding, max_per_host=max_pages_per_host,
+        self._db = FrontierDb(connect(path), clock=clock, recent_urls=recent_urls, resident_hosts=resident_hosts)
+        self._leasing = Leasing(self._db, lease_timeout_s=lease_timeout_s)
+        self.shedding = Shedding(self._db)
+        self._seen = SeenSet(self._db, self.shedding, max_per_host=max_pages_per_host,
                               urgent_priority=urgent_priority)
-        self.outbox = Outbox(self._core, self._intake)
-        self.recrawl = Recrawl(self._core, self.shedding)
-        self.handoff = Handoff(self._core, self.outbox, self._intake, self.recrawl)
-        self.replica = Replica(self._core, self._intake, self.outbox)
-        self._core.hosts.inherited = self.replica.politeness_for
-        self._core.recover_leases()
-        self._core.load_counts()
-        self._core.hosts.unpark(resident_hosts)  # a bounded table starts with every host parked
+        self.outbox = Outbox(self._db, self._seen)
+        self.recrawl = Recrawl(self._db, self.shedding)
+        self.handoff = Handoff(self._db, self.outbox, self._seen, self.recrawl)
+        self.replica = Replica(self._db, self._seen, self.outbox)
+        self._db.hosts.inherited = self.replica.politeness_for
+        self._db.recover_leases()
+        self._db.load_counts()
+        self._db.hosts.unpark(resident_hosts)  # a bounded table starts with every host parked
         self._checkpoints: Checkpoints | None = None
         if background_checkpoints_from is not None:
-            self._checkpoints = Checkpoints(self._core.conn, path, background_checkpoints_from)
-            self._core.on_commit = self._checkpoints.committed
+            self._checkpoints = Checkpoints(self._db.conn, path, background_checkpoints_from)
+            self._db.on_commit = self._checkpoints.committed
 
     def close(self) -> None:
         if self._checkpoints is not None:
-            self._core.on_commit = None
+            self._db.on_commit = None
             self._checkpoints.close()
-        self._core.close()
+        self._db.close()
 
     def __enter__(self) -> Frontier:
         return self
@@ -125,8 +125,8 @@ class Frontier:
     def add(self, entries: Iterable[UrlEntry], *, not_before: float = 0.0) -> AddResult:
         """Queue the URLs never seen before, in one transaction; the rest are duplicates."""
         batch = list(entries)
-        with self._core.transaction():
-            return self._intake.insert(batch, not_before)
+        with self._db.transaction():
+            return self._seen.insert(batch, not_before)
 
     def take_in(self, batch: InboundBatch) -> AddResult:
         """URLs from outside this node (InboundBatch), in one transaction: those owed to other
@@ -134,14 +134,14 @@ class Frontier:
         hosts' politeness, its refresh); this node's own, queued (those new are replicated to
         their hosts' `successors`), and those another member fetched, recorded as fetched. The
         result's duplicates count both kinds of this node's own already known."""
-        with self._core.transaction():
+        with self._db.transaction():
             self.outbox.put(batch.forward, seen=False)
             self.replica.add_politeness(batch.politeness)
             if batch.fetched_replicas:
                 self.handoff.replica_add(batch.fetched_replicas)
             if batch.queued_replicas:
                 self.replica.add_queued(batch.queued_replicas)
-            result = self._intake.insert(batch.add, 0.0) if batch.add else AddResult(accepted=[], duplicates=0)
+            result = self._seen.insert(batch.add, 0.0) if batch.add else AddResult(accepted=[], duplicates=0)
             if result.accepted:
                 self.outbox.put_replicas(result.accepted, batch.successors)
             if batch.seen:
@@ -182,26 +182,26 @@ class Frontier:
         retry_at = dict(batch.retry)
         postponed_to = dict(batch.postponed)
         ids = [*batch.done, *batch.failed, *retry_at, *batch.returned, *postponed_to]
-        with self._core.transaction():
+        with self._db.transaction():
             states = self._states(ids)
             leased = {row_id for row_id in ids if states.get(row_id, _UNKNOWN_ROW)[1] == LEASED}
             done = self._transition(states, batch.done, _FINISHABLE, DONE)
             self._finish(self.recrawl.finish(done, batch.recrawl, leased), DONE, leased)
             self._finish(self._transition(states, batch.failed, _FINISHABLE, FAILED), FAILED, leased)
-            refetched = self.recrawl.refetch(batch.refetch, self._core.clock()) if batch.refetch else None
+            refetched = self.recrawl.refetch(batch.refetch, self._db.clock()) if batch.refetch else None
             retry = self._transition(states, retry_at, _STILL_LEASED, QUEUED)
             self._transition(states, batch.returned, _STILL_LEASED, QUEUED)  # its row is queued as it was
             postponed = self._transition(states, postponed_to, _STILL_LEASED, QUEUED)
-            executemany = self._core.conn.executemany
+            executemany = self._db.conn.executemany
             if postponed:  # its attempt not counted, as a returned one's
                 executemany("UPDATE urls SET not_before = ? WHERE id = ?",
                             [(postponed_to[row_id], row_id) for row_id in postponed])
             if retry:  # its attempt counted
                 executemany("UPDATE urls SET not_before = ?, attempts = attempts + 1 WHERE id = ?",
                             [(retry_at[row_id], row_id) for row_id in retry])
-            self._core.end_leases([row_id for row_id in leased if states[row_id][1] != LEASED])
+            self._db.end_leases([row_id for row_id in leased if states[row_id][1] != LEASED])
             self.outbox.put(batch.forward)
-            result = self._intake.insert(batch.add, 0.0)
+            result = self._seen.insert(batch.add, 0.0)
             # The links' queued replicas before the pages' fetched ones: the successor gets the
             # outbox in order, a prefix at a time, so whatever it holds as fetched, it holds the
             # links of. The other way, a node killed between two batches left a successor with
@@ -217,13 +217,13 @@ class Frontier:
         attempt is counted already) count their attempt."""
         for attempt in (1, 0):
             for placeholders, chunk in in_lists([row_id for row_id in ids if (row_id in leased) == attempt]):
-                self._core.conn.execute(f"UPDATE urls SET state = {state}, attempts = attempts + {attempt}"
+                self._db.conn.execute(f"UPDATE urls SET state = {state}, attempts = attempts + {attempt}"
                                         f" WHERE id IN ({placeholders})", chunk)
 
     def _states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """id -> (host, state) for the ids that exist: leased ones from memory, the rest (a
         lease that expired, an id handed to another node) from the database."""
-        leases = self._core.leases
+        leases = self._db.leases
         states = {row_id: (lease[0].host, LEASED) for row_id in ids if (lease := leases.get(row_id))}
         if len(states) < len(ids):
             states.update(self._load_states([row_id for row_id in ids if row_id not in states]))
@@ -233,7 +233,7 @@ class Frontier:
         """id -> (host, state) for the ids that exist, in chunks of bounded size."""
         states: dict[int, tuple[str, int]] = {}
         for placeholders, chunk in in_lists(list(dict.fromkeys(ids))):
-            rows = self._core.conn.execute(
+            rows = self._db.conn.execute(
                 f"SELECT id, host, state FROM urls WHERE id IN ({placeholders})", chunk
             )
             for row_id, host, state in rows:
@@ -251,7 +251,7 @@ class Frontier:
 
         `states` is updated as we go, so an id listed twice in one batch moves only once.
         """
-        leases = self._core.leases
+        leases = self._db.leases
         moved: list[int] = []
         moves: Counter[tuple[str, int]] = Counter()  # (host, from state) -> rows
         for row_id in ids:
@@ -263,7 +263,7 @@ class Frontier:
             states[row_id] = (host, new_state)
             moved.append(row_id)
             moves[host, state] += 1
-        count = self._core.count
+        count = self._db.count
         for (host, state), rows in moves.items():
             count(host, state, -rows)
             count(host, new_state, rows)
@@ -287,18 +287,18 @@ class Frontier:
         """Store hosts' politeness in one transaction (the node batches these, rarely), and owe
         `successors` (successor, politeness) theirs (Outbox.put_politeness)."""
         if records or successors:
-            with self._core.transaction():
-                self._core.hosts.save(records)
+            with self._db.transaction():
+                self._db.hosts.save(records)
                 self.outbox.put_politeness(successors)
 
     def host(self, host: str) -> HostQueue | None:
         """A snapshot of the host's record, or None when the host has no work here."""
-        record = self._core.hosts.records.get(host)
+        record = self._db.hosts.records.get(host)
         return None if record is None else snapshot(record)
 
     def hosts_with_work(self) -> list[HostQueue]:
         """Snapshots of the active hosts that have queued URLs (eligible now or later)."""
-        return [snapshot(record) for record in self._core.hosts.with_work.values()]
+        return [snapshot(record) for record in self._db.hosts.with_work.values()]
 
     def park(self, hosts: Sequence[str], returned: Sequence[int] = ()) -> list[str]:
         """The leases `returned` back to their queues unattempted (the node's buffer), then
@@ -306,15 +306,15 @@ class Frontier:
         Returns the hosts parked; one with a lease left stays active."""
         if returned:
             self.apply(FrontierBatch(returned=list(returned)))
-        return self._core.hosts.park(hosts)
+        return self._db.hosts.park(hosts)
 
     def unpark(self, limit: int) -> list[HostQueue]:
         """Make up to `limit` parked hosts active, as room allows (hosts.HostRecords.unpark);
         snapshots of their records, with their stored politeness."""
-        return self._core.hosts.unpark(limit)
+        return self._db.hosts.unpark(limit)
 
     def totals(self) -> dict[str, int | float]:
-        core = self._core
+        core = self._db
         queued, leased, done, failed, deferred = core.totals
         return {
             "queued": queued,
@@ -329,21 +329,23 @@ class Frontier:
             "recrawl_scheduled": self.recrawl.scheduled,  # done, with a due time
         }
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> FrontierSnapshot:
         """`totals()` and what memory holds, with the shedding state: everything another
         thread may want to show, read on the frontier's own thread."""
-        return {
-            **self.totals(),
+        core = self._db
+        queued, leased, done, failed, deferred = core.totals
+        totals = FrontierTotals(
+            queued=queued, leased=leased, done=done, failed=failed, deferred=deferred, hosts=core.hosts.rows,
+            hosts_with_work=len(core.hosts.with_work), parked_queued=core.hosts.parked_queued,
+            oldest_queued_age_s=self._oldest_queued_age_s(), recrawl_scheduled=self.recrawl.scheduled,
             # not in totals(), which the shedding loop asks many times a second: an index
             # count, as long as the backlog of rows due
-            "recrawl_due": self.recrawl.due_count(self._core.clock()),
-            "hosts_in_memory": len(self._core.hosts.records),
-            "recent_urls": len(self._core.recent),
-            "shedding": {"cut": self.shedding.cut, "counts": self.shedding.counts()},
-        }
+            recrawl_due=self.recrawl.due_count(core.clock()), hosts_in_memory=len(core.hosts.records),
+            recent_urls=len(core.recent))
+        return FrontierSnapshot(totals=totals, shedding=ShedState(cut=self.shedding.cut, counts=self.shedding.counts()))
 
     def _oldest_queued_age_s(self) -> float:
         # One probe of the urls_age index. The age counts from first enqueue, so a URL
         # waiting for its retry keeps ageing: it is still work not done.
-        row = self._core.conn.execute(_OLDEST_SQL).fetchone()
-        return 0.0 if row is None else max(0.0, self._core.clock() - row[0])
+        row = self._db.conn.execute(_OLDEST_SQL).fetchone()
+        return 0.0 if row is None else max(0.0, self._db.clock() - row[0])

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from crawler_node.frontier.core import FrontierCore
-from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.outbox import Outbox
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED, HostPoliteness, UrlEntry
 from crawler_node.frontier.recrawl import Recrawl
+from crawler_node.frontier.seen_set import SeenSet
 from crawler_node.frontier.statements import NOT_LEASED
 
 # Leased rows (state 1 in a file before layout 8) stay.
@@ -21,10 +21,10 @@ _HOST_ROWS_SQL = (
 
 
 class Handoff:
-    def __init__(self, core: FrontierCore, outbox: Outbox, intake: Intake, recrawl: Recrawl) -> None:
-        self._core = core
+    def __init__(self, db: FrontierDb, outbox: Outbox, seen: SeenSet, recrawl: Recrawl) -> None:
+        self._db = db
         self._outbox = outbox
-        self._intake = intake
+        self._seen = seen
         self._recrawl = recrawl  # counts the rows due for a recrawl, some of which leave here
 
     def handoff_host(self, host: str, peer: str, limit: int = 5000,
@@ -34,7 +34,7 @@ class Handoff:
         repeats them, with the host's ``politeness`` here (the owner's next request waits for
         it). Leased rows stay until their fetch ends; call again later for those.
         Returns the rows moved; once none is left, the host's row (its politeness) goes too."""
-        core = self._core
+        core = self._db
         with core.transaction():
             rows = core.conn.execute(_HOST_ROWS_SQL, (host, LEASED, limit)).fetchall()
             if rows:
@@ -49,7 +49,7 @@ class Handoff:
                 # This node is the host's successor (it covered for the owner, or the owner took
                 # its arc from here): what it fetched stays known as a fetched replica, so a
                 # second takeover does not fetch it all again (the chaos test's worst seed: 33%).
-                self._intake.replica_add([entry.url for _, entry in fetched])
+                self._seen.replica_add([entry.url for _, entry in fetched])
                 core.conn.executemany("DELETE FROM urls WHERE id = ?", [(row[0],) for row in rows])
                 for state, count in Counter(row[7] for row in rows).items():
                     core.count(host, state, -count)
@@ -65,19 +65,19 @@ class Handoff:
     def in_flight(self, hosts: Sequence[str]) -> dict[str, int]:
         """Leased rows of each of ``hosts`` that has any: fetches under way, which a handoff
         leaves here until they end."""
-        records = self._core.hosts.records
+        records = self._db.hosts.records
         return {host: record.leased for host in hosts if (record := records.get(host)) is not None and record.leased}
 
     def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
         """Record URLs another node already fetched: new ones enter the seen-set as done, and
         queued copies here are finished without a fetch. Returns how many changed."""
-        return self._intake.mark_seen(entries)
+        return self._seen.mark_seen(entries)
 
     def replica_add(self, urls: Sequence[str]) -> int:
         """Remember URLs a neighbour fetched: if its hosts come here, they are not fetched again."""
-        return self._intake.replica_add(urls)
+        return self._seen.replica_add(urls)
 
     def hosts_after(self, after: str, limit: int) -> list[str]:
         """Every host that has rows, in key order, one page at a time: the hosts after
         `after` (start with ""), at most `limit`. Reads the hosts table, never scans urls."""
-        return self._core.hosts.after(after, limit)
+        return self._db.hosts.after(after, limit)

@@ -1,7 +1,7 @@
 """Leases: the frontier hands out rows (lease id == row id) and records each in `leases` with
 an expiry (schema: the URL's row stays queued, its attempt counted when the lease ends). A
 lease that is neither finished nor returned goes back to the queue at expiry (`expire_leases`)
-or at the next open (FrontierCore.recover_leases), so a crashed worker or a crashed process
+or at the next open (FrontierDb.recover_leases), so a crashed worker or a crashed process
 never holds work forever (at-least-once), and a URL that crashes the node each time it is
 fetched runs out of attempts all the same."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import LEASED, QUEUED, HostQueue, Lease
 from crawler_node.frontier.statements import NOT_LEASED
 
@@ -31,16 +31,16 @@ _EXPIRE_SQL = "UPDATE urls SET attempts = attempts + 1 WHERE id = ?"
 
 
 class Leasing:
-    """The frontier's leases over its rows, counted in its host records (FrontierCore)."""
+    """The frontier's leases over its rows, counted in its host records (FrontierDb)."""
 
-    def __init__(self, core: FrontierCore, *, lease_timeout_s: float) -> None:
-        self._core = core
+    def __init__(self, db: FrontierDb, *, lease_timeout_s: float) -> None:
+        self._db = db
         self._lease_timeout_s = lease_timeout_s
 
     def lease_many(self, requests: Sequence[tuple[str, int]]) -> list[tuple[list[Lease], float | None]]:
         """Up to n eligible URLs of each (host, n), highest priority first, then FIFO, in one
         transaction, with each host's next_ready_at (see Frontier.lease)."""
-        core = self._core
+        core = self._db
         now = core.clock()
         records = core.hosts.records
         wanted = [(host, n, records.get(host)) for host, n in requests]
@@ -65,7 +65,7 @@ class Leasing:
 
     def _record(self, ids: Sequence[int], expires: float) -> None:
         if ids:
-            self._core.conn.executemany(_LEASE_INSERT_SQL, [(row_id, expires) for row_id in ids])
+            self._db.conn.executemany(_LEASE_INSERT_SQL, [(row_id, expires) for row_id in ids])
 
     def _lease(
         self, host: str, n: int, record: HostQueue | None, now: float, expires: float,
@@ -73,7 +73,7 @@ class Leasing:
         """Pick the host's next rows and count them leased; the caller marks them."""
         if n <= 0 or record is None or record.queued == 0:
             return [], None
-        core = self._core
+        core = self._db
         rows = core.conn.execute(_LEASE_SELECT_SQL, (host, now, n)).fetchall()
         if not rows:
             return [], self._next_ready_at(host, now)
@@ -88,12 +88,12 @@ class Leasing:
         return leases, None
 
     def _next_ready_at(self, host: str, now: float) -> float | None:
-        row = self._core.conn.execute(_NEXT_READY_SQL, (host, now)).fetchone()
+        row = self._db.conn.execute(_NEXT_READY_SQL, (host, now)).fetchone()
         return row[0]
 
     def expire_leases(self) -> int:
         """Return every lease past its expiry to the queue (the attempt stays counted)."""
-        core = self._core
+        core = self._db
         now = core.clock()
         expired = [row_id for row_id, (_, expires) in core.leases.items() if expires <= now]
         if not expired:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from crawler_node.frontier.core import FrontierCore
-from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import AddResult, HostPoliteness, UrlEntry
+from crawler_node.frontier.seen_set import SeenSet
 from crawler_node.frontier.statements import INSERT_CHUNKS, chunk_sizes
 
 _INSERT_COLUMNS = ("peer, url, host, depth, priority, hops, redirects, via, seen, replica, next_eligible,"
@@ -68,10 +68,10 @@ def successors_of(entries: Sequence[UrlEntry], successor_of: Callable[[str], str
 
 
 class Outbox:
-    def __init__(self, core: FrontierCore, intake: Intake) -> None:
-        self._core = core
-        self._intake = intake  # where a rerouted URL goes when it is this node's own
-        self._counts: dict[str, int] = dict(core.conn.execute("SELECT peer, COUNT(*) FROM outbox GROUP BY peer"))
+    def __init__(self, db: FrontierDb, seen: SeenSet) -> None:
+        self._db = db
+        self._seen = seen  # where a rerouted URL goes when it is this node's own
+        self._counts: dict[str, int] = dict(db.conn.execute("SELECT peer, COUNT(*) FROM outbox GROUP BY peer"))
 
     def put(self, items: Sequence[tuple[str, UrlEntry]], *, seen: bool = False, replica: bool = False,
             politeness: Mapping[str, HostPoliteness] | None = None, refresh: str | None = None) -> None:
@@ -90,14 +90,14 @@ class Outbox:
             polite = carried.get(index)
             params += (peer, e.url, e.host, e.depth, e.priority, e.hops, e.redirects, e.via, *flags,
                        polite.next_eligible if polite else None, polite.crawl_delay if polite else None, refresh)
-        with self._core.transaction():
-            execute = self._core.conn.execute
+        with self._db.transaction():
+            execute = self._db.conn.execute
             start = 0
             for rows in chunk_sizes(len(items)):
                 end = start + rows * _INSERT_ROW_PARAMS
                 execute(_INSERT_SQL[rows], params[start:end])
                 start = end
-            self._core.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
+            self._db.after_commit(partial(self._added, Counter(peer for peer, _ in items)))
 
     def put_replicas(self, entries: Sequence[UrlEntry], successors: Mapping[str, str]) -> None:
         """Owe the successor of each URL's host (`successors`, by host) a replica of it: the URLs
@@ -125,7 +125,7 @@ class Outbox:
 
     def peek_rows(self, peer: str, n: int) -> list[OutboxRow]:
         """The oldest `n` rows owed to `peer`, without removing them."""
-        rows = self._core.conn.execute(_PEEK_SQL, (peer, n)).fetchall()
+        rows = self._db.conn.execute(_PEEK_SQL, (peer, n)).fetchall()
         return [OutboxRow(row[0], UrlEntry(row[1], row[2], row[3], row[4], row[5], row[6], row[7]), bool(row[8]),
                           bool(row[9]),
                           None if row[10] is None else HostPoliteness(row[2], row[10], row[11] or 0.0), row[12])
@@ -138,11 +138,11 @@ class Outbox:
         a peer that froze with a batch in hand may answer long after its rows were rerouted
         and new rows, never sent, took their ids: matching the URL and the peer too removes
         only what was delivered (a rerouted row that was delivered anyway is sent again)."""
-        with self._core.transaction():
-            removed = self._core.conn.executemany(
+        with self._db.transaction():
+            removed = self._db.conn.executemany(
                 "DELETE FROM outbox WHERE id = ? AND peer = ? AND url = ?",
                 [(row_id, peer, url) for row_id, url in sent]).rowcount
-            self._core.after_commit(partial(self._moved, peer, Counter({None: removed})))
+            self._db.after_commit(partial(self._moved, peer, Counter({None: removed})))
         return removed
 
     def counts(self) -> dict[str, int]:
@@ -153,7 +153,7 @@ class Outbox:
         """The id of the last row owed to each peer that is owed any (an index seek each)."""
         found = {}
         for peer in self.counts():
-            (last,) = self._core.conn.execute("SELECT MAX(id) FROM outbox WHERE peer = ?", (peer,)).fetchone()
+            (last,) = self._db.conn.execute("SELECT MAX(id) FROM outbox WHERE peer = ?", (peer,)).fetchone()
             if last is not None:
                 found[peer] = int(last)
         return found
@@ -172,7 +172,7 @@ class Outbox:
             target = route(entry.host)
             # A replica of a URL queued here, for a successor that is down: dropped (this node
             # has the URL; the next successor gets what is queued from now on, and this one a
-            # refresh when it is back, cluster.replica). The end of a refresh, and a row of
+            # refresh when it is back, cluster.replica_keeper). The end of a refresh, and a row of
             # politeness alone, are for their successor alone: dropped too.
             if row.ends_refresh or row.politeness_only:
                 if target != peer:
@@ -182,18 +182,18 @@ class Outbox:
                 (mine_seen if row.seen else mine).append(entry)
             if target != peer:
                 moved.append((target, row.id))
-        conn = self._core.conn
-        with self._core.transaction():
+        conn = self._db.conn
+        with self._db.transaction():
             conn.executemany("UPDATE outbox SET peer = ? WHERE id = ?",
                              [(target, row_id) for target, row_id in moved if target is not None])
             conn.executemany("DELETE FROM outbox WHERE id = ?",
                              [(row_id,) for target, row_id in moved if target is None])
             if mine_seen:
-                self._intake.mark_seen(mine_seen)
-            result = self._intake.insert(mine, 0.0)
+                self._seen.mark_seen(mine_seen)
+            result = self._seen.insert(mine, 0.0)
             if successor_of is not None:
                 self.put_replicas(result.accepted, successors_of(result.accepted, successor_of))
-            self._core.after_commit(partial(self._moved, peer, Counter(target for target, _ in moved)))
+            self._db.after_commit(partial(self._moved, peer, Counter(target for target, _ in moved)))
         return result
 
     def _added(self, per_peer: Counter[str]) -> None:

@@ -1,4 +1,4 @@
-"""Finding parked hosts on disk (frontier.hosts): seeks in the partial indexes of `urls`.
+"""Finding parked hosts on disk (frontier.host_records): seeks in the partial indexes of `urls`.
 
 A parked host has rows but no record in memory, so the only way to it is the index: the next
 host name with queued (or deferred) rows after a given name, one seek each (a skip scan, so a

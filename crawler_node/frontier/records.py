@@ -124,7 +124,7 @@ class AddResult:
     # seen-set (found again, they are turned away again), for the caller to log
     capped: list[UrlEntry] = field(default_factory=list)
     forwarded: int = 0  # passed on to their owners' outboxes (the node's intake sets it)
-    # Hosts of accepted URLs that are parked (no record: frontier.hosts): their URLs wait on
+    # Hosts of accepted URLs that are parked (no record: frontier.host_records): their URLs wait on
     # disk for the host's turn, and are not work for the host table until `unpark` says so
     parked: set[str] = field(default_factory=set)
     # done rows queued again by `FrontierBatch.refetch`, per active host (work for the host table)

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from functools import partial
 
-from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import DONE, QUEUED
 from crawler_node.frontier.shedding import Shedding
 
@@ -45,11 +45,11 @@ _SCHEDULED_COUNT_SQL = f"SELECT COUNT(*) FROM urls WHERE {_DUE}"
 
 
 class Recrawl:
-    def __init__(self, core: FrontierCore, shedding: Shedding) -> None:
-        self._core = core
+    def __init__(self, db: FrontierDb, shedding: Shedding) -> None:
+        self._db = db
         self._shedding = shedding  # its cut keeps recrawls out while it sheds
         # A pass over the urls_due index, once; totals() is asked many times a second.
-        self._scheduled: int = core.conn.execute(_SCHEDULED_COUNT_SQL).fetchone()[0]
+        self._scheduled: int = db.conn.execute(_SCHEDULED_COUNT_SQL).fetchone()[0]
 
     @property
     def scheduled(self) -> int:
@@ -68,12 +68,12 @@ class Recrawl:
         kept = {entry[0]: entry for entry in recorded if entry[0] in finishing}  # the last of an id wins
         if not kept:
             return done
-        self._core.conn.executemany(
+        self._db.conn.executemany(
             _FINISH_SQL, [(due_at, etag, last_modified, int(row_id in leased), row_id)
                           for row_id, due_at, etag, last_modified in kept.values()])
         scheduled = sum(1 for _, due_at, _, _ in kept.values() if due_at is not None)
         if scheduled:
-            self._core.after_commit(partial(self._count, scheduled))
+            self._db.after_commit(partial(self._count, scheduled))
         return [row_id for row_id in done if row_id not in kept]
 
     def requeue_due(self, now: float, limit: int, priority: int) -> Counter[str]:
@@ -88,7 +88,7 @@ class Recrawl:
         cut = self._shedding.cut
         if limit <= 0 or (cut is not None and priority <= cut):
             return Counter()
-        core = self._core
+        core = self._db
         with core.transaction():
             per_host = Counter(host for (host,) in core.conn.execute(_REQUEUE_SQL, (priority, now, now, limit)))
             # A host that finished long ago has no record any more: this makes it one, or
@@ -108,7 +108,7 @@ class Recrawl:
         or to the page that redirected to it, once the site may have set a cookie: the next
         request carries it). Their attempts stay counted. Returns the rows queued per active
         host, as `requeue_due` does."""
-        core = self._core
+        core = self._db
         rows = [row for url in dict.fromkeys(urls)
                 for row in core.conn.execute(_REFETCHABLE_SQL, (url, REFETCH_MAX_ATTEMPTS)).fetchall()]
         if not rows:
@@ -128,11 +128,11 @@ class Recrawl:
     def unscheduled(self, count: int) -> None:
         """The open transaction deleted `count` scheduled rows (a host handed away)."""
         if count:
-            self._core.after_commit(partial(self._count, -count))
+            self._db.after_commit(partial(self._count, -count))
 
     def due_count(self, now: float) -> int:
         """Done rows due by `now`: an index-only count, as long as the rows due."""
-        return self._core.conn.execute(_DUE_COUNT_SQL, (now,)).fetchone()[0]
+        return self._db.conn.execute(_DUE_COUNT_SQL, (now,)).fetchone()[0]
 
     def _count(self, delta: int) -> None:
         self._scheduled += delta

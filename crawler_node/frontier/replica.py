@@ -8,7 +8,7 @@ What the successor does with them:
 
 - *takeover* (the neighbour is down, its hosts route here): `promote` moves the queued rows
   of the hosts served here now into this node's queue; the fetched ones make the URLs they
-  name count as seen when met (frontier.intake); the politeness is taken with the host's
+  name count as seen when met (frontier.seen_set); the politeness is taken with the host's
   record (`politeness_for`, called by hosts.HostRecords.ensure), so the Crawl-delay and the
   next-eligible time the neighbour had hold across the takeover;
 - *empty return* (the neighbour answers with a new incarnation: a new database, see
@@ -37,11 +37,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from crawler_node.frontier.core import FrontierCore
-from crawler_node.frontier.intake import Intake
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.outbox import Outbox, successors_of
 from crawler_node.frontier.records import AddResult, HostPoliteness, HostRefresh, UrlEntry
 from crawler_node.frontier.schema import incarnation
+from crawler_node.frontier.seen_set import SeenSet
 from crawler_node.frontier.statements import in_lists
 
 # A neighbour's Crawl-delay or pause is honoured for this long at most: a peer's word (or a
@@ -78,19 +78,19 @@ FIRST: Cursor = ("", "")
 
 
 class Replica:
-    def __init__(self, core: FrontierCore, intake: Intake, outbox: Outbox) -> None:
-        self._core = core
-        self._intake = intake  # where promoted rows are queued
+    def __init__(self, db: FrontierDb, seen: SeenSet, outbox: Outbox) -> None:
+        self._db = db
+        self._seen = seen  # where promoted rows are queued
         self._outbox = outbox  # where rows given back go
-        self.incarnation = incarnation(core.conn)
-        self._has_politeness = core.conn.execute("SELECT 1 FROM replica_hosts LIMIT 1").fetchone() is not None
+        self.incarnation = incarnation(db.conn)
+        self._has_politeness = db.conn.execute("SELECT 1 FROM replica_hosts LIMIT 1").fetchone() is not None
 
     # -- what a neighbour sends -------------------------------------------------------------
 
     def add_queued(self, entries: Sequence[UrlEntry]) -> int:
         """Remember URLs a neighbour has queued; a URL it fetched already stays fetched."""
-        conn = self._core.conn
-        with self._core.transaction():
+        conn = self._db.conn
+        with self._db.transaction():
             added = conn.executemany(_ADD_QUEUED_SQL, [
                 (e.host, e.url, e.depth, e.priority, e.hops, e.redirects, e.via) for e in entries]).rowcount
             conn.executemany(_ADD_QUEUED_HOST_SQL, [(host,) for host in {e.host for e in entries}])
@@ -100,9 +100,9 @@ class Replica:
         """Remember a neighbour's politeness for its hosts (the later next-eligible time wins)."""
         if not records:
             return
-        now = self._core.clock()
-        with self._core.transaction():
-            self._core.conn.executemany(_ADD_POLITENESS_SQL, [
+        now = self._db.clock()
+        with self._db.transaction():
+            self._db.conn.executemany(_ADD_POLITENESS_SQL, [
                 (r.host, r.next_eligible, r.crawl_delay) for r in (clamped(record, now) for record in records)])
         self._has_politeness = True
 
@@ -111,8 +111,8 @@ class Replica:
         rows of `queued` (just taken in) whose host is refreshed carry its token; at a host's end,
         the queued rows of the host without it are stale and go."""
         tokens = {mark.host: mark.token for mark in refreshes}
-        conn = self._core.conn
-        with self._core.transaction():
+        conn = self._db.conn
+        with self._db.transaction():
             conn.executemany("UPDATE replica SET refresh = ? WHERE host = ? AND url = ? AND state = 0",
                              [(tokens[e.host], e.host, e.url) for e in queued if e.host in tokens])
             conn.executemany("DELETE FROM replica WHERE host = ? AND state = 0 AND refresh IS NOT ?",
@@ -126,7 +126,7 @@ class Replica:
         died, unreplicated: the first one here waits a Crawl-delay from now, too."""
         if not self._has_politeness or not hosts:
             return {}
-        conn, now = self._core.conn, self._core.clock()
+        conn, now = self._db.conn, self._db.clock()
         found: dict[str, HostPoliteness] = {}
         for placeholders, chunk in in_lists(list(hosts)):
             for host, next_eligible, crawl_delay in conn.execute(
@@ -145,7 +145,7 @@ class Replica:
         Returns what was queued and where the next page starts (None: that was the last).
         The hosts are those of `replica_queued_hosts`: a page reads hosts, never the fetched
         rows of a neighbour's hosts. The callables run on the frontier's thread."""
-        core = self._core
+        core = self._db
         conn = core.conn
         hosts = [host for (host,) in conn.execute(_QUEUED_HOSTS_SQL, (after, limit))]
         served = [host for host in hosts if serves(host)]
@@ -154,7 +154,7 @@ class Replica:
             for host in served:
                 entries = [UrlEntry(url, host, depth, priority, hops, redirects, via)
                            for url, depth, priority, hops, redirects, via in conn.execute(_QUEUED_ROWS_SQL, (host,))]
-                added = self._intake.insert(entries, 0.0)
+                added = self._seen.insert(entries, 0.0)
                 if successor_of is not None:
                     self._outbox.put_replicas(added.accepted, successors_of(added.accepted, successor_of))
                 result.accepted += added.accepted
@@ -172,15 +172,15 @@ class Replica:
     def heard(self, peer: str, peer_incarnation: str) -> bool:
         """True when `peer` had another incarnation before (its frontier is not the one it had:
         it gets its replica back, then `record` the new one). One heard first is recorded."""
-        row = self._core.conn.execute("SELECT incarnation FROM peers WHERE peer = ?", (peer,)).fetchone()
+        row = self._db.conn.execute("SELECT incarnation FROM peers WHERE peer = ?", (peer,)).fetchone()
         if row is None:
             self.record(peer, peer_incarnation)
         return row is not None and row[0] != peer_incarnation
 
     def record(self, peer: str, peer_incarnation: str) -> None:
         """`peer`'s incarnation, once what it is owed for a new one is in the outbox."""
-        with self._core.transaction():
-            self._core.conn.execute("INSERT INTO peers (peer, incarnation) VALUES (?, ?) ON CONFLICT(peer)"
+        with self._db.transaction():
+            self._db.conn.execute("INSERT INTO peers (peer, incarnation) VALUES (?, ?) ON CONFLICT(peer)"
                                     " DO UPDATE SET incarnation = excluded.incarnation", (peer, peer_incarnation))
 
     def give_back(self, peer: str, route: Callable[[str], str | None], after: Cursor,
@@ -189,7 +189,7 @@ class Replica:
         of the hosts it crawls now (`route(host) == peer`): queued ones to crawl, fetched ones
         as seen. The rows stay: this node is still its successor. Returns the rows owed and
         where the next page starts (None: that was the last)."""
-        rows = self._core.conn.execute(_PAGE_SQL, (*after, limit)).fetchall()
+        rows = self._db.conn.execute(_PAGE_SQL, (*after, limit)).fetchall()
         to_crawl: list[tuple[str, UrlEntry]] = []
         fetched: list[tuple[str, UrlEntry]] = []
         for url, host, state, depth, priority, hops, redirects, via in rows:
@@ -197,7 +197,7 @@ class Replica:
                 continue
             (to_crawl if state == 0 else fetched).append(
                 (peer, UrlEntry(url, host, depth, priority, hops, redirects, via)))
-        with self._core.transaction():
+        with self._db.transaction():
             self._outbox.put(fetched, seen=True)
             self._outbox.put(to_crawl)
         return len(to_crawl) + len(fetched), ((rows[-1][1], rows[-1][0]) if len(rows) == limit else None)
@@ -212,7 +212,7 @@ class Replica:
         end of its refresh, even a host with nothing unfinished: the peer then drops the queued
         rows of the host the refresh did not name. Returns the rows owed and where the next page
         starts (None: that was the last)."""
-        core = self._core
+        core = self._db
         hosts = core.hosts.after(after, limit)
         owed: list[UrlEntry] = []
         wanted = {host for host in hosts if successor_of(host) == peer}
@@ -238,11 +238,11 @@ class Replica:
         them, a takeover fetches again each one it meets as a link. (Done rows have no index
         by host: a refresh reads the table once, by id.) Returns the rows owed and where the
         next page starts (None: that was the last)."""
-        rows = self._core.conn.execute(_FINISHED_PAGE_SQL, (after, limit)).fetchall()
+        rows = self._db.conn.execute(_FINISHED_PAGE_SQL, (after, limit)).fetchall()
         owed = [(peer, UrlEntry(url, host, depth, priority, hops, redirects, via))
                 for _, url, host, state, depth, priority, hops, redirects, via in rows
                 if state in (2, 3) and successor_of(host) == peer]
-        with self._core.transaction():
+        with self._db.transaction():
             self._outbox.put(owed, seen=True, replica=True)
         return len(owed), (rows[-1][0] if len(rows) == limit else None)
 
@@ -250,22 +250,22 @@ class Replica:
 
     def owe(self, peers: Sequence[str]) -> None:
         """`peers` were seen down: each is owed a refresh once back."""
-        with self._core.transaction():
-            self._core.conn.executemany("INSERT INTO refresh_owed (peer) VALUES (?) ON CONFLICT(peer) DO NOTHING",
+        with self._db.transaction():
+            self._db.conn.executemany("INSERT INTO refresh_owed (peer) VALUES (?) ON CONFLICT(peer) DO NOTHING",
                                         [(peer,) for peer in peers])
 
     def owed(self) -> set[str]:
         """The peers owed a refresh."""
-        return {peer for (peer,) in self._core.conn.execute("SELECT peer FROM refresh_owed")}
+        return {peer for (peer,) in self._db.conn.execute("SELECT peer FROM refresh_owed")}
 
     def refreshed(self, peer: str) -> None:
         """`peer`'s refresh is all in the outbox (it is owed again if seen down again)."""
-        with self._core.transaction():
-            self._core.conn.execute("DELETE FROM refresh_owed WHERE peer = ?", (peer,))
+        with self._db.transaction():
+            self._db.conn.execute("DELETE FROM refresh_owed WHERE peer = ?", (peer,))
 
     def counts(self) -> dict[str, int]:
         """Replica rows by state (two scans of the table: for a test or an operator, not a timer)."""
-        conn = self._core.conn
+        conn = self._db.conn
         queued = conn.execute("SELECT COUNT(*) FROM replica WHERE state = 0").fetchone()[0]
         total = conn.execute("SELECT COUNT(*) FROM replica").fetchone()[0]
         return {"queued": queued, "fetched": total - queued}

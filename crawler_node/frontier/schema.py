@@ -41,7 +41,7 @@ JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 # 7: `replica` is keyed by (host, url), without the index of its queued rows by host, and
 # `replica_queued_hosts` lists the hosts a takeover looks at (`_rekey_replica`).
 # 8: a lease is a row of `leases`, its URL's row left queued (state 0 is never changed to 1),
-# and the attempt it is counted in that row when the lease ends (`FrontierCore.recover_leases`
+# and the attempt it is counted in that row when the lease ends (`FrontierDb.recover_leases`
 # counts those of a previous run). Older files' leased rows are queued again at open as ever.
 SCHEMA_VERSION = 8
 
@@ -111,7 +111,7 @@ CREATE INDEX IF NOT EXISTS urls_deferred ON urls(host, priority DESC, id) WHERE 
 -- Failed rows (few), and the leased rows a file from before layout 8 may hold (none since, an
 -- empty index): with these the totals per state and the leases of an old file are found at
 -- open from indexes, not by two scans of `urls` (7.1 s to open a 10M frontier, 3.5 GB read
--- twice; FrontierCore.load_counts, recover_leases). A file without them builds them once.
+-- twice; FrontierDb.load_counts, recover_leases). A file without them builds them once.
 CREATE INDEX IF NOT EXISTS urls_failed ON urls(state) WHERE state = 3;
 CREATE INDEX IF NOT EXISTS urls_leased_before_8 ON urls(state) WHERE state = 1;
 -- One row per host that has rows in urls (made when the host's in-memory record is), with

@@ -13,16 +13,18 @@ the fetchers feel (`call_seconds`, `/metrics` crawler_frontier_call_duration_sec
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram
+from crawler_node.core.histogram import FRONTIER_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.frontier import checkpointer
-from crawler_node.frontier.control import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.frontier import Frontier
+from crawler_node.frontier.frontier_snapshot import FrontierSnapshot
+from crawler_node.frontier.operator_queries import FrontierControl, HostCounts, QueuedUrl
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.frontier.records import (
     AddResult,
@@ -139,7 +141,7 @@ class FrontierService:
         finally:  # a call that failed took its time too
             self.call_seconds[name].observe(time.monotonic() - started)
 
-    def call_snapshot(self) -> dict[str, dict]:
+    def call_snapshot(self) -> dict[str, HistogramSnapshot]:
         """The timed calls' histograms (core.histogram snapshots), by call."""
         return {name: histogram.snapshot() for name, histogram in self.call_seconds.items()}
 
@@ -178,10 +180,10 @@ class FrontierService:
         self.last_totals = dict(totals)  # a copy: callers may change theirs
         return totals
 
-    async def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self) -> FrontierSnapshot:
         thread, frontier = self._opened()
         snapshot = await thread.call(frontier.snapshot)
-        self.last_totals = dict(snapshot)
+        self.last_totals = dataclasses.asdict(snapshot.totals)
         return snapshot
 
     # -- shedding --------------------------------------------------------------------------
@@ -300,7 +302,7 @@ class FrontierService:
         thread, frontier = self._opened()
         return await thread.call(frontier.replica.counts)
 
-    # -- operator control (frontier.control) -----------------------------------------------
+    # -- operator control (frontier.operator_queries) -----------------------------------------------
 
     async def host_counts(self) -> list[HostCounts]:
         thread, _ = self._opened()

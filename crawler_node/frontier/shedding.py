@@ -1,6 +1,6 @@
 """Load shedding's moving part: parking queued URLs (deferred) and bringing them back.
 
-The policy (when, and how many) is `crawler_node.core.shedding.ShedPolicy`; this only moves
+The policy (when, and how many) is `crawler_node.core.shed_policy.ShedPolicy`; this only moves
 rows and keeps the cut below which new URLs are parked on arrival (by the intake, which asks
 `cut`). Nothing is dropped: a deferred row stays in the seen-set until it is restored.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from functools import partial
 
-from crawler_node.core.shedding import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
-from crawler_node.frontier.core import FrontierCore
+from crawler_node.core.shed_policy import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import DEFERRED, QUEUED
 from crawler_node.frontier.statements import NOT_LEASED
 
@@ -43,8 +43,8 @@ PARKED_RESTORE_HOSTS_MAX = 4096
 
 
 class Shedding:
-    def __init__(self, core: FrontierCore) -> None:
-        self._core = core
+    def __init__(self, db: FrontierDb) -> None:
+        self._db = db
         self._cut: int | None = None
         self._counts: Counter[str] = Counter()  # deferrals by reason, and restores, since open
 
@@ -64,7 +64,7 @@ class Shedding:
         priority parked are parked on arrival too. Returns the parked count per host."""
         if n <= 0:
             return Counter()
-        core = self._core
+        core = self._db
         with core.transaction():
             rows = core.conn.execute(_DEFER_SQL, (below_priority, n)).fetchall()
             per_host = Counter(host for host, _ in rows)
@@ -88,7 +88,7 @@ class Shedding:
         (each host's highest priority first): restored work spread over many hosts can be
         fetched in parallel, work from one host only at that host's pace. Returns the count
         per active host (a parked host's restored rows wait for its turn on disk)."""
-        core = self._core
+        core = self._db
         if n <= 0:
             return Counter()
         records = core.hosts.records
@@ -116,7 +116,7 @@ class Shedding:
 
     def parked_on_arrival(self, count: int) -> None:
         """The open transaction parked `count` new URLs on arrival (the intake reports it)."""
-        self._core.after_commit(partial(self._count, ARRIVED_WHILE_SHEDDING, count))
+        self._db.after_commit(partial(self._count, ARRIVED_WHILE_SHEDDING, count))
 
     def _count(self, reason: str, count: int) -> None:
         self._counts[reason] += count

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crawler_node.core.limiter import AimdLimiter, Outcome
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.signals import ApiSignal, Signal
-from crawler_node.node.ip_gates import IpGate, IpGates
+from crawler_node.core.stats import Indexed, counter, gauge, stat
+from crawler_node.node.ip_gates import NO_IP_GATES, IpGate, IpGates, IpSnapshot
 
 __all__ = ["API_LIMIT", "API_QUOTA", "PAUSED", "AdmissionStats", "ApiGate", "FetchAdmission", "IpGate", "IpGates",
            "OperatorPause", "Permit", "PressureSource"]
@@ -62,9 +63,23 @@ class OperatorPause:
     by: str
     since: float
 
-    def snapshot(self, now: float) -> dict:
-        return {"paused": True, "reason": self.reason, "by": self.by, "since": self.since,
-                "paused_for_s": round(max(0.0, now - self.since), 3)}
+    def snapshot(self, now: float) -> PauseSnapshot:
+        return PauseSnapshot(paused=True, reason=self.reason, by=self.by, since=self.since,
+                             paused_for_s=round(max(0.0, now - self.since), 3))
+
+
+@dataclass(frozen=True, slots=True)
+class PauseSnapshot:
+    """An operator's pause: the status's ``pause`` (and ``admission.pause``)."""
+
+    paused: bool
+    reason: str | None = field(metadata=stat(when="paused"))
+    by: str | None = field(metadata=stat(when="paused"))
+    since: float | None = field(metadata=stat(when="paused"))
+    paused_for_s: float | None = field(metadata=stat(when="paused"))
+
+
+NOT_PAUSED = PauseSnapshot(paused=False, reason=None, by=None, since=None, paused_for_s=None)
 
 
 class ApiGate:
@@ -122,23 +137,44 @@ class ApiGate:
         self.resumes += 1
         return True
 
-    def snapshot(self, now: float) -> dict:
+    def snapshot(self, now: float) -> ApiSnapshot:
         limiter = self.limiter
-        return {
-            "enabled": True,
-            "paused": self.paused(now),
-            "reason": self.paused_reason,
-            "resume_at": self.resume_at,
-            "resume_in_s": None if self.resume_at is None else round(max(0.0, self.resume_at - now), 3),
-            "limit": limiter.limit,
-            "in_flight": limiter.in_flight,
-            "throttle_point": limiter.throttle_point,
-            "decreases": limiter.decreases,
-            "throttled": self.throttled,
-            "quota_hits": self.quota_hits,
-            "pauses": self.pauses,
-            "resumes": self.resumes,
-        }
+        return ApiSnapshot(
+            enabled=True, paused=self.paused(now), reason=self.paused_reason, resume_at=self.resume_at,
+            resume_in_s=None if self.resume_at is None else round(max(0.0, self.resume_at - now), 3),
+            limit=limiter.limit, in_flight=limiter.in_flight, throttle_point=limiter.throttle_point,
+            decreases=limiter.decreases, throttled=self.throttled, quota_hits=self.quota_hits, pauses=self.pauses,
+            resumes=self.resumes)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSnapshot(Indexed):
+    """The fetch-through API's gate (the status's ``api``); with no API only ``enabled`` and
+    ``paused`` are shown."""
+
+    enabled: bool = field(metadata=gauge("crawler_api_enabled", "1 when fetching through a proxy/API"))
+    paused: bool = field(metadata=gauge("crawler_api_paused", "1 while the API's quota is exhausted"))
+    reason: str | None = field(metadata=stat(when="enabled"))
+    resume_at: float | None = field(metadata=stat(when="enabled"))
+    resume_in_s: float | None = field(metadata=gauge("crawler_api_resume_in_seconds",
+                                                     "Time until a paused API resumes by itself", when="enabled",
+                                                     none=0.0))
+    limit: int = field(metadata=gauge("crawler_api_limit", "The API limiter's current concurrency limit",
+                                      when="enabled"))
+    in_flight: int = field(metadata=gauge("crawler_api_in_flight", "Requests in flight through the API",
+                                          when="enabled"))
+    throttle_point: int | None = field(metadata=stat(when="enabled"))
+    decreases: int = field(metadata=counter("crawler_api_limit_decreases", "Cuts of the API limiter", when="enabled"))
+    throttled: int = field(metadata=counter("crawler_api_throttled", "429s from the API itself", when="enabled"))
+    quota_hits: int = field(metadata=counter("crawler_api_quota_exhausted", "509s (quota spent) from the API",
+                                             when="enabled"))
+    pauses: int = field(metadata=counter("crawler_api_pauses", "Times fetching was paused for the quota",
+                                         when="enabled"))
+    resumes: int = field(metadata=stat(when="enabled"))
+
+
+NO_API = ApiSnapshot(enabled=False, paused=False, reason=None, resume_at=None, resume_in_s=None, limit=0, in_flight=0,
+                     throttle_point=None, decreases=0, throttled=0, quota_hits=0, pauses=0, resumes=0)
 
 
 @dataclass(slots=True)
@@ -244,16 +280,38 @@ class FetchAdmission:
             permit.ip_gate = None
         return woken, paused
 
-    def snapshot(self, now: float) -> dict:
+    def snapshot(self, now: float) -> AdmissionSnapshot:
         reason = self.blocked(now)
-        return {
-            "open": reason is None,
-            "blocked_by": reason,
-            "pause": self.operator_pause.snapshot(now) if self.operator_pause is not None else {"paused": False},
-            "pressure_sources": sorted(source.name for source in self._sources),
-            "rejections": dict(self.stats.rejections),
-            "blocked_s": {name: round(seconds, 3) for name, seconds in self.stats.blocked_s.items()},
-            "api": self.api.snapshot(now) if self.api is not None else {"enabled": False, "paused": False},
-            "ip": self.ip_gates.snapshot() if self.ip_gates is not None else
-            {"enabled": False, "limit": None, "shared_addresses": 0, "refusals": 0, "busiest": []},
-        }
+        sources = tuple(sorted(source.name for source in self._sources))
+        return AdmissionSnapshot(
+            gate=AdmissionGate(
+                open=reason is None, blocked_by=reason,
+                pause=self.operator_pause.snapshot(now) if self.operator_pause is not None else NOT_PAUSED,
+                pressure_sources=sources, rejections=dict(self.stats.rejections),
+                blocked_s={name: round(seconds, 3) for name, seconds in self.stats.blocked_s.items()}),
+            api=self.api.snapshot(now) if self.api is not None else NO_API,
+            ip=self.ip_gates.snapshot() if self.ip_gates is not None else NO_IP_GATES)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionGate:
+    """Whether a new fetch may start, and what held them back (rule 5): the status's ``admission``."""
+
+    open: bool = field(metadata=gauge("crawler_admission_open", "1 while new fetches may start"))
+    blocked_by: str | None
+    pause: PauseSnapshot
+    pressure_sources: tuple[str, ...]
+    # Every pressure source has its series from the start (at 0), so rate() has one to read.
+    rejections: Mapping[str, int] = field(metadata=counter(
+        "crawler_admission_rejections", "Times a fetch was ready but admission refused it, by reason (stage)",
+        labels=("reason",), zeros_from="pressure_sources"))
+    blocked_s: Mapping[str, float] = field(metadata=counter(
+        "crawler_admission_blocked_seconds", "Time new fetches were held back, by reason (stage)",
+        labels=("reason",), zeros_from="pressure_sources"))
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSnapshot:
+    gate: AdmissionGate
+    api: ApiSnapshot
+    ip: IpSnapshot

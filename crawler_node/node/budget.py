@@ -4,7 +4,19 @@ a slow parser or store cannot let memory grow past ``limit`` (rule 1, measured i
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from crawler_node.core.stats import gauge
 from crawler_node.runtime.wakeup import Wakeup
+
+
+@dataclass(frozen=True, slots=True)
+class HeldSnapshot:
+    """Its part of the status's ``admission``."""
+
+    held_bytes: int = field(metadata=gauge("crawler_pipeline_held_bytes", "Response bodies between fetch and store"))
+    held_bytes_limit: int = field(metadata=gauge("crawler_pipeline_held_bytes_limit",
+                                                 "Held bytes above which no fetch starts"))
 
 
 class HeldBytes:
@@ -27,5 +39,5 @@ class HeldBytes:
     def needs_backout(self) -> bool:
         return self.held > self.limit
 
-    def snapshot(self) -> dict[str, int]:
-        return {"held_bytes": self.held, "held_bytes_limit": self.limit}
+    def snapshot(self) -> HeldSnapshot:
+        return HeldSnapshot(held_bytes=self.held, held_bytes_limit=self.limit)

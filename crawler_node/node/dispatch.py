@@ -12,13 +12,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crawler_node.core.robots import scheme_of
+from crawler_node.core.stats import Kind, Metric, stat
 from crawler_node.node.admission import FetchAdmission
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostState, HostTable, Step
 from crawler_node.node.leases import LeaseKeeper
+from crawler_node.node.queues import BLOCKED_ENQUEUES, QUEUE_AGE, QUEUE_CAPACITY, QUEUE_DEPTH
 from crawler_node.node.robots_txt import unfetched_page
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
@@ -27,11 +30,47 @@ log = logging.getLogger("crawler_node.dispatch")
 
 IDLE_WAIT_S = 1.0  # with no host ready and none waiting on a time: look again this often anyway
 
+IN_FLIGHT = Metric("crawler_in_flight", "Requests in flight on this node", Kind.GAUGE)
+
 
 class HoldGate(Protocol):
     """What a hold waits for (cluster.readiness.StartupHold): said when its time runs out."""
 
     def waiting_for(self) -> str: ...
+
+
+@dataclass(slots=True)
+class Hold:
+    """The start-up hold (cluster.readiness): no request before ``until`` or its release."""
+
+    since: float
+    until: float
+    released_at: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSnapshot:
+    since: float
+    until: float
+    released_at: float | None
+    reason: str | None
+    holding: bool = field(metadata=stat(json=False))
+    released: bool = field(metadata=stat(json=False))
+    waiting_for: str | None = field(metadata=stat(when="holding"))  # while it holds: what it waits for
+    held_s: float | None = field(metadata=stat(when="released"))  # once released: how long it held
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSnapshot:
+    """The status's ``queues.fetch``: requests in flight, bounded by the global limit."""
+
+    depth: int = field(metadata=stat(QUEUE_DEPTH, IN_FLIGHT))
+    capacity: int = field(metadata=stat(QUEUE_CAPACITY))
+    oldest_age_s: float = field(metadata=stat(QUEUE_AGE))
+    held_until: float | None
+    hold: HoldSnapshot | None
+    blocked_puts: int = field(default=0, metadata=stat(BLOCKED_ENQUEUES, json=False))  # a fetch never waits to start
 
 
 class Dispatcher:
@@ -59,7 +98,7 @@ class Dispatcher:
         self._fence = fence
         self._tasks: set[asyncio.Task[None]] = set()
         self._hold_until = 0.0
-        self._hold: dict[str, Any] | None = None  # the start-up hold, for the status
+        self._hold: Hold | None = None  # the start-up hold, for the status
         self._hold_gate: HoldGate | None = None
         self._stopping = False
 
@@ -75,25 +114,29 @@ class Dispatcher:
         first hears its peers: cluster.readiness); ``gate`` says what the hold waits for."""
         self._hold_until = until
         self._hold_gate = gate
-        self._hold = {"since": self._clock(), "until": until, "released_at": None, "reason": None}
+        self._hold = Hold(since=self._clock(), until=until)
 
     def release_hold(self, reason: str) -> None:
         """End the hold now, for ``reason``; a hold already over stays as it ended."""
-        if self._hold is None or self._hold["released_at"] is not None:
+        hold = self._hold
+        if hold is None or hold.released_at is not None:
             return
         self._hold_until = 0.0
-        self._hold.update(released_at=self._clock(), reason=reason)
-        log.info("leasing after %.2f s: %s", self._hold["released_at"] - self._hold["since"], reason)
+        hold.released_at, hold.reason = self._clock(), reason
+        log.info("leasing after %.2f s: %s", hold.released_at - hold.since, reason)
         self._work.notify()
 
-    def snapshot(self) -> dict:
-        hold = self._hold
-        if hold is not None and hold["released_at"] is None:
-            hold = {**hold, "waiting_for": self._hold_gate.waiting_for() if self._hold_gate is not None else None}
-        elif hold is not None:
-            hold = {**hold, "held_s": round(hold["released_at"] - hold["since"], 3)}
-        return {"depth": len(self._tasks), "capacity": self._capacity, "oldest_age_s": 0.0,
-                "held_until": self._hold_until if self._hold_until > self._clock() else None, "hold": hold}
+    def snapshot(self) -> DispatchSnapshot:
+        hold, held = self._hold, None
+        if hold is not None:
+            holding = hold.released_at is None
+            held = HoldSnapshot(
+                since=hold.since, until=hold.until, released_at=hold.released_at, reason=hold.reason, holding=holding,
+                released=not holding,
+                waiting_for=self._hold_gate.waiting_for() if holding and self._hold_gate is not None else None,
+                held_s=None if hold.released_at is None else round(hold.released_at - hold.since, 3))
+        return DispatchSnapshot(depth=len(self._tasks), capacity=self._capacity, oldest_age_s=0.0,
+                                held_until=self._hold_until if self._hold_until > self._clock() else None, hold=held)
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, supervisor: Supervisor) -> None:
@@ -134,7 +177,7 @@ class Dispatcher:
             if now < self._hold_until:
                 await self._work.wait(self._hold_until - now)
                 continue
-            if self._hold is not None and self._hold["released_at"] is None:
+            if self._hold is not None and self._hold.released_at is None:
                 gate = self._hold_gate
                 self.release_hold("the hold ran out" if gate is None else
                                   f"the startup grace ran out while waiting for {gate.waiting_for()}")

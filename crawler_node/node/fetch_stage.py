@@ -10,17 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from crawler_node.config import FetchConfig
-from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram
+from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.core.outcomes import FetchOutcome
-from crawler_node.core.response import FetchResult
+from crawler_node.core.response import FetchResult, PageFetcher
 from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
 from crawler_node.core.scope import Scope
 from crawler_node.core.signals import ApiSignal, Signal
+from crawler_node.core.stats import counter, gauge, histogram
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.core.verdict import (
     Pause,
@@ -35,15 +36,11 @@ from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.pipeline import PageResult
 from crawler_node.node.robots_txt import redirect_target, robots_pages, sitemap_entries
+from crawler_node.node.stage_items import PageResult
 
 log = logging.getLogger("crawler_node.fetch")
 
-
-class Fetcher(Protocol):
-    async def fetch(self, url: str, *, max_body_bytes: int | None = None,
-                    headers: dict[str, str] | None = None) -> FetchResult: ...
 
 
 class NextStage(Protocol):
@@ -51,7 +48,7 @@ class NextStage(Protocol):
 
 
 class FetchStage:
-    def __init__(self, *, config: FetchConfig, fetcher: Fetcher, hosts: HostTable, admission: FetchAdmission,
+    def __init__(self, *, config: FetchConfig, fetcher: PageFetcher, hosts: HostTable, admission: FetchAdmission,
                  rules: ResponseRules, held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope,
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
                  clock: Callable[[], float]) -> None:
@@ -77,7 +74,8 @@ class FetchStage:
         self._returned = returned
         self._clock = clock
         self.outcomes: Counter[FetchOutcome] = Counter()
-        self.counters: Counter[str] = Counter()
+        self.counters = FetchCounts()
+        self.api_signals: Counter[ApiSignal] = Counter()  # answers the API itself gave, robots.txt's too
         self.gave_up: Counter[str] = Counter()
         # What page fetches cost and answered (/metrics histograms): one observation per
         # answer judged here; robots.txt requests add only to the bytes received.
@@ -127,19 +125,19 @@ class FetchStage:
         self.outcomes[signal.outcome] += 1
         counters = self.counters
         if signal.api is not ApiSignal.NONE:
-            counters[f"api_{signal.api.value}"] += 1
-            counters["api_postponed"] += 1
+            self.api_signals[signal.api] += 1
+            counters.api_postponed += 1
             return
-        counters["host_attempts"] += 1
+        counters.host_attempts += 1
         retry = verdict.retry
         if retry is RetryAction.DONE:
             return
         if retry is RetryAction.RETRY:
-            counters["retries"] += 1
+            counters.retries += 1
         elif retry is RetryAction.GIVE_UP and verdict.reason is not None:
             self.gave_up[verdict.reason] += 1
         if verdict.pause is Pause.BACKOFF:
-            counters["host_backoffs"] += 1
+            counters.host_backoffs += 1
             log.info("%s keeps answering 429 without Retry-After: paused until %.1f (level %d)",
                      state.host, state.next_eligible, state.backoff.level)
 
@@ -212,9 +210,9 @@ class FetchStage:
         self._release(state, permit, answer.signal, now)
         self._hosts.finish_robots(state, scheme, permit.host_ticket, answer, now)
         if answer.api_refused:
-            self.counters[f"api_{answer.signal.api.value}"] += 1
+            self.api_signals[answer.signal.api] += 1
             return
-        self.counters["robots_fetched"] += 1
+        self.counters.robots_fetched += 1
         self._warn_if_held(state, scheme, url, answer)
         pages = robots_pages(hops, for_lease=lease, attempt=failures + 1, through_api=self._rules.through_api)
         if answer.ready:
@@ -230,7 +228,7 @@ class FetchStage:
         if answer.ready:
             return
         if answer.status is RobotsStatus.UNAVAILABLE:
-            self.counters["robots_given_up"] += 1
+            self.counters.robots_given_up += 1
             log.warning("%s could not be had %d times (%s): the queued %s URLs of %s end as robots_unavailable",
                         url, answer.failures, answer.error, scheme, state.host)
         elif answer.failures == 1:
@@ -265,25 +263,85 @@ class FetchStage:
         if paused:
             self._on_api_paused()
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> FetchSnapshot:
         counters = self.counters
-        attempts = counters["host_attempts"]
-        return {
-            "outcomes": {str(outcome): count for outcome, count in self.outcomes.items()},
-            "host_attempts": attempts,
-            "retries": counters["retries"],
-            # The one retry ratio: retries per request that reached a host.
-            "retry_ratio": round(counters["retries"] / attempts, 4) if attempts else 0.0,
-            "api_postponed": counters["api_postponed"],
-            "host_backoffs": counters["host_backoffs"],
-            "robots_fetched": counters["robots_fetched"],
-            "robots_given_up": counters["robots_given_up"],
-            "gave_up": dict(self.gave_up),
-            "fetch_seconds": self.fetch_seconds.snapshot(),
-            "body_bytes": self.body_bytes.snapshot(),
-            "responses": dict(self.responses),  # page fetches by status class; none: no HTTP answer
-            "fetched_bytes": self.fetched_bytes,
-        }
+        attempts, retries = counters.host_attempts, counters.retries
+        # The one retry ratio: retries per request that reached a host.
+        ratio = round(retries / attempts, 4) if attempts else 0.0
+        return FetchSnapshot(
+            counters=FetchCounters(
+                retries=retries, retry_ratio=ratio, robots_fetched=counters.robots_fetched,
+                robots_given_up=counters.robots_given_up,
+                too_many_redirects=self.outcomes.get(FetchOutcome.TOO_MANY_REDIRECTS, 0),
+                outcomes={str(outcome): count for outcome, count in self.outcomes.items()}),
+            retries=RetrySnapshot(total=retries, host_attempts=attempts, ratio=ratio,
+                                  api_postponed=counters.api_postponed, host_backoffs=counters.host_backoffs,
+                                  gave_up=dict(self.gave_up)),
+            fetches=FetchesSnapshot(fetch_seconds=self.fetch_seconds.snapshot(), body_bytes=self.body_bytes.snapshot(),
+                                    responses=dict(self.responses), fetched_bytes=self.fetched_bytes))
+
+
+@dataclass(slots=True)
+class FetchCounts:
+    """What the fetch stage counts, bumped on every answer."""
+
+    host_attempts: int = 0  # requests that reached a host (not refused by the API)
+    retries: int = 0
+    api_postponed: int = 0
+    host_backoffs: int = 0
+    robots_fetched: int = 0
+    robots_given_up: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchCounters:
+    """The fetch stage's part of the status's ``counters``."""
+
+    retries: int = field(metadata=counter("crawler_retries",
+                                          "Failed attempts sent back to the frontier for another try"))
+    retry_ratio: float = field(metadata=gauge("crawler_retry_ratio", "Retries per request that reached a host"))
+    robots_fetched: int = field(metadata=counter("crawler_robots_fetched",
+                                                 "robots.txt requests (each redirect chain once)"))
+    robots_given_up: int  # authorities given up
+    too_many_redirects: int
+    outcomes: Mapping[str, int] = field(metadata=counter("crawler_fetch_outcomes", "Fetch attempts by outcome",
+                                                         labels=("outcome",)))
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySnapshot:
+    """Retries as load (rule 6): the status's ``retries``."""
+
+    total: int
+    host_attempts: int = field(metadata=counter("crawler_host_attempts_all", "Requests that reached any host"))
+    ratio: float
+    api_postponed: int = field(metadata=counter("crawler_api_postponed",
+                                                "URLs the API refused, retried without spending budget"))
+    host_backoffs: int = field(metadata=counter("crawler_host_backoffs", "Host pauses for 429s without Retry-After"))
+    gave_up: Mapping[str, int] = field(metadata=counter("crawler_retries_given_up",
+                                                        "URLs not retried any more, by reason", labels=("reason",)))
+
+
+@dataclass(frozen=True, slots=True)
+class FetchesSnapshot:
+    """Page fetches: durations, body sizes, answers by status class, bytes received."""
+
+    fetch_seconds: HistogramSnapshot = field(metadata=histogram(
+        "crawler_fetch_duration_seconds", "Time of each page fetch, to the end of its body or error"))
+    body_bytes: HistogramSnapshot = field(metadata=histogram(
+        "crawler_response_body_bytes", "Body size of each HTTP answer to a page fetch, as received"))
+    # page fetches by status class; none: no HTTP answer
+    responses: Mapping[str, int] = field(metadata=counter(
+        "crawler_responses", "Page fetches by status class (none: no HTTP answer)", labels=("code_class",)))
+    fetched_bytes: int = field(metadata=counter("crawler_fetched_bytes",
+                                                "Response body bytes received (pages, robots.txt)"))
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshot:
+    counters: FetchCounters
+    retries: RetrySnapshot
+    fetches: FetchesSnapshot
 
 
 CODE_CLASSES = ("2xx", "3xx", "4xx", "5xx", "none")

@@ -1,6 +1,6 @@
 """Which hosts leave the host table's memory, and when: idle ones (the collector), and active
 ones whose turn is over while others wait on disk (the frontier parks hosts past
---active-hosts: frontier.hosts).
+--active-hosts: frontier.host_records).
 
 The host table (node.hosts) owns this and calls it; it shares the table's dict of states and
 the rotation's list of idle hosts, and removes states only through ``_drop``. A state leaves

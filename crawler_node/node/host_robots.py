@@ -7,7 +7,7 @@ bookkeeping, no I/O: the request itself is the fetch stage's, its meaning core.v
 
 from __future__ import annotations
 
-from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsPolicy, RobotsStatus
+from crawler_node.core.robots import AuthorityRobots, RobotsCache, RobotsCacheSnapshot, RobotsPolicy, RobotsStatus
 from crawler_node.core.verdict import RobotsAnswer
 from crawler_node.node.host_state import HostState
 
@@ -68,5 +68,5 @@ class HostRobots:
         return max((robots.crawl_delay for robots in state.robots.values()
                     if robots.status is RobotsStatus.READY), default=0.0)
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> RobotsCacheSnapshot:
         return self._cache.snapshot()

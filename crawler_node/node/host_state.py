@@ -16,6 +16,7 @@ from crawler_node.core.robots import AuthorityRobots, RobotsStatus
 from crawler_node.core.signals import LatencyLevel
 from crawler_node.core.verdict import Pause, RetryAction, Verdict
 from crawler_node.frontier import HostPoliteness, Lease
+from crawler_node.node.host_snapshot import AuthorityRobotsSnapshot, HostSnapshot
 
 if TYPE_CHECKING:
     from crawler_node.node.admission import IpGate
@@ -119,33 +120,19 @@ class HostState:
         return HostPoliteness(host=self.host, next_eligible=self.paused_until, crawl_delay=self.crawl_delay,
                               backoff_level=self.backoff.level, last_throttle=self.backoff.last_throttle)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> HostSnapshot:
         limiter = self.limiter
-        return {
-            "host": self.host,
-            "in_flight": limiter.in_flight,
-            "limit": limiter.limit,
-            "limit_decreases": limiter.decreases,
-            "queued": self.queued + len(self.buffer),
-            "fetched": self.fetched,
-            "throttled": self.throttled,
-            "errors": self.errors,
-            "retries": self.retries,
-            "retry_ratio": round(self.retries / self.fetched, 4) if self.fetched else 0.0,
-            "crawl_delay_s": self.crawl_delay,
-            "throttle_point": limiter.throttle_point,
-            "latency_baseline_ms": round(self.latency.baseline_s * 1000, 1) if self.latency else None,
-            "latency_rises": self.latency_rises,
-            "backoffs": self.backoffs,
-            "backoff_level": self.backoff.level,
-            "api_refused": self.api_refused,
-            "ip": self.ip_gate.address if self.ip_gate else None,
-            "place": self.place.value,
-            "next_eligible": self.next_eligible,
-            "robots": {scheme: robots_snapshot(robots) for scheme, robots in self.robots.items()}
-            if self.robots else {},
-            "held": self.held_reason(),
-        }
+        return HostSnapshot(
+            host=self.host, in_flight=limiter.in_flight, limit=limiter.limit, limit_decreases=limiter.decreases,
+            queued=self.queued + len(self.buffer), fetched=self.fetched, throttled=self.throttled, errors=self.errors,
+            retries=self.retries, retry_ratio=round(self.retries / self.fetched, 4) if self.fetched else 0.0,
+            crawl_delay_s=self.crawl_delay, throttle_point=limiter.throttle_point,
+            latency_baseline_ms=round(self.latency.baseline_s * 1000, 1) if self.latency else None,
+            latency_rises=self.latency_rises, backoffs=self.backoffs, backoff_level=self.backoff.level,
+            api_refused=self.api_refused, ip=self.ip_gate.address if self.ip_gate else None, place=self.place.value,
+            next_eligible=self.next_eligible,
+            robots={scheme: robots_snapshot(robots) for scheme, robots in self.robots.items()} if self.robots else {},
+            held=self.held_reason())
 
     def held_reason(self) -> str | None:
         """Why the host's URLs wait or end unfetched, when robots.txt is the reason (DNS and TLS
@@ -160,6 +147,6 @@ class HostState:
         return None
 
 
-def robots_snapshot(robots: AuthorityRobots) -> dict:
-    return {"status": robots.status.value, "failures": robots.failures, "error": robots.last_error,
-            "crawl_delay_s": robots.crawl_delay, "since": robots.since}
+def robots_snapshot(robots: AuthorityRobots) -> AuthorityRobotsSnapshot:
+    return AuthorityRobotsSnapshot(status=robots.status.value, failures=robots.failures, error=robots.last_error,
+                                   crawl_delay_s=robots.crawl_delay, since=robots.since)

@@ -37,6 +37,7 @@ from crawler_node.frontier import AddResult, HostPoliteness, HostQueue, Lease
 from crawler_node.node.host_memory import HostMemory
 from crawler_node.node.host_politeness import UnsavedPoliteness
 from crawler_node.node.host_robots import HostRobots
+from crawler_node.node.host_snapshot import HeldHost, HeldHosts, HostTableSnapshot
 from crawler_node.node.host_state import HostState, Place, Step
 from crawler_node.node.rotation import Rotation
 from crawler_node.runtime.wakeup import Wakeup
@@ -91,18 +92,16 @@ class HostTable:
     def busiest(self, n: int) -> list[HostState]:
         return heapq.nlargest(n, self._hosts.values(), key=lambda s: (s.limiter.in_flight, s.queued))
 
-    def snapshot(self, top: int = 20) -> dict:
+    def snapshot(self, top: int = 20) -> HostTableSnapshot:
         places: dict[str, int] = {}
         for state in self._hosts.values():
             places[state.place.value] = places.get(state.place.value, 0) + 1
         held = [(state.host, reason) for state in self._hosts.values()
                 if state.robots is not None and (reason := state.held_reason()) is not None]
-        return {"in_memory": len(self._hosts), "collected": self.collected, "places": places,
-                "robots_cache": self._robots.snapshot(),
-                # hosts whose robots.txt keeps their URLs back, and why (the first `top`)
-                "held": {"count": len(held),
-                         "hosts": [{"host": host, "reason": reason} for host, reason in held[:top]]},
-                "busiest": [state.snapshot() for state in self.busiest(top)]}
+        return HostTableSnapshot(
+            in_memory=len(self._hosts), collected=self.collected, places=places, robots_cache=self._robots.snapshot(),
+            held=HeldHosts(count=len(held), hosts=tuple(HeldHost(host, reason) for host, reason in held[:top])),
+            busiest=tuple(state.snapshot() for state in self.busiest(top)))
 
     # ----------------------------------------------------------------- work
     def drop(self, host: str) -> None:
@@ -231,7 +230,7 @@ class HostTable:
             state.next_eligible = now + state.crawl_delay
         return ticket
 
-    def bind_ip_gate(self, state: HostState, gate: IpGate | None) -> None:
+    def bind_ip_gate(self, state: HostState, gate: IpGate[HostState] | None) -> None:
         state.ip_gate = gate
 
     def robots_not_sent(self, state: HostState, scheme: str, ticket: int, now: float) -> None:

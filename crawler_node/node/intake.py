@@ -20,32 +20,25 @@ from typing import Any, Protocol
 from crawler_node.cluster.wire import Item, UrlsBody
 from crawler_node.config import IntakeConfig
 from crawler_node.core.scope import Scope, source_of
+from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url, resolve_plain
 from crawler_node.frontier import AddResult, FrontierService, HostPoliteness, HostRefresh, InboundBatch, UrlEntry
 from crawler_node.frontier.replica import clamped
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pipeline import SEED_PRIORITY, InboundFull
+from crawler_node.node.queues import QueueSnapshot
+from crawler_node.node.stage_items import SEED_PRIORITY, InboundFull, Routes
 
 log = logging.getLogger("crawler_node.intake")
 
 _PLAIN_SCHEMES = ("http://", "https://")
 
 
-class Router(Protocol):
-    """Where a host's URLs go (cluster.routing.Router)."""
 
-    @property
-    def is_single(self) -> bool: ...
-    def route(self, host: str) -> str | None: ...
-    def serves(self, host: str) -> bool: ...
-    def successor_for(self, host: str) -> str | None: ...
-
-
-class Outboxes(Protocol):
+class OutboxNotes(Protocol):
     def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
 
 
-class CrawlLog(Protocol):
+class CappedLog(Protocol):
     async def log_capped(self, entries: list[UrlEntry]) -> None: ...
 
 
@@ -67,12 +60,48 @@ class Prepared:
         return len(self.entries) + len(self.seen) + len(self.replica)
 
 
+@dataclass(slots=True)
+class IntakeCounts:
+    submitted: int = 0  # URLs accepted here (API, seeds)
+    rejected: int = 0  # submitted URLs malformed or out of scope
+    forwarded: int = 0  # submitted URLs for other members, to their outboxes
+    queued_replicas: int = 0
+    inbound_rejected_batches: int = 0  # batches turned away with InboundFull
+    received_forwarded_on: int = 0  # URLs a peer forwarded here, for a third member
+    hop_limit_kept: int = 0  # URLs kept here at the forwarding hop limit
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeCounters:
+    """The intake's part of the status's ``counters``."""
+
+    submitted: int = field(metadata=counter("crawler_urls_submitted", "URLs accepted through the API or as seeds"))
+    rejected: int = field(metadata=counter("crawler_urls_rejected", "Submitted URLs rejected (scope, malformed)"))
+    forwarded: int = field(metadata=stat(json=False))
+    queued_replicas: int = field(metadata=stat(json=False))
+
+
+@dataclass(frozen=True, slots=True)
+class IntakePeerCounters:
+    """The intake's part of the status's ``cluster.counters``: URLs peers sent on."""
+
+    received_forwarded_on: int
+    hop_limit_kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeSnapshot(Indexed):
+    queue: QueueSnapshot  # the status's queues.inbound
+    counters: IntakeCounters
+    peers: IntakePeerCounters
+
+
 class Intake:
     name = "inbound"
 
-    def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Router,
-                 outboxes: Outboxes, scope: Scope, clock: Callable[[], float],
-                 crawl_log: CrawlLog | None = None) -> None:
+    def __init__(self, *, config: IntakeConfig, frontier: FrontierService, hosts: HostTable, router: Routes,
+                 outboxes: OutboxNotes, scope: Scope, clock: Callable[[], float],
+                 crawl_log: CappedLog | None = None) -> None:
         """``crawl_log`` writes the lines of URLs past their host's page cap (None: unlogged);
         ``config``: URLs waiting for the frontier, at most (``inbound_capacity``), and times a URL
         may be passed on by a member that disagrees on its owner (``max_hops``)."""
@@ -86,7 +115,7 @@ class Intake:
         self._clock = clock
         self._crawl_log = crawl_log
         self._pending = 0
-        self.counters: Counter[str] = Counter()
+        self.counters = IntakeCounts()
 
     # ----------------------------------------------------------------- questions
     def needs_backout(self) -> bool:
@@ -95,15 +124,21 @@ class Intake:
     def admit(self) -> None:
         """Raise InboundFull (counted) when nothing more can be taken now."""
         if self.needs_backout():
-            self.counters["inbound_rejected_batches"] += 1
+            self.counters.inbound_rejected_batches += 1
             raise InboundFull(retry_after_s=1.0)
 
     def idle(self) -> bool:
         return self._pending == 0
 
-    def snapshot(self) -> dict:
-        return {"depth": self._pending, "capacity": self._capacity, "oldest_age_s": 0.0,
-                "blocked_puts": self.counters["inbound_rejected_batches"]}
+    def snapshot(self) -> IntakeSnapshot:
+        counters = self.counters
+        return IntakeSnapshot(
+            queue=QueueSnapshot(depth=self._pending, capacity=self._capacity, oldest_age_s=0.0,
+                                blocked_puts=counters.inbound_rejected_batches),
+            counters=IntakeCounters(submitted=counters.submitted, rejected=counters.rejected,
+                                    forwarded=counters.forwarded, queued_replicas=counters.queued_replicas),
+            peers=IntakePeerCounters(received_forwarded_on=counters.received_forwarded_on,
+                                     hop_limit_kept=counters.hop_limit_kept))
 
     # ----------------------------------------------------------------- the path in
     def prepare(self, items: Iterable[str | Mapping[str, Any]], *, priority: int = SEED_PRIORITY) -> Prepared:
@@ -160,7 +195,7 @@ class Intake:
         return result, prepared
 
     def rejected(self, count: int) -> None:
-        self.counters["rejected"] += count
+        self.counters.rejected += count
 
     async def take(self, prepared: Prepared) -> AddResult:
         """Durably take URLs in, in one transaction of the frontier (InboundBatch), and return
@@ -177,7 +212,7 @@ class Intake:
         What is queued here is replicated to its hosts' successors."""
         size = len(prepared)
         if self._pending and self._pending + size > self._capacity:
-            self.counters["inbound_rejected_batches"] += 1
+            self.counters.inbound_rejected_batches += 1
             raise InboundFull(retry_after_s=1.0)
         router = self._router
         serves = router.serves
@@ -190,7 +225,7 @@ class Intake:
                 batch.fetched_replicas.append(entry.url)
         for entry in prepared.replica:
             (batch.add if serves(entry.host) else batch.queued_replicas).append(entry)
-        self.counters["queued_replicas"] += len(batch.queued_replicas)
+        self.counters.queued_replicas += len(batch.queued_replicas)
         if not router.is_single:
             batch.successors = self._successors(batch.add)
         if prepared.politeness:
@@ -208,8 +243,8 @@ class Intake:
         if outboxed:
             self._outboxes.note_outboxed(outboxed)
         self._hosts.add_queued(result, self._clock())
-        self.counters["submitted"] += len(result.accepted)
-        self.counters["forwarded"] += len(batch.forward)
+        self.counters.submitted += len(result.accepted)
+        self.counters.forwarded += len(batch.forward)
         result.forwarded = len(batch.forward)
         if result.capped and self._crawl_log is not None:
             await self._crawl_log.log_capped(result.capped)  # counted there, with the crawl's other lines
@@ -239,10 +274,10 @@ class Intake:
             if owner is None:
                 mine.append(entry)
             elif entry.hops >= self._max_hops:
-                self.counters["hop_limit_kept"] += 1
+                self.counters.hop_limit_kept += 1
                 mine.append(entry)
             else:
                 entry.hops += 1
                 forward.append((owner, entry))
-        self.counters["received_forwarded_on"] += len(forward)
+        self.counters.received_forwarded_on += len(forward)
         return mine, forward

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from crawler_node.cluster.ipshare import Activity, Announcement, IpShares
+from crawler_node.cluster.ipshare import AddressActivity, Announcement, IpShares, IpSharesSnapshot
 from crawler_node.core.addresses import is_ip_literal
+from crawler_node.core.stats import Indexed, counter, gauge, stat
 from crawler_node.core.urls import bare_host
 
 # What an IP gate parks and wakes: a host of the host table (node.host_state.HostState).
@@ -150,7 +152,7 @@ class IpGates:
         for address, gate in self._gates.items():
             started = gate.acquired != self._acquired_seen.get(address)
             self._acquired_seen[address] = gate.acquired
-            activity.append(Activity(address, gate.in_flight, bool(gate.in_flight or gate.waiting or started)))
+            activity.append(AddressActivity(address, gate.in_flight, bool(gate.in_flight or gate.waiting or started)))
         for address in set(self._acquired_seen) - self._gates.keys():
             del self._acquired_seen[address]
         for address in shares.update(activity, self._clock()):
@@ -174,7 +176,7 @@ class IpGates:
         if woken:
             self._wake(woken)
 
-    def announcement(self) -> dict | None:
+    def announcement(self) -> dict[str, Any] | None:
         """What this node's heartbeat answers carry (None: it does not share)."""
         if self.shares is None:
             return None
@@ -229,10 +231,41 @@ class IpGates:
     def refusals(self) -> int:
         return self.refused_before + sum(gate.refusals for gate in self._gates.values())
 
-    def snapshot(self) -> dict:
-        return {"enabled": True, "limit": self.limit, "shared_addresses": self.shared(), "refusals": self.refusals,
-                "busiest": [{"ip": g.address, "in_flight": g.in_flight, "hosts": g.hosts} for g in self.busiest(10)],
-                "cluster": {"mode": "node"} if self.shares is None else self.shares.snapshot(self._in_flight())}
+    def snapshot(self) -> IpSnapshot:
+        return IpSnapshot(enabled=True, limit=self.limit, shared_addresses=self.shared(), refusals=self.refusals,
+                          busiest=tuple(IpGateSnapshot(ip=gate.address, in_flight=gate.in_flight, hosts=gate.hosts)
+                                        for gate in self.busiest(10)),
+                          cluster=IpNodeMode() if self.shares is None else self.shares.snapshot(self._in_flight()))
+
+
+@dataclass(frozen=True, slots=True)
+class IpGateSnapshot:
+    ip: str = field(metadata=stat(is_label=("ip",)))
+    in_flight: int = field(metadata=gauge("crawler_ip_in_flight", "In-flight requests of the busiest IP addresses",
+                                          labels=("ip",)))
+    hosts: int
+
+
+@dataclass(frozen=True, slots=True)
+class IpNodeMode:
+    mode: str = "node"  # each node keeps the whole per-IP limit (--ip-limit-per-node)
+
+
+@dataclass(frozen=True, slots=True)
+class IpSnapshot(Indexed):
+    """The per-IP gates (the status's ``ip``)."""
+
+    enabled: bool
+    limit: int | None
+    shared_addresses: int = field(metadata=gauge("crawler_ip_shared_addresses",
+                                                 "Addresses that several hosts resolve to"))
+    refusals: int = field(metadata=counter("crawler_ip_gate_refusals",
+                                           "Hosts held back because their IP was at its limit"))
+    busiest: tuple[IpGateSnapshot, ...]
+    cluster: IpNodeMode | IpSharesSnapshot | None = field(metadata=stat(when="enabled"))
+
+
+NO_IP_GATES = IpSnapshot(enabled=False, limit=None, shared_addresses=0, refusals=0, busiest=(), cluster=None)
 
 
 async def _first_address(host: str) -> str | None:

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.stats import counter, stat
 from crawler_node.frontier import FrontierBatch, FrontierService
 from crawler_node.node.admission import API_QUOTA, PAUSED, FetchAdmission
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.pipeline import PageResult
+from crawler_node.node.stage_items import URLS_TURNED_AWAY, PageResult
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -29,14 +32,31 @@ log = logging.getLogger("crawler_node.leases")
 REFILL_HOSTS = 256  # hosts per batched lease round trip
 
 
-class Store(Protocol):
+class PageSink(Protocol):
     async def put(self, page: PageResult) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSnapshot:
+    """The lease keeper's part of the status's ``counters``: leases ended without a request."""
+
+    robots_disallowed: int = field(metadata=counter("crawler_robots_disallowed",
+                                                    "URLs skipped because robots.txt disallows them"))
+    # URLs ended: their robots.txt was given up
+    robots_unavailable: int = field(metadata=counter("crawler_robots_unavailable",
+                                                     "URLs ended unfetched because their robots.txt could not be had"))
+    # URLs ended unfetched: an operator dropped their host
+    host_dropped: int = field(metadata=stat(URLS_TURNED_AWAY, at={"reason": FetchOutcome.HOST_DROPPED}))
+    refill_wanted: int = field(metadata=stat(json=False))
+    returned_pending: int = field(metadata=stat(json=False))
+    unfetched_pending: int = field(metadata=stat(json=False))
+    lease_held: Mapping[str, int] = field(metadata=stat(json=False))
 
 
 class LeaseKeeper:
     def __init__(self, *, frontier: FrontierService, hosts: HostTable, admission: FetchAdmission,
                  pressure: Wakeup, on_returned: Callable[[], None], clock: Callable[[], float],
-                 store: Store) -> None:
+                 store: PageSink) -> None:
         """``pressure`` is notified when admission's answer may have changed;
         ``on_returned`` runs after leases went back (the cluster's sweep may move them);
         ``store`` takes the leases that end unfetched."""
@@ -54,7 +74,9 @@ class LeaseKeeper:
         self._unfetched: list[PageResult] = []
         self._wake = Wakeup()
         self._stopping = False
-        self.counters: Counter[str] = Counter()
+        # leases that ended without a request, by outcome (robots.txt's, a dropped host's)
+        self.unfetched_outcomes: Counter[FetchOutcome] = Counter()
+        self.held: Counter[str] = Counter()  # lease rounds held back, by reason (admission's)
 
     # ----------------------------------------------------------------- asked by the dispatcher
     def want_refill(self, state: HostState) -> None:
@@ -70,7 +92,7 @@ class LeaseKeeper:
     def unfetched(self, page: PageResult) -> None:
         """A lease that ends without a request: to the store with the next round (a list
         bounded by the leases handed out, never a waiting task)."""
-        self.counters[str(page.verdict.signal.outcome)] += 1
+        self.unfetched_outcomes[page.verdict.signal.outcome] += 1
         self._unfetched.append(page)
         self._wake.notify()
 
@@ -83,13 +105,13 @@ class LeaseKeeper:
     def idle(self) -> bool:
         return not self._returned and not self._unfetched
 
-    def snapshot(self) -> dict:
-        held = {key[len("lease_held_"):]: n for key, n in self.counters.items() if key.startswith("lease_held_")}
-        return {"refill_wanted": len(self._wanted), "returned_pending": len(self._returned),
-                "unfetched_pending": len(self._unfetched), "robots_disallowed": self.counters["robots_disallowed"],
-                "robots_unavailable": self.counters["robots_unavailable"],
-                "host_dropped": self.counters["host_dropped"],
-                "lease_held": held}
+    def snapshot(self) -> LeaseSnapshot:
+        outcomes = self.unfetched_outcomes
+        return LeaseSnapshot(robots_disallowed=outcomes[FetchOutcome.ROBOTS_DISALLOWED],
+                             robots_unavailable=outcomes[FetchOutcome.ROBOTS_UNAVAILABLE],
+                             host_dropped=outcomes[FetchOutcome.HOST_DROPPED], refill_wanted=len(self._wanted),
+                             returned_pending=len(self._returned), unfetched_pending=len(self._unfetched),
+                             lease_held=dict(self.held))
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, supervisor: Supervisor) -> None:
@@ -129,7 +151,7 @@ class LeaseKeeper:
         reason = admission.hold_leasing(self._clock())
         if reason is None:
             return
-        self.counters[f"lease_held_{reason}"] += 1
+        self.held[reason] += 1
         if reason == API_QUOTA or reason == PAUSED:
             # A lease round that was under way when the pause began has filled buffers since.
             self.give_back(self._hosts.take_back_buffers())

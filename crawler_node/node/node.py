@@ -21,36 +21,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
+from crawler_node import __version__
 from crawler_node.cluster.cluster import Cluster
 from crawler_node.cluster.fencing import FencedFetcher
-from crawler_node.cluster.ipshare import ip_shares_for
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.config import NodeConfig
-from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
-from crawler_node.core.robots import RobotsCache, RobotsPolicy
-from crawler_node.core.shedding import ShedPolicy
-from crawler_node.core.signals import LatencyModel
-from crawler_node.core.verdict import ResponseRules
+from crawler_node.core.robots import RobotsCache
+from crawler_node.core.shed_policy import ShedPolicy
 from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
-from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, PressureSource
 from crawler_node.node.budget import HeldBytes
+from crawler_node.node.builders import build_admission, build_ip_gates, build_rules
 from crawler_node.node.dispatch import Dispatcher
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostTable
 from crawler_node.node.intake import Intake, Prepared
 from crawler_node.node.leases import LeaseKeeper
+from crawler_node.node.node_snapshot import (
+    TOP_HOSTS,
+    Admission,
+    ClusterCountersSection,
+    ClusterSection,
+    Counters,
+    NodeSnapshot,
+    Queues,
+    Rates,
+    SheddingStatus,
+    is_idle,
+)
 from crawler_node.node.operator import OperatorControl
 from crawler_node.node.parse_stage import ParseStage
-from crawler_node.node.pipeline import SEED_PRIORITY
+from crawler_node.node.queues import FrontierQueueSnapshot
+from crawler_node.node.stage_items import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
 from crawler_node.runtime.datadir import DiskFull
@@ -68,60 +77,6 @@ HANDOFF_RECHECK_S = 0.1
 # batches of 256 rows take milliseconds; a peer that stops at the same moment answers until its
 # own stop closes its frontier, and one that does not answer is found down or waited out.
 OUTBOX_FLUSH_S = 5.0
-
-
-def build_rules(config: NodeConfig, *, rng: random.Random | None = None) -> ResponseRules:
-    """What a response means, as this configuration says (core.verdict)."""
-    rng = rng if rng is not None else random.Random()
-    retry, polite = config.retry, config.politeness
-    return ResponseRules(
-        retry=RetryPolicy(budget=retry.retry_budget, base_s=retry.retry_base_s, cap_s=retry.retry_cap_s,
-                          retry_after_cap_s=retry.retry_after_cap_s, rng=rng),
-        host_backoff=HostBackoffPolicy(initial_s=retry.host_backoff_initial_s, cap_s=retry.host_backoff_cap_s,
-                                       forgive_after_s=retry.host_backoff_forgive_s, rng=rng),
-        host_backoff_after=retry.host_backoff_after,
-        retry_after_cap_s=retry.retry_after_cap_s,
-        latency=LatencyModel(factor=retry.latency_rise_factor, min_rise_s=retry.latency_rise_min_s)
-        if retry.latency_rise_factor else None,
-        through_api=config.fetch.proxy is not None,
-        api_limit_header=config.admission.api_limit_header,
-        robots_agent=polite.robots_agent,
-        max_crawl_delay_s=polite.max_crawl_delay_s,
-        robots_max_bytes=config.fetch.robots_max_bytes,
-        robots=RobotsPolicy(ttl_s=polite.robots_ttl_s, retry_s=polite.robots_error_retry_s,
-                            retry_cap_s=polite.robots_retry_cap_s, max_attempts=polite.robots_max_attempts),
-    )
-
-
-def build_ip_gates(config: NodeConfig, *, resolver: Resolver | None,
-                   wake: Callable[[set[Any]], None]) -> IpGates | None:
-    """Per-IP limits of direct fetches (rule 5), shared out over the cluster unless each node
-    keeps its own (``--ip-limit-per-node``); ``wake(hosts)``: hosts parked on a gate whose
-    share grew. None through a proxy (the sites' addresses are never learnt) or with no limit."""
-    gates, fetch = config.admission, config.fetch
-    if fetch.proxy or not gates.ip_inflight_limit:
-        return None
-    # The fetcher's resolver: a gate and the fetch it admits agree on the address, and the name
-    # is asked once. IpGates keeps its own small cache, asked once per host (at its first
-    # contact): cache_s is the resolver's cap, so the two agree.
-    shares = ip_shares_for(node_id=config.node_id, limit=gates.ip_inflight_limit, per_node=gates.ip_limit_per_node,
-                           global_inflight=fetch.global_inflight,
-                           heartbeat_interval_s=config.cluster.heartbeat_interval_s)
-    return IpGates(limit=gates.ip_inflight_limit, cache_s=fetch.dns_cache_s, clock=time.monotonic,
-                   resolve=resolver.first_address if resolver is not None else None, shares=shares, wake=wake)
-
-
-def build_admission(config: NodeConfig, *, ip_gates: IpGates | None,
-                    pressure: list[PressureSource]) -> FetchAdmission:
-    """The global gates of rule 5: the fetch-through API's limiter, per-IP gates, pressure."""
-    api = None
-    if config.fetch.proxy:
-        # Until the API says otherwise, assume it takes everything we send.
-        inflight = config.fetch.global_inflight
-        api = ApiGate(limiter=AimdLimiter(start=config.admission.api_limit_start or inflight, floor=1,
-                                          ceiling=inflight),
-                      quota_reset_s=config.admission.api_quota_reset_s)
-    return FetchAdmission(api=api, ip_gates=ip_gates, pressure=pressure)
 
 
 class Node:
@@ -371,7 +326,7 @@ class Node:
         self.upkeep.request_resync()
 
     # ----------------------------------------------------------------- asked by the API
-    async def submit(self, urls: Iterable[str | Mapping], *,
+    async def submit(self, urls: Iterable[str | Mapping[str, Any]], *,
                      priority: int = SEED_PRIORITY) -> tuple[AddResult, Prepared]:
         return await self.intake.submit(urls, priority=priority)
 
@@ -385,6 +340,45 @@ class Node:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    async def snapshot(self) -> NodeSnapshot:
+        """What this node shows (GET /v1/status, /metrics): its components' snapshots, gathered
+        (the frontier's read on its thread)."""
+        frontier = await self.frontier.snapshot()
+        now = time.time()
+        uptime = time.monotonic() - self.started_at
+        totals, shed = frontier.totals, frontier.shedding
+        store, fetch, intake = self.store.snapshot(), self.fetch.snapshot(), self.intake.snapshot()
+        upkeep, cluster, hosts = self.upkeep.snapshot(), self.cluster.snapshot(), self.hosts.snapshot(TOP_HOSTS)
+        admission = self.admission.snapshot(now)
+        deferred = dict(shed.counts)
+        restored = deferred.pop("restored", 0)
+        return NodeSnapshot(
+            node_id=self.node_id, url=self.config.advertise_url,
+            idle=is_idle(totals.queued, totals.leased, totals.deferred, self.pipeline_idle()), stopping=self.stopping,
+            paused=admission.gate.pause.paused, pause=admission.gate.pause, uptime_s=round(uptime, 3),
+            last_stored_at=self.store.last_stored_at,
+            counters=Counters(store=store, fetch=fetch.counters, intake=intake.counters, leases=self.leases.snapshot(),
+                              parse=self.parse.snapshot(), upkeep=upkeep.counters),
+            rates=Rates(fetched_per_s=round(store.fetched / uptime, 2) if uptime > 0 else 0.0),
+            frontier=totals,
+            queues=Queues(inbound=intake.queue,
+                          frontier=FrontierQueueSnapshot(depth=totals.queued,
+                                                         oldest_age_s=round(totals.oldest_queued_age_s or 0.0, 3)),
+                          fetch=self.dispatcher.snapshot(), parse=self.parse.queue.snapshot(),
+                          store=self.store.queue.snapshot()),
+            admission=Admission(gate=admission.gate, held=self.held.snapshot()),
+            api=admission.api,
+            shedding=SheddingStatus(policy=upkeep.shedding, deferred_now=totals.deferred,
+                                    deferred_total=sum(deferred.values()), deferred_by_reason=deferred,
+                                    restored_total=restored, cut_priority=shed.cut),
+            retries=fetch.retries, ip=admission.ip, hosts=hosts.busiest, host_table=hosts, members=cluster.members,
+            cluster=ClusterSection(counters=ClusterCountersSection(cluster=cluster.counters, intake=intake.peers),
+                                   events=cluster.events, heartbeats=cluster.heartbeats,
+                                   outbox_total=cluster.outbox_total, peer_dns=cluster.peer_dns),
+            dns=self.resolver.snapshot() if self.resolver is not None else None,
+            supervisor=self.supervisor.snapshot(), leases_expired=upkeep.leases_expired, fetches=fetch.fetches,
+            frontier_calls=self.frontier.call_snapshot(), start_time_s=round(now - uptime, 3), version=__version__)
 
     def pipeline_idle(self) -> bool:
         """Nothing in flight in any stage of this node (the frontier's counts aside)."""

@@ -233,7 +233,7 @@ class OperatorControl:
         return dict(dropped)
 
 
-def _replace(path: Path, value: dict | list) -> None:
+def _replace(path: Path, value: dict[str, Any] | list[Any]) -> None:
     scratch = scratch_path(path)
     scratch.write_text(json.dumps(value))
     os.replace(scratch, path)

@@ -1,5 +1,5 @@
 """The parse stage: batches of pages to the parser workers, which return the links in scope
-(of an HTML page, or the URLs of a sitemap: see parse.worker.parse_page).
+(of an HTML page, or the URLs of a sitemap: see parse.parser_worker.parse_page).
 
 A parser process that dies (killed for memory, or crashed by a page) is replaced, and the
 batches it held are parsed again one page at a time on a worker of their own: a page that
@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 
 from crawler_node.config import NO_TEST_HOOKS, ParseConfig, TestHooks
 from crawler_node.core.outcomes import Rejection
 from crawler_node.core.scope import Scope
+from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
-from crawler_node.node.pipeline import PageResult
 from crawler_node.node.queues import StageQueue
-from crawler_node.parse.worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
+from crawler_node.node.stage_items import PageResult
+from crawler_node.parse.parser_worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker
@@ -38,6 +39,46 @@ PARSER_DIED = "the parser process died on this page"
 Parser = ProcessWorker | ThreadWorker
 
 
+@dataclass(slots=True)
+class ParseCounts:
+    links_discovered: int = 0
+    parse_truncated: int = 0
+    sitemaps: int = 0
+    sitemap_urls: int = 0
+    sitemaps_truncated: int = 0
+    sitemap_errors: int = 0
+    parse_errors: int = 0
+    parser_restarts: int = 0
+    items: int = 0
+    pipeline_errors: int = 0
+    pipeline_timeouts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ParseSnapshot(Indexed):
+    """The parse stage's part of the status's ``counters``."""
+
+    links_discovered: int = field(metadata=counter("crawler_links_discovered", "Links extracted from pages"))
+    # pages whose links came from their first max_parse_bytes only
+    parse_truncated: int = field(metadata=counter("crawler_parse_truncated",
+                                                  "Pages whose links were read from max_parse_bytes only"))
+    sitemaps: int = field(metadata=counter("crawler_sitemaps", "Sitemap files read"))
+    sitemap_urls: int = field(metadata=counter("crawler_sitemap_urls", "URLs listed by the sitemaps read"))
+    sitemaps_truncated: int = field(metadata=stat(json=False))
+    sitemap_errors: int
+    parse_errors: int = field(metadata=counter("crawler_parse_errors",
+                                               "HTML pages stored without links: unparsable, or fatal to the parser"))
+    parser_restarts: int = field(metadata=counter("crawler_parser_restarts",
+                                                  "Parser processes replaced after they died"))
+    items: int = field(metadata=counter("crawler_items", "Items the pipelines made"))  # made by the pipelines
+    pipeline_errors: int = field(metadata=counter("crawler_pipeline_errors",
+                                                  "Pipeline runs that raised or returned what cannot be stored"))
+    pipeline_timeouts: int = field(metadata=counter("crawler_pipeline_timeouts",
+                                                    "Pipeline runs stopped at --pipeline-budget-s"))
+    busy_batches: int = field(metadata=stat(json=False))
+    parser_pids: tuple[int | None, ...] = field(metadata=stat(json=False))
+
+
 class ParseStage:
     name = "parse"  # the reason admission reports while the queue is full
 
@@ -45,7 +86,7 @@ class ParseStage:
                  taken: Wakeup, hooks: TestHooks = NO_TEST_HOOKS) -> None:
         """``ring_generation``: the cluster's membership version, which tells the parsers when to
         hand links over again; ``taken`` is notified whenever a page leaves the queue or a batch
-        is done; ``hooks``: faults the tests stage (see parse.worker.ParseContext). From
+        is done; ``hooks``: faults the tests stage (see parse.parser_worker.ParseContext). From
         ``config``: ``parse_workers``, parser processes (0: one thread in this process);
         ``read_sitemaps`` False, a page that is not HTML goes to the store unread;
         ``warc_metadata``, every HTML page's links come back for its WARC metadata record;
@@ -69,7 +110,7 @@ class ParseStage:
         self._replacing = asyncio.Lock()
         self._busy = 0
         self._idle = taken
-        self.counters: Counter[str] = Counter()
+        self.counters = ParseCounts()
 
     # ----------------------------------------------------------------- questions
     def needs_backout(self) -> bool:
@@ -85,18 +126,16 @@ class ParseStage:
             return
         await self.queue.put(page)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> ParseSnapshot:
         counters = self.counters
-        return {"queue": self.queue.snapshot(), "busy_batches": self._busy,
-                "parse_errors": counters["parse_errors"], "parser_restarts": counters["parser_restarts"],
-                "links_discovered": counters["links_discovered"],
-                # pages whose links came from their first max_parse_bytes only
-                "parse_truncated": counters["parse_truncated"],
-                "sitemaps": counters["sitemaps"], "sitemap_urls": counters["sitemap_urls"],
-                "sitemaps_truncated": counters["sitemaps_truncated"], "sitemap_errors": counters["sitemap_errors"],
-                "items": counters["items"], "pipeline_errors": counters["pipeline_errors"],
-                "pipeline_timeouts": counters["pipeline_timeouts"],
-                "parser_pids": [parser.pid for parser in self._parsers]}
+        return ParseSnapshot(
+            links_discovered=counters.links_discovered, parse_truncated=counters.parse_truncated,
+            sitemaps=counters.sitemaps, sitemap_urls=counters.sitemap_urls,
+            sitemaps_truncated=counters.sitemaps_truncated,
+            sitemap_errors=counters.sitemap_errors, parse_errors=counters.parse_errors,
+            parser_restarts=counters.parser_restarts, items=counters.items, pipeline_errors=counters.pipeline_errors,
+            pipeline_timeouts=counters.pipeline_timeouts, busy_batches=self._busy,
+            parser_pids=tuple(parser.pid for parser in self._parsers))
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
@@ -138,7 +177,7 @@ class ParseStage:
         for page, parsed in zip(batch, results, strict=True):
             if isinstance(parsed, str):
                 log.warning("could not parse %s: %s", page.lease.url, parsed)
-                self.counters["parse_errors"] += 1
+                self.counters.parse_errors += 1
                 continue
             if isinstance(parsed, PageReport):
                 links, found, page.outlinks = parsed.links, parsed.found, parsed.outlinks
@@ -148,7 +187,7 @@ class ParseStage:
             depth, via = page.lease.depth + 1, page.lease.url
             page.links = [UrlEntry(url, host, depth, -depth, 0, 0, via) for url, host in links]
             discovered += found
-        self.counters["links_discovered"] += discovered
+        self.counters.links_discovered += discovered
 
     def _note(self, page: PageResult, report: PageReport) -> None:
         counters = self.counters
@@ -160,21 +199,21 @@ class ParseStage:
             self._note_pipelines(page, report)
         if report.kind != "sitemap":
             if report.truncated:
-                counters["parse_truncated"] += 1
+                counters.parse_truncated += 1
             elif report.error:
                 # An XML or gzip response that is no sitemap (nor well-formed XML): nothing to read.
                 log.debug("%s is not a sitemap: %s", page.lease.url, report.error)
             return
         page.kind = "sitemap"
-        counters["sitemaps"] += 1
-        counters["sitemap_urls"] += report.found
+        counters.sitemaps += 1
+        counters.sitemap_urls += report.found
         if report.truncated:
-            counters["sitemaps_truncated"] += 1
+            counters.sitemaps_truncated += 1
             log.info("sitemap %s is over its limit (%s); read %d URLs of it", page.lease.url,
                      "more URLs than sitemap_max_urls" if report.truncated == "urls" else
                      "larger than sitemap_max_bytes uncompressed", report.found)
         if report.error:
-            counters["sitemap_errors"] += 1
+            counters.sitemap_errors += 1
             log.warning("sitemap %s could not be read to its end (%d URLs before): %s", page.lease.url,
                         report.found, report.error)
 
@@ -183,12 +222,12 @@ class ParseStage:
         assert output is not None
         page.items = output.items
         counters = self.counters
-        counters["items"] += len(output.items)
+        counters.items += len(output.items)
         for name, error in output.errors:
-            counters["pipeline_errors"] += 1
+            counters.pipeline_errors += 1
             log.warning("pipeline %s failed on %s: %s", name, page.lease.url, error)
         for name in output.timed_out:
-            counters["pipeline_timeouts"] += 1
+            counters.pipeline_timeouts += 1
             log.warning("pipeline %s ran out of its time budget on %s: stopped, its output dropped",
                         name, page.lease.url)
 
@@ -210,7 +249,7 @@ class ParseStage:
             replacement = self._new_parser(dead.name)
             await replacement.start()
             self._parsers[index] = replacement
-            self.counters["parser_restarts"] += 1
+            self.counters.parser_restarts += 1
             await dead.close()
 
     async def _parse_alone(self, jobs: list[ParseJob]) -> list[ParseAnswer]:

@@ -8,11 +8,40 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from crawler_node.core.stats import Kind, Metric, stat
 from crawler_node.runtime.wakeup import Wakeup
 
 T = TypeVar("T")
+
+# Rule 8, per stage (the status's ``queues``, each under its stage's name): one family each,
+# made by the snapshots of every kind of stage queue (this one, the frontier's, the dispatcher's).
+QUEUE_DEPTH = Metric("crawler_queue_depth", "Items waiting in each pipeline stage", Kind.GAUGE, ("stage",))
+QUEUE_AGE = Metric("crawler_queue_oldest_age_seconds", "Age of the oldest item in each stage", Kind.GAUGE, ("stage",))
+QUEUE_CAPACITY = Metric("crawler_queue_capacity", "Bound of each stage's queue", Kind.GAUGE, ("stage",))
+BLOCKED_ENQUEUES = Metric("crawler_blocked_enqueues",
+                          "Enqueues that had to wait (or were refused) because a stage was full", Kind.COUNTER,
+                          ("stage",))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    depth: int = field(metadata=stat(QUEUE_DEPTH))
+    capacity: int = field(metadata=stat(QUEUE_CAPACITY))
+    oldest_age_s: float = field(metadata=stat(QUEUE_AGE))
+    blocked_puts: int = field(metadata=stat(BLOCKED_ENQUEUES))
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierQueueSnapshot:
+    """The frontier as a stage queue: its queued URLs and the oldest one's age (it is bounded
+    by disk, not by a capacity; nothing waits to enqueue into it)."""
+
+    depth: int = field(metadata=stat(QUEUE_DEPTH))
+    oldest_age_s: float = field(metadata=stat(QUEUE_AGE))
+    blocked_puts: int = field(default=0, metadata=stat(BLOCKED_ENQUEUES, json=False))
 
 
 class StageQueue(Generic[T]):
@@ -65,10 +94,6 @@ class StageQueue(Generic[T]):
     def oldest_age_s(self) -> float:
         return self._clock() - self._enqueued_at[0] if self._enqueued_at else 0.0
 
-    def snapshot(self) -> dict[str, float | int]:
-        return {
-            "depth": self.qsize(),
-            "capacity": self.maxsize,
-            "oldest_age_s": round(self.oldest_age_s(), 3),
-            "blocked_puts": self.blocked_puts,
-        }
+    def snapshot(self) -> QueueSnapshot:
+        return QueueSnapshot(depth=self.qsize(), capacity=self.maxsize, oldest_age_s=round(self.oldest_age_s(), 3),
+                             blocked_puts=self.blocked_puts)

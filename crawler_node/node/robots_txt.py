@@ -13,7 +13,7 @@ from crawler_node.core.signals import classify
 from crawler_node.core.urls import InvalidURL, host_of, normalize_url
 from crawler_node.core.verdict import record_only, unfetched
 from crawler_node.frontier import Lease, UrlEntry
-from crawler_node.node.pipeline import PageResult
+from crawler_node.node.stage_items import PageResult
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 SITEMAP_PRIORITY = 0  # the URLs a sitemap names queue like discovered links

@@ -12,18 +12,20 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from crawler_node.config import StoreConfig
 from crawler_node.core.outcomes import SCOPE_OUTCOMES, FetchOutcome
-from crawler_node.core.recrawl import RecrawlPolicy
+from crawler_node.core.recrawl_policy import RecrawlPolicy
+from crawler_node.core.stats import Indexed, Stat, counter, stat
 from crawler_node.core.urls import host_of
 from crawler_node.core.verdict import RetryAction
 from crawler_node.frontier import FrontierBatch, FrontierService, UrlEntry
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pipeline import PageResult
 from crawler_node.node.queues import StageQueue
+from crawler_node.node.stage_items import URLS_TURNED_AWAY, PageResult, Routes
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.store.worker import StoreWorker
@@ -44,24 +46,56 @@ _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_
 
 
 
-class Router(Protocol):
-    @property
-    def is_single(self) -> bool: ...
-    def route(self, host: str) -> str | None: ...
-    def successor_for(self, host: str) -> str | None: ...
 
-
-class Outboxes(Protocol):
+class OutboxGate(Protocol):
     def full(self, peers: Collection[str]) -> bool: ...
     async def wait_for_space(self, peers: Collection[str]) -> None: ...
     def note_outboxed(self, counts: Mapping[str, int]) -> None: ...
+
+
+@dataclass(slots=True)
+class StoreCounts:
+    fetched: int = 0  # fetch attempts stored: the frontier's URLs a request was sent for
+    pages_done: int = 0
+    failed: int = 0
+    cookie_refetches: int = 0
+    outbox_blocked: int = 0  # batches that waited for a peer's outbox to have room
+    unfetched: int = 0  # leases ended without a request (robots.txt, a dropped host)
+    robots_records: int = 0
+
+
+def _turned_away(reason: FetchOutcome) -> Mapping[str, Stat]:
+    return stat(URLS_TURNED_AWAY, at={"reason": reason})
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSnapshot(Indexed):
+    """The store stage's part of the status's ``counters``."""
+
+    fetched: int = field(metadata=counter("crawler_fetched", "Fetch attempts written to the store"))
+    pages_done: int
+    failed: int
+    # redirects back into their own chain with cookies on: that URL fetched once more
+    cookie_refetches: int = field(metadata=counter(
+        "crawler_cookie_refetches",
+        "URLs fetched once more after a redirect back into their own chain (a cookie check)"))
+    outbox_blocked: int = field(metadata=stat(json=False))
+    unfetched: int = field(metadata=stat(json=False))
+    robots_records: int = field(metadata=stat(json=False))
+    # URLs turned away by the scope or a trap guard, per outcome (a crawl.log line each)
+    out_of_scope: int = field(metadata=_turned_away(FetchOutcome.OUT_OF_SCOPE))
+    repeated_segments: int = field(metadata=_turned_away(FetchOutcome.REPEATED_SEGMENTS))
+    path_too_deep: int = field(metadata=_turned_away(FetchOutcome.PATH_TOO_DEEP))
+    too_many_query_params: int = field(metadata=_turned_away(FetchOutcome.TOO_MANY_QUERY_PARAMS))
+    denied_url: int = field(metadata=_turned_away(FetchOutcome.DENIED_URL))
+    host_page_cap: int = field(metadata=_turned_away(FetchOutcome.HOST_PAGE_CAP))  # past --max-pages-per-host
 
 
 class StoreStage:
     name = "store"  # the reason admission reports while the store is full or lagging
 
     def __init__(self, *, config: StoreConfig, worker: StoreWorker, frontier: FrontierService, hosts: HostTable,
-                 router: Router, outboxes: Outboxes, held: HeldBytes, node_id: str, taken: Wakeup,
+                 router: Routes, outboxes: OutboxGate, held: HeldBytes, node_id: str, taken: Wakeup,
                  clock: Callable[[], float], recrawl: RecrawlPolicy | None = None) -> None:
         """``recrawl``: when a URL done with an answer of its site is due again (None: never);
         ``config``: the queue's bound (``store_queue``) and when the store lags (``store_lag_s``)."""
@@ -81,7 +115,8 @@ class StoreStage:
         # Wall-clock time of the last commit of fetch attempts (store and frontier): when a
         # crawl ended, or since when a node with work has made no progress.
         self.last_stored_at: float | None = None
-        self.counters: Counter[str] = Counter()
+        self.counters = StoreCounts()
+        self.turned_away: Counter[FetchOutcome] = Counter()  # URLs the scope or a trap guard ended, by outcome
 
     # ----------------------------------------------------------------- questions
     def needs_backout(self) -> bool:
@@ -94,14 +129,17 @@ class StoreStage:
     async def put(self, page: PageResult) -> None:
         await self.queue.put(page)
 
-    def snapshot(self) -> dict:
-        return {"queue": self.queue.snapshot(), "busy": self._busy, "last_stored_at": self.last_stored_at,
-                "fetched": self.counters["fetched"], "pages_done": self.counters["pages_done"],
-                "failed": self.counters["failed"], "outbox_blocked": self.counters["outbox_blocked"],
-                "unfetched": self.counters["unfetched"], "cookie_refetches": self.counters["cookie_refetches"],
-                "robots_records": self.counters["robots_records"],
-                # URLs turned away by the scope or a trap guard, per outcome (a crawl.log line each)
-                **{outcome.value: self.counters[outcome.value] for outcome in SCOPE_OUTCOMES}}
+    def snapshot(self) -> StoreSnapshot:
+        counters, turned_away = self.counters, self.turned_away
+        return StoreSnapshot(
+            fetched=counters.fetched, pages_done=counters.pages_done, failed=counters.failed,
+            cookie_refetches=counters.cookie_refetches, outbox_blocked=counters.outbox_blocked,
+            unfetched=counters.unfetched, robots_records=counters.robots_records,
+            out_of_scope=turned_away[FetchOutcome.OUT_OF_SCOPE],
+            repeated_segments=turned_away[FetchOutcome.REPEATED_SEGMENTS],
+            path_too_deep=turned_away[FetchOutcome.PATH_TOO_DEEP],
+            too_many_query_params=turned_away[FetchOutcome.TOO_MANY_QUERY_PARAMS],
+            denied_url=turned_away[FetchOutcome.DENIED_URL], host_page_cap=turned_away[FetchOutcome.HOST_PAGE_CAP])
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
@@ -139,7 +177,7 @@ class StoreStage:
         if peers and self._outboxes.full(peers):
             # A peer is not taking URLs as fast as we find them: wait here, which blocks the
             # store queue, then parsing, then fetching (rule 1), and never grows a buffer.
-            self.counters["outbox_blocked"] += 1
+            self.counters.outbox_blocked += 1
             await self._outboxes.wait_for_space(peers)
         result = await self._frontier.apply(batch)
         if result.capped:
@@ -154,16 +192,19 @@ class StoreStage:
         counters = self.counters
         for page in pages:  # fetched: the frontier's URLs a request was sent for (it has an answer or an error)
             fetch = page.fetch
-            kind = ("robots_records" if page.kind == "robots" else
-                    "unfetched" if fetch.status is None and fetch.error is None else "fetched")
-            counters[kind] += 1
-        counters["pages_done"] += len(batch.done)
-        counters["failed"] += len(batch.failed)
+            if page.kind == "robots":
+                counters.robots_records += 1
+            elif fetch.status is None and fetch.error is None:
+                counters.unfetched += 1
+            else:
+                counters.fetched += 1
+        counters.pages_done += len(batch.done)
+        counters.failed += len(batch.failed)
         self.last_stored_at = time.time()
         now = self._clock()
         if result.refetched:
             retried.update(result.refetched)
-            self.counters["cookie_refetches"] += sum(result.refetched.values())
+            self.counters.cookie_refetches += sum(result.refetched.values())
         for host, count in retried.items():
             self._hosts.add_work(host, count, now)
         self._hosts.add_queued(result, now)
@@ -228,27 +269,28 @@ class StoreStage:
         this stage's batches, or from the intake: seeds, submitted and forwarded URLs)."""
         outcome = FetchOutcome.HOST_PAGE_CAP
         now = time.time()
-        self.counters[outcome.value] += len(entries)
+        self.turned_away[outcome] += len(entries)
         await self._worker.write([self._unfetched_row(entry.url, outcome, entry.depth, entry.via, now)
                                   for entry in entries])
 
-    def _rejected(self, page: PageResult) -> list[tuple]:
+    def _rejected(self, page: PageResult) -> list[tuple[Any, ...]]:
         """A crawl.log line (no WARC record) per link (or redirect target) of ``page`` that
         the scope or a trap guard turned away, with its outcome, counted per outcome."""
-        now, via, counters, rows = time.time(), page.lease.url, self.counters, []
+        now, via, turned_away, rows = time.time(), page.lease.url, self.turned_away, []
         for url, why, depth in page.rejected:
             outcome = why.outcome
             if outcome is not None:
-                counters[outcome.value] += 1
+                turned_away[outcome] += 1
                 rows.append(self._unfetched_row(url, outcome, depth, via, now))
         return rows
 
-    def _unfetched_row(self, url: str, outcome: FetchOutcome, depth: int, via: str | None, now: float) -> tuple:
+    def _unfetched_row(self, url: str, outcome: FetchOutcome, depth: int, via: str | None,
+                       now: float) -> tuple[Any, ...]:
         """A FetchRecord tuple (see _record) for a URL that ends without a request."""
         return (url, host_of(url), self._node_id, 0, now, outcome.value, None, [], [], b"", None,
                 SCOPE_OUTCOMES[outcome], None, 0.0, None, None, False, "page", None, depth, via, None, [], 0)
 
-    def _record(self, page: PageResult) -> tuple:
+    def _record(self, page: PageResult) -> tuple[Any, ...]:
         """The page's FetchRecord as the tuple of its fields in order: the store process makes
         the record (store.worker.StoreWorker.write), the loop only a tuple, which also pickles
         without a call back into Python (the outcome as its plain string value, too)."""

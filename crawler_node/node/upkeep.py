@@ -10,7 +10,7 @@ supervisor as a recurring job: a round that fails is logged and the job runs aga
   restart keeps them;
 - host collection: hosts idle for a while leave memory;
 - load shedding (rule 7): the lowest-priority URLs are deferred while the queue stays over its
-  high-water mark, and restored once it has drained (the policy is core.shedding.ShedPolicy);
+  high-water mark, and restored once it has drained (the policy is core.shed_policy.ShedPolicy);
 - recrawl: URLs due again go back to their queues, in bounded batches and only while the
   queue is below the shedding low-water mark, at a priority below discovery's (--recrawl-*).
 """
@@ -22,11 +22,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-from crawler_node.core.shedding import ShedPolicy
+from crawler_node.core.shed_policy import ShedPolicy, ShedPolicySnapshot
+from crawler_node.core.stats import counter
 from crawler_node.frontier import FrontierService
 from crawler_node.node.hosts import HostTable
-from crawler_node.node.pipeline import SEED_PRIORITY
+from crawler_node.node.stage_items import SEED_PRIORITY
 from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
@@ -42,6 +44,30 @@ RECRAWL_BATCH = 2000  # URLs due again moved back to their queues per round, at 
 UNPARK_EVERY_S = 0.5  # the frontier is asked for parked hosts this often, and when a host went idle
 UNPARK_BATCH = 1000  # parked hosts made active per round, at most (each costs two index counts)
 TURNS_EVERY_S = 5.0  # hosts whose turn is over are looked for this often, while others wait
+
+
+@dataclass(slots=True)
+class UpkeepCounts:
+    leases_expired: int = 0
+    recrawl_queued: int = 0  # URLs due again, queued again
+    hosts_unparked: int = 0  # parked hosts given their turn (--active-hosts)
+    turns_ended: int = 0  # active hosts parked for others (--host-turn-s)
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepCounters:
+    """The upkeep's part of the status's ``counters``."""
+
+    recrawl_queued: int = field(metadata=counter("crawler_recrawl_queued", "URLs queued again for their recrawl"))
+    hosts_unparked: int = field(metadata=counter("crawler_hosts_unparked", "Parked hosts given their turn"))
+    turns_ended: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepSnapshot:
+    counters: UpkeepCounters
+    leases_expired: int
+    shedding: ShedPolicySnapshot
 
 
 class Upkeep:
@@ -77,7 +103,7 @@ class Upkeep:
         self._ending = False  # end_turns may have left hosts with their turn over
         self._collected_since_release = 0
         self._released_at = time.monotonic()
-        self.counters: Counter[str] = Counter()
+        self.counters = UpkeepCounts()
 
     def request_resync(self) -> None:
         self._resync_wanted.notify()
@@ -107,17 +133,19 @@ class Upkeep:
             await asyncio.to_thread(self._watermark.update)
             self._watermark.close()
 
-    def snapshot(self) -> dict:
-        return {"leases_expired": self.counters["leases_expired"], "shedding": self._shed.snapshot(),
-                "recrawl_queued": self.counters["recrawl_queued"], "hosts_unparked": self.counters["hosts_unparked"],
-                "turns_ended": self.counters["turns_ended"]}
+    def snapshot(self) -> UpkeepSnapshot:
+        counters = self.counters
+        return UpkeepSnapshot(
+            counters=UpkeepCounters(recrawl_queued=counters.recrawl_queued, hosts_unparked=counters.hosts_unparked,
+                                    turns_ended=counters.turns_ended),
+            leases_expired=counters.leases_expired, shedding=self._shed.snapshot())
 
     # ----------------------------------------------------------------- rounds
     async def _expire_leases(self) -> None:
         expired = await self._frontier.expire_leases()
         if expired:
             log.warning("%d leases expired and went back to their queues", expired)
-            self.counters["leases_expired"] += expired
+            self.counters.leases_expired += expired
             self._resync_wanted.notify()
 
     async def _resync(self) -> None:
@@ -140,7 +168,7 @@ class Upkeep:
         await self._hosts.went_idle.wait(UNPARK_EVERY_S)
         while records := await self._frontier.unpark(UNPARK_BATCH):
             self._hosts.load([record for record in records if self._serves(record.host)], self._clock())
-            self.counters["hosts_unparked"] += len(records)
+            self.counters.hosts_unparked += len(records)
             if len(records) < UNPARK_BATCH:
                 break
 
@@ -161,7 +189,7 @@ class Upkeep:
         parked = await self._frontier.park(hosts, returned)
         if len(parked) < len(hosts):
             self._resync_wanted.notify()  # a page of theirs was on its way: they stay active there
-        self.counters["turns_ended"] += len(parked)
+        self.counters.turns_ended += len(parked)
         self._hosts.went_idle.notify()  # their places go to parked hosts
 
     async def _save_politeness(self) -> None:
@@ -198,7 +226,7 @@ class Upkeep:
         if action.defer:
             # Seeds and submitted URLs (SEED_PRIORITY) are never deferred.
             per_host = await self._frontier.defer_lowest(action.defer, below_priority=SEED_PRIORITY)
-            # one warning when it starts; the steps that follow (core.shedding.DEFER_STEP_MAX) at debug
+            # one warning when it starts; the steps that follow (core.shed_policy.DEFER_STEP_MAX) at debug
             log.log(logging.DEBUG if self._shed_active_in_frontier else logging.WARNING,
                     "load shedding: queue over %d for %.0f s; deferred %d lowest-priority URLs"
                     " (on to %d queued, in steps)", policy.high_water, policy.after_s, sum(per_host.values()),
@@ -240,5 +268,5 @@ class Upkeep:
             # A host that left memory comes back through the resync, which brings its stored
             # politeness (a pause, its Crawl-delay) along with its counts.
             self._resync_wanted.notify()
-        self.counters["recrawl_queued"] += sum(per_host.values())
+        self.counters.recrawl_queued += sum(per_host.values())
         log.debug("recrawl: %d URLs due again went back to their queues", sum(per_host.values()))

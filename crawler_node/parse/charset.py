@@ -107,7 +107,7 @@ _ASCII_LOWER = {code: code + 32 for code in range(0x41, 0x5B)}
 
 
 @dataclass(frozen=True, slots=True)
-class Decoded:
+class DecodedText:
     text: str
     encoding: str  # the WHATWG name of the encoding the text was decoded from
     source: str  # what decided it: "bom", "http", "meta", "sniff" or "default"
@@ -122,7 +122,7 @@ def encoding_for_label(label: str | None) -> str | None:
     return ENCODING_OF_LABEL.get(label.strip("\t\n\x0c\r ").lower())
 
 
-def decode_document(body: bytes, http_charset: str | None = None, *, complete: bool = True) -> Decoded:
+def decode_document(body: bytes, http_charset: str | None = None, *, complete: bool = True) -> DecodedText:
     """The text of an HTML document: BOM, then ``http_charset`` (the label in the HTTP
     Content-Type, if any; an unknown one is ignored), then the ``<meta>`` prescan, then
     "valid UTF-8", then windows-1252. Undecodable bytes become U+FFFD, as in browsers.
@@ -130,18 +130,18 @@ def decode_document(body: bytes, http_charset: str | None = None, *, complete: b
     its end does not make it invalid UTF-8."""
     for bom, bom_encoding in _BOMS:
         if body.startswith(bom):
-            return Decoded(_decode_as(body[len(bom):], bom_encoding), bom_encoding, "bom")
+            return DecodedText(_decode_as(body[len(bom):], bom_encoding), bom_encoding, "bom")
     encoding = encoding_for_label(http_charset)
     if encoding is not None:
-        return Decoded(_decode_as(body, encoding), encoding, "http")
+        return DecodedText(_decode_as(body, encoding), encoding, "http")
     encoding = prescan(body[:PRESCAN_BYTES])
     if encoding is not None:
-        return Decoded(_decode_as(body, encoding), encoding, "meta")
+        return DecodedText(_decode_as(body, encoding), encoding, "meta")
     try:
         text = codecs.getincrementaldecoder("utf-8")("strict").decode(body, final=complete)
     except UnicodeDecodeError:
-        return Decoded(_decode_as(body, "windows-1252"), "windows-1252", "default")
-    return Decoded(text, "utf-8", "sniff")
+        return DecodedText(_decode_as(body, "windows-1252"), "windows-1252", "default")
+    return DecodedText(text, "utf-8", "sniff")
 
 
 def _decode_as(body: bytes, encoding: str) -> str:

@@ -15,7 +15,7 @@ from typing import Final
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from crawler_node.core.urls import InvalidURL, directory_of, normalize_url, origin_of, resolve_plain
-from crawler_node.parse.charset import Decoded, decode_document
+from crawler_node.parse.charset import DecodedText, decode_document
 
 MAX_PARSE_BYTES = 5_000_000
 MAX_TITLE_CHARS = 1_000
@@ -179,7 +179,7 @@ def extract_links(
     return ParsedPage(links=links, title=title, nofollow=False, truncated=truncated)
 
 
-def _lexbor_input(read: bytes, decoded: Decoded, *, complete: bool) -> bytes | str:
+def _lexbor_input(read: bytes, decoded: DecodedText, *, complete: bool) -> bytes | str:
     """What Lexbor parses for a page parsed as it is: the bytes as they came when they are
     exactly the UTF-8 of its text (Lexbor reads bytes as UTF-8), else the text. Given text,
     selectolax encodes it to UTF-8 first: on PostgreSQL's documentation (14 KB pages, all

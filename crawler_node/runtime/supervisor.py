@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from crawler_node.core.stats import Indexed
 from crawler_node.runtime.datadir import disk_full
 
 log = logging.getLogger("crawler_node.supervisor")
@@ -43,6 +45,12 @@ async def cut_short(step: Coroutine[Any, Any, object], event: asyncio.Event, *, 
         task.cancel()  # a no-op once it ended
         await asyncio.gather(task, setting, return_exceptions=True)
     return None if task.cancelled() else task.exception()
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorSnapshot(Indexed):
+    tasks: int  # running
+    failures: Mapping[str, int]  # rounds of recurring jobs that raised, by job
 
 
 class Supervisor:
@@ -73,8 +81,8 @@ class Supervisor:
     def running(self, name: str) -> bool:
         return any(task_name == name and not task.done() for task, task_name in self._tasks.items())
 
-    def snapshot(self) -> dict:
-        return {"tasks": len(self._tasks), "failures": dict(self.failures)}
+    def snapshot(self) -> SupervisorSnapshot:
+        return SupervisorSnapshot(tasks=len(self._tasks), failures=dict(self.failures))
 
     async def stop(self) -> None:
         """Cancel every task and wait for them to end."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple, TextIO
 from crawler_node.datadir_layout import rotated_crawl_log_name, torn_path
 
 if TYPE_CHECKING:
-    from crawler_node.store.records import FetchRecord
+    from crawler_node.store.fetch_records import FetchRecord
 
 log = logging.getLogger("crawler_node.store")
 

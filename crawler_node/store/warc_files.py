@@ -23,8 +23,8 @@ from crawler_node.datadir_layout import WARC_SUFFIX
 from crawler_node.store import cdxj, warc
 from crawler_node.store.crawl_log import Location, iso_utc
 from crawler_node.store.digests import DigestIndex, Original
+from crawler_node.store.fetch_records import SOFTWARE, CrawlInfo, FetchRecord
 from crawler_node.store.files import open_next
-from crawler_node.store.records import SOFTWARE, CrawlInfo, FetchRecord
 
 
 class WarcWriter:

@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from crawler_node.config import StoreConfig
 from crawler_node.runtime.datadir import DataDirError, DiskFull, writing
@@ -25,7 +26,7 @@ from crawler_node.runtime.workers import ProcessWorker, WorkerDied, make_worker
 from crawler_node.store.writer import CrawlInfo, FetchRecord, Store
 
 
-def _open(data_dir: str, node_id: str, options: dict, info: dict) -> Store:
+def _open(data_dir: str, node_id: str, options: dict[str, Any], info: dict[str, Any]) -> Store:
     try:
         with writing(lambda: data_dir, "the store's files"):
             return Store(Path(data_dir), node_id=node_id, info=CrawlInfo(**info), **options)
@@ -37,7 +38,7 @@ def _open(data_dir: str, node_id: str, options: dict, info: dict) -> Store:
         raise DataDirError(f"the store in {data_dir} cannot be opened: {exc}") from exc
 
 
-def _write(store: Store, rows: Sequence[tuple]) -> None:
+def _write(store: Store, rows: Sequence[tuple[Any, ...]]) -> None:
     store.write([FetchRecord(*row) for row in rows])
 
 
@@ -87,7 +88,7 @@ class StoreWorker:
             raise
         self._open = True
 
-    async def write(self, rows: Sequence[tuple]) -> None:
+    async def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Store FetchRecords given as the tuples of their fields, in order."""
         if self._full is not None:
             raise self._full

@@ -25,8 +25,8 @@ from crawler_node.runtime.datadir import writing
 from crawler_node.store.cdxj import index_missing, load_libraries, unindexed
 from crawler_node.store.crawl_log import CrawlLog, Location, _drop_torn_tail, iso_utc
 from crawler_node.store.digests import DigestIndex
+from crawler_node.store.fetch_records import SOFTWARE, CrawlInfo, FetchRecord
 from crawler_node.store.items import ItemWriter
-from crawler_node.store.records import SOFTWARE, CrawlInfo, FetchRecord
 from crawler_node.store.warc_files import WarcWriter, exchange_records, stored_payload
 
 __all__ = ["SOFTWARE", "CrawlInfo", "CrawlLog", "FetchRecord", "Location", "Store",

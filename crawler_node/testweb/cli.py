@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crawler_node.testweb.graph import IMAGES_PER_HOST, MAX_IMAGES_PER_HOST, HostFeatures, SyntheticWeb
+from crawler_node.testweb.ground_truth import DEFAULT_HISTORY
 from crawler_node.testweb.profile import (
     DEFAULT_API_HEADER,
     ApiLimit,
@@ -30,7 +31,6 @@ from crawler_node.testweb.profile import (
     check_api_header,
     load_profile,
 )
-from crawler_node.testweb.stats import DEFAULT_HISTORY
 
 if TYPE_CHECKING:
     from crawler_node.testweb.server import TestwebServer

@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from crawler_node.testweb.graph import SyntheticWeb
+from crawler_node.testweb.ground_truth import DEFAULT_HISTORY, GroundTruth, Visit
 from crawler_node.testweb.pages import gzip_bomb, with_revision
 from crawler_node.testweb.profile import ApiLimit, HostProfile
 from crawler_node.testweb.representations import (
@@ -51,7 +52,6 @@ from crawler_node.testweb.responses import (
     send,
     validated,
 )
-from crawler_node.testweb.stats import DEFAULT_HISTORY, GroundTruth, Visit
 
 _HTML = "text/html; charset=utf-8"
 _CONTROL = "/_testweb/"

@@ -47,7 +47,7 @@ def submit(node: str, urls: list[str], *, secret: str | None = None, batch: int 
     return totals
 
 
-def status(node: str, *, timeout: float = 10.0, fresh: bool = False) -> dict:
+def status(node: str, *, timeout: float = 10.0, fresh: bool = False) -> dict[str, Any]:
     """``fresh``: built after this request (what was just submitted or changed is in it),
     rather than the node's snapshot, which may be up to half a second older."""
     return request_json(f"{node.rstrip('/')}/v1/status{'?fresh=1' if fresh else ''}", timeout=timeout)
@@ -70,22 +70,22 @@ def _url(node: str, path: str, **params: Any) -> str:
 
 
 def control(node: str, action: str, *, secret: str | None = None, reason: str | None = None,
-            timeout: float = 15.0) -> dict:
+            timeout: float = 15.0) -> dict[str, Any]:
     """POST /v1/control/{pause,resume,stop}: the whole cluster, through ``node``."""
     body = {"reason": reason} if reason else {}
     return request_json(_url(node, f"/v1/control/{action}"), body=body, secret=secret, timeout=timeout)
 
 
 def hosts(node: str, *, secret: str | None = None, sort: str | None = None, order: str | None = None,
-          limit: int | None = None, offset: int | None = None) -> dict:
+          limit: int | None = None, offset: int | None = None) -> dict[str, Any]:
     return request_json(_url(node, "/v1/hosts", sort=sort, order=order, limit=limit, offset=offset), secret=secret)
 
 
-def host_queue(node: str, host: str, *, secret: str | None = None, limit: int | None = None) -> dict:
+def host_queue(node: str, host: str, *, secret: str | None = None, limit: int | None = None) -> dict[str, Any]:
     return request_json(_url(node, f"/v1/hosts/{urllib.parse.quote(host, safe=':')}/queue", limit=limit),
                         secret=secret)
 
 
-def drop_host(node: str, host: str, *, secret: str | None = None) -> dict:
+def drop_host(node: str, host: str, *, secret: str | None = None) -> dict[str, Any]:
     return request_json(_url(node, f"/v1/hosts/{urllib.parse.quote(host, safe=':')}/queue"), secret=secret,
                         method="DELETE")

@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from crawler_node.testweb.process import TestwebProcess
 from crawler_node.tools.node_process import NodeProcess, free_port
@@ -71,7 +72,7 @@ def _start_cluster(count: int, proxy: str, seeds: list[str], workdir: Path) -> l
     return cluster
 
 
-def _watch(nodes: list[NodeProcess], expected: int, started: float, timeout_s: float) -> list[dict] | None:
+def _watch(nodes: list[NodeProcess], expected: int, started: float, timeout_s: float) -> list[dict[str, Any]] | None:
     interactive = sys.stdout.isatty()
     last_print = 0.0
     idle_streak = 0
@@ -95,7 +96,7 @@ def _watch(nodes: list[NodeProcess], expected: int, started: float, timeout_s: f
     return None
 
 
-def _summary(statuses: list[dict] | None, expected: list[str], stats: dict, elapsed: float,
+def _summary(statuses: list[dict[str, Any]] | None, expected: list[str], stats: dict[str, Any], elapsed: float,
              exit_codes: list[int | None]) -> None:
     counts = stats.get("urls", {})
     fetched_once = sum(1 for url in expected if counts.get(url, 0) >= 1)

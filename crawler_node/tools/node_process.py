@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from crawler_node.tools import client
 
@@ -101,11 +101,11 @@ class NodeProcess:
                 time.sleep(0.1)
         raise TimeoutError(f"{self.node_id} not healthy after {timeout_s}s; log:\n{self.log_tail()}")
 
-    def status(self, timeout: float = 10.0, *, fresh: bool = True) -> dict:
+    def status(self, timeout: float = 10.0, *, fresh: bool = True) -> dict[str, Any]:
         """Fresh by default: the tests and benchmarks count on seeing what they just did."""
         return client.status(self.url, timeout=timeout, fresh=fresh)
 
-    def wait_idle(self, timeout_s: float = 120.0, *, settle_polls: int = 2, interval_s: float = 0.25) -> dict:
+    def wait_idle(self, timeout_s: float = 120.0, *, settle_polls: int = 2, interval_s: float = 0.25) -> dict[str, Any]:
         """Poll until the node reports idle on ``settle_polls`` consecutive polls."""
         deadline = time.monotonic() + timeout_s
         streak = 0

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from warcio.archiveiterator import ArchiveIterator
 
@@ -53,7 +54,7 @@ class Recovered:
     unreadable_files: list[str] = field(default_factory=list)
 
 
-def crawl_log_lines(data_dir: Path, recovered: Recovered) -> Iterator[dict]:
+def crawl_log_lines(data_dir: Path, recovered: Recovered) -> Iterator[dict[str, Any]]:
     """Every crawl.log line, rotated files first; a torn or garbled line is skipped, counted."""
     layout = DataDirLayout(data_dir)
     for path in [*layout.rotated_crawl_logs(), layout.crawl_log]:
@@ -100,7 +101,7 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
             damaged.rename(aside / damaged.name)
             recovered.moved_to = aside
 
-    last: dict[str, dict] = {}  # URL -> its last line (the outcome that counts)
+    last: dict[str, dict[str, Any]] = {}  # URL -> its last line (the outcome that counts)
     for entry in crawl_log_lines(data_dir, recovered):
         if entry.get("kind", "page") == "robots":
             continue
@@ -137,7 +138,7 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
     return recovered
 
 
-def _in_scope(links: list[str], via: str, depth: int, scope: Scope, seen: dict[str, dict], *,
+def _in_scope(links: list[str], via: str, depth: int, scope: Scope, seen: dict[str, dict[str, Any]], *,
               redirect: bool = False) -> list[UrlEntry]:
     entries = []
     for raw in links:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from crawler_node.core.histogram import quantile_bound
 
 
-def format_status(status: dict) -> str:
+def format_status(status: dict[str, Any]) -> str:
     counters = status["counters"]
     cluster_idle = status["idle"]
     own_idle = status.get("node_idle", cluster_idle)
@@ -42,7 +43,7 @@ def format_status(status: dict) -> str:
     return "\n".join(lines)
 
 
-def _pause_line(status: dict) -> str | None:
+def _pause_line(status: dict[str, Any]) -> str | None:
     pause = status.get("pause") or {}
     if not pause.get("paused"):
         return None
@@ -50,7 +51,7 @@ def _pause_line(status: dict) -> str | None:
             "until `crawler-node resume`")
 
 
-def _pressure_lines(status: dict) -> list[str]:
+def _pressure_lines(status: dict[str, Any]) -> list[str]:
     """Flow control at a glance: an operator's pause, what holds fetching back, the API, shedding."""
     lines = [line] if (line := _pause_line(status)) is not None else []
     admission = status.get("admission")
@@ -76,14 +77,14 @@ def _pressure_lines(status: dict) -> list[str]:
     return lines
 
 
-def _within(histogram: dict) -> str:
+def _within(histogram: dict[str, Any]) -> str:
     if not histogram["count"]:
         return "-"
     bound = quantile_bound(histogram, 0.99)
     return f"over {histogram['buckets'][-2][0] * 1000:g} ms" if bound is None else f"{bound * 1000:g} ms"
 
 
-def progress_line(statuses: list[dict], expected: int, elapsed_s: float) -> str:
+def progress_line(statuses: list[dict[str, Any]], expected: int, elapsed_s: float) -> str:
     done = sum(s["counters"]["pages_done"] for s in statuses)
     fetched = sum(s["counters"]["fetched"] for s in statuses)
     queued = sum(s["queues"]["frontier"]["depth"] for s in statuses)
@@ -93,7 +94,7 @@ def progress_line(statuses: list[dict], expected: int, elapsed_s: float) -> str:
             f"queued {queued}  in flight {in_flight}  {fetched / elapsed_s if elapsed_s else 0:.0f}/s")
 
 
-def format_control(answer: dict) -> str:
+def format_control(answer: dict[str, Any]) -> str:
     """What each member said to a cluster-wide pause, resume or stop."""
     lines = [f"{answer['action']}: {'every member' if answer['complete'] else 'NOT every member'}"]
     for member, said in sorted(answer["members"].items()):
@@ -113,7 +114,7 @@ def _age(seconds: float | None) -> str:
     return f"in {seconds:.0f}s" if seconds < 120 else f"in {seconds / 60:.0f}m"
 
 
-def format_hosts(answer: dict) -> str:
+def format_hosts(answer: dict[str, Any]) -> str:
     parked = answer.get("parked_urls", 0)
     lines = [f"{answer['total']} hosts with work; {len(answer['hosts'])} shown from {answer['offset']} "
              f"by {answer['sort']} {answer['order']}"
@@ -129,11 +130,11 @@ def format_hosts(answer: dict) -> str:
     return "\n".join(lines)
 
 
-def _not_ok(members: dict) -> str:
+def _not_ok(members: dict[str, Any]) -> str:
     return ", ".join(f"{member} ({said})" for member, said in sorted(members.items()) if said != "ok")
 
 
-def format_queue(answer: dict) -> str:
+def format_queue(answer: dict[str, Any]) -> str:
     lines = [f"{answer['host']} on {answer['member']}: {answer['queued']} queued, {answer['leased']} leased, "
              f"{answer['deferred']} deferred; {len(answer['urls'])} shown",
              f"  {'depth':>5} {'priority':>8} {'attempts':>8} {'eligible':>9} {'state':<8} url"]
@@ -163,7 +164,7 @@ class RateWindow:
         return max(0.0, value - last[1]) / (now - last[0])
 
 
-def cluster_members(status: dict) -> list[dict]:
+def cluster_members(status: dict[str, Any]) -> list[dict[str, Any]]:
     """The members as the cluster view lists them; a node alone is its own one member."""
     if "node_idle" in status:
         return status["members"]
@@ -187,7 +188,7 @@ class WatchFrame:
     progress: str  # "progress: <finished>/<known> <share> URLs finished of those known"
 
 
-def watch_frame(status: dict, rates: RateWindow, now: float) -> WatchFrame:
+def watch_frame(status: dict[str, Any], rates: RateWindow, now: float) -> WatchFrame:
     """The members, their windowed rates, progress."""
     members = cluster_members(status)
     rows = []
@@ -226,7 +227,7 @@ def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def progress_log_line(status: dict, rate: float | None, window_s: float) -> str:
+def progress_log_line(status: dict[str, Any], rate: float | None, window_s: float) -> str:
     """The daemon's periodic progress line, from the cluster status this node sees."""
     members = cluster_members(status)
     finished = sum(member.get("finished") or 0 for member in members)
@@ -237,7 +238,7 @@ def progress_log_line(status: dict, rate: float | None, window_s: float) -> str:
             f"finished of the URLs known; {status.get('crawl_state', '')}")
 
 
-def finished_log_line(status: dict) -> str:
+def finished_log_line(status: dict[str, Any]) -> str:
     """The daemon's one line when the cluster has become idle."""
     members = cluster_members(status)
     finished = sum(member.get("finished") or 0 for member in members)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from crawler_node.core.outcomes import Rejection
 from crawler_node.core.response import FetchResult
+from crawler_node.core.stats import Kind, Metric
 from crawler_node.core.verdict import Verdict
 from crawler_node.frontier import Lease, UrlEntry
 
 SEED_PRIORITY = 100  # seeds and submitted URLs go before anything discovered
+
+# URLs that end without a request because the scope or a trap guard turned them away (the store
+# stage counts them) or an operator dropped their host (the lease keeper): one series a reason.
+URLS_TURNED_AWAY = Metric("crawler_urls_turned_away", "URLs never fetched: out of scope or stopped by a trap guard, "
+                          "by reason (each a crawl.log line with that outcome)", Kind.COUNTER, ("reason",))
 
 
 @dataclass(slots=True)
@@ -37,3 +44,13 @@ class InboundFull(Exception):
     def __init__(self, retry_after_s: float) -> None:
         super().__init__("inbound queue is full")
         self.retry_after_s = retry_after_s
+
+
+class Routes(Protocol):
+    """Where a host's URLs go, asked by the stages that route them (cluster.routing.Router)."""
+
+    @property
+    def is_single(self) -> bool: ...
+    def route(self, host: str) -> str | None: ...
+    def serves(self, host: str) -> bool: ...
+    def successor_for(self, host: str) -> str | None: ...

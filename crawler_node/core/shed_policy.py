@@ -19,7 +19,9 @@ Nothing is dropped: every deferred URL is crawled later, and each one is counted
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from crawler_node.core.stats import gauge
 
 # Deferral reasons, as counted in status and metrics.
 QUEUE_OVER_HIGH_WATER = "queue_over_high_water"  # was queued, moved aside
@@ -92,13 +94,20 @@ class ShedPolicy:
             return ShedAction(active=False, restore=min(deferred, max(1, self.midpoint - queued), RESTORE_STEP_MAX))
         return ShedAction(active=False)
 
-    def snapshot(self) -> dict:
-        return {
-            "enabled": self.enabled,
-            "active": self.active,
-            "high_water": self.high_water,
-            "low_water": self.low_water,
-            "after_s": self.after_s,
-            "over_since": self._over_since,
-            "activations": self.activations,
-        }
+    def snapshot(self) -> ShedPolicySnapshot:
+        return ShedPolicySnapshot(enabled=self.enabled, active=self.active, high_water=self.high_water,
+                                  low_water=self.low_water, after_s=self.after_s, over_since=self._over_since,
+                                  activations=self.activations)
+
+
+@dataclass(frozen=True, slots=True)
+class ShedPolicySnapshot:
+    """The policy's part of the status's ``shedding``."""
+
+    enabled: bool
+    active: bool = field(metadata=gauge("crawler_shed_active", "1 while low-priority URLs are being deferred"))
+    high_water: int = field(metadata=gauge("crawler_shed_high_water", "Queued URLs above which shedding starts"))
+    low_water: int
+    after_s: float
+    over_since: float | None
+    activations: int

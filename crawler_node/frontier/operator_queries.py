@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED
 from crawler_node.frontier.statements import NOT_LEASED, in_lists
 
@@ -55,21 +55,21 @@ class QueuedUrl:
 
 
 class FrontierControl:
-    def __init__(self, core: FrontierCore) -> None:
-        self._core = core
+    def __init__(self, db: FrontierDb) -> None:
+        self._db = db
 
     @classmethod
     def of(cls, frontier: Frontier) -> FrontierControl:
-        # The frontier builds its parts over its core (shedding, outbox, handoff, recrawl);
+        # The frontier builds its parts over its database (shedding, outbox, handoff, recrawl);
         # this part is built beside it until Frontier.__init__ does the same for it.
-        return cls(frontier._core)  # noqa: SLF001 - the frontier's own part, see above
+        return cls(frontier._db)  # noqa: SLF001 - the frontier's own part, see above
 
     def host_counts(self) -> list[HostCounts]:
         """Every active host with unfinished rows here (queued, leased or deferred); parked
         hosts are not listed (`host_queue` answers for each)."""
         return [HostCounts(record.host, record.queued, record.leased, record.deferred,
                            record.politeness.next_eligible if record.politeness is not None else 0.0)
-                for record in self._core.hosts.records.values()]
+                for record in self._db.hosts.records.values()]
 
     def host_queue(self, host: str, limit: int) -> tuple[HostCounts | None, list[QueuedUrl]]:
         """The host's counts (None: nothing unfinished here) and up to ``limit`` of its queued,
@@ -83,14 +83,14 @@ class FrontierControl:
         for state in (QUEUED, DEFERRED):
             if len(rows) >= limit:
                 break
-            for url, depth, priority, attempts, not_before, _, via in self._core.conn.execute(
+            for url, depth, priority, attempts, not_before, _, via in self._db.conn.execute(
                     _QUEUE_SQL, (host, state, limit - len(rows))):
                 rows.append(QueuedUrl(url, depth, priority, attempts, not_before or 0.0, _STATE_NAMES[state], via))
         return counts, rows
 
     def _counts(self, host: str) -> HostCounts | None:
         """The host's counts, from its record or, parked, from disk (None: nothing unfinished)."""
-        hosts = self._core.hosts
+        hosts = self._db.hosts
         record = hosts.records.get(host)
         if record is not None:
             return HostCounts(host, record.queued, record.leased, record.deferred,
@@ -100,7 +100,7 @@ class FrontierControl:
         queued, deferred = hosts.on_disk(host)
         if not queued and not deferred:
             return None
-        row = self._core.conn.execute("SELECT next_eligible FROM hosts WHERE host = ?", (host,)).fetchone()
+        row = self._db.conn.execute("SELECT next_eligible FROM hosts WHERE host = ?", (host,)).fetchone()
         return HostCounts(host, queued, 0, deferred, row[0] if row else 0.0)
 
     def drop_host(self, host: str, lease_ids: Sequence[int] = ()) -> Counter[str]:
@@ -109,7 +109,7 @@ class FrontierControl:
         (requests in flight) stay and finish normally. Returns the rows deleted by state.
 
         The rows leave the seen-set: a link found later queues its URL again."""
-        core = self._core
+        core = self._db
         dropped: Counter[str] = Counter()
         record = core.hosts.records.get(host)
         if record is None and not core.hosts.bounded:

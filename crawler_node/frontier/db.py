@@ -1,6 +1,6 @@
 """The state that every part of the frontier shares, and the transactions that change it.
 
-`Frontier`, `Shedding`, `Outbox`, `Handoff` and `Intake` each hold the one `FrontierCore`; none
+`Frontier`, `Shedding`, `Outbox`, `Handoff` and `Intake` each hold the one `FrontierDb`; none
 of them holds another's private state. The core's counters (row totals, the host table, the
 leases) move as rows do, inside a transaction, because later statements of the same
 transaction read them; a rollback rebuilds them from the database, the truth to go back to.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from crawler_node.core.bounded import TwoGenerationSet
-from crawler_node.frontier.hosts import HostRecords
+from crawler_node.frontier.host_records import HostRecords
 from crawler_node.frontier.records import DONE, FAILED, LEASED, QUEUED, HostQueue
 from crawler_node.frontier.statements import in_lists
 
@@ -40,7 +40,7 @@ _LEASED_SQL = "SELECT u.host, COUNT(*) FROM leases AS l JOIN urls AS u ON u.id =
 _LEASES_SQL = "SELECT l.id, u.host, l.expires FROM leases AS l JOIN urls AS u ON u.id = l.id"
 
 
-class FrontierCore:
+class FrontierDb:
     def __init__(self, conn: sqlite3.Connection, *, clock: Callable[[], float], recent_urls: int,
                  resident_hosts: int = 0) -> None:
         """`resident_hosts`: active hosts at most (0: no bound; see hosts.HostRecords)."""

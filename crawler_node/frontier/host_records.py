@@ -18,7 +18,7 @@ as Heritrix keeps its inactive queues on disk. A host with new work becomes acti
 while nothing is parked and there is room; once anything is parked, room goes to the parked
 hosts in turn (`unpark`: host-name order from a cursor that wraps, after the hosts given
 urgent work), so hosts found late do not overtake those found early. A parked host's rows
-are counted in the totals only (`FrontierCore.parked_queued`).
+are counted in the totals only (`FrontierDb.parked_queued`).
 
 `ensure` makes hosts active (their first queued or deferred row of a call) or leaves them
 parked: it inserts the host's row, or loads the row's politeness if there is one.
@@ -30,7 +30,7 @@ to hosts whose URLs arrive already finished; `remove_row` drops the row of a hos
 with all its rows.
 
 Each row also counts the URLs its host has had in `urls` (`accepted`, for the per-host page
-cap: frontier.intake). The count is read from and added to the row inside the caller's
+cap: frontier.seen_set). The count is read from and added to the row inside the caller's
 transaction, never cached, so a rollback leaves nothing in memory to undo.
 """
 

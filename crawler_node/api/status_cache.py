@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 log = logging.getLogger("crawler_node.api")
 
@@ -33,33 +33,44 @@ PERIOD_S = 0.5  # a busy node's status is at most this old when read, plus one b
 WAIT_S = 0.02  # how long a reader of an old snapshot waits for the new one
 
 
+S = TypeVar("S")
+
+
+def _as_json(value: object) -> dict[str, Any]:
+    return cast(dict[str, Any], value)
+
+
 @dataclass(frozen=True, slots=True)
-class Snapshot:
-    status: dict[str, Any]
+class Snapshot(Generic[S]):
+    value: S  # what the build made (node.node_snapshot.NodeSnapshot, or a status already in JSON)
+    status: dict[str, Any]  # its JSON
     started_at: float  # monotonic: when its build began (its data is at least this old)
     watched: Hashable  # the operator-visible state when its build began
 
 
-class Snapshots:
+class Snapshots(Generic[S]):
     """The status of one scope (this node, or the cluster as it sees it), built by ``build``."""
 
-    def __init__(self, name: str, build: Callable[..., Awaitable[dict[str, Any]]], *,
-                 watched: Callable[[], Hashable], base: Snapshots | None = None, period_s: float = PERIOD_S,
+    def __init__(self, name: str, build: Callable[..., Awaitable[S]], *,
+                 watched: Callable[[], Hashable], base: Snapshots[Any] | None = None,
+                 render: Callable[[S], dict[str, Any]] = _as_json, period_s: float = PERIOD_S,
                  wait_s: float = WAIT_S, clock: Callable[[], float] = time.monotonic) -> None:
         """``base``: the snapshots this view is built on: each build of this one takes a new one
         of those (or the one under way) and is passed its status, so reading the base after
-        this view never goes back in time, and this one's age counts from the older of the two."""
+        this view never goes back in time, and this one's age counts from the older of the two.
+        ``render``: a build's JSON, made once per build (by default the build makes JSON)."""
         if period_s <= 0 or wait_s < 0:
             raise ValueError(f"need period_s > 0 and wait_s >= 0, got {period_s} and {wait_s}")
         self._name = name
         self._build = build
+        self._render = render
         self._base = base
         self._watched = watched
         self._period_s = period_s
         self._wait_s = wait_s
         self._clock = clock
-        self._last: Snapshot | None = None
-        self._building: asyncio.Task[Snapshot] | None = None
+        self._last: Snapshot[S] | None = None
+        self._building: asyncio.Task[Snapshot[S]] | None = None
         self._failing = False  # the last build raised
         self.builds = 0
 
@@ -72,7 +83,11 @@ class Snapshots:
         # A shallow copy: the snapshot itself is shared by every reader and never changed.
         return {**snapshot.status, "snapshot_age_s": round(max(0.0, self._clock() - snapshot.started_at), 3)}
 
-    async def _current(self) -> Snapshot:
+    async def value(self) -> S:
+        """What the build made, by the same rules as :meth:`read` (/metrics renders it)."""
+        return (await self._current()).value
+
+    async def _current(self) -> Snapshot[S]:
         last = self._last
         if last is None or last.status.get("idle") or last.watched != self._watched():
             asked_at = self._clock()
@@ -93,30 +108,30 @@ class Snapshots:
         except Exception:  # noqa: BLE001 -- logged by the build's callback; the old one stands
             return last
 
-    async def _fresh(self) -> Snapshot:
+    async def _fresh(self) -> Snapshot[S]:
         asked_at = self._clock()
         snapshot = await asyncio.shield(self._refresh())
         if snapshot.started_at < asked_at:  # under way before the call: one more
             snapshot = await asyncio.shield(self._refresh())
         return snapshot
 
-    def _refresh(self) -> asyncio.Task[Snapshot]:
+    def _refresh(self) -> asyncio.Task[Snapshot[S]]:
         if self._building is None:
             self._building = asyncio.create_task(self._run_build(), name=f"status-snapshot-{self._name}")
             self._building.add_done_callback(self._built)
         return self._building
 
-    async def _run_build(self) -> Snapshot:
+    async def _run_build(self) -> Snapshot[S]:
         started_at, watched = self._clock(), self._watched()
         if self._base is None:
-            status = await self._build()
+            value = await self._build()
         else:
             base = await asyncio.shield(self._base._refresh())
             started_at = min(started_at, base.started_at)
-            status = await self._build(base.status)
-        return Snapshot(status=status, started_at=started_at, watched=watched)
+            value = await self._build(base.status)
+        return Snapshot(value=value, status=self._render(value), started_at=started_at, watched=watched)
 
-    def _built(self, task: asyncio.Task[Snapshot]) -> None:
+    def _built(self, task: asyncio.Task[Snapshot[S]]) -> None:
         # No awaits here: the next reader must find either this build's result or no build.
         self._building = None
         if task.cancelled():

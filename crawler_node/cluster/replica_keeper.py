@@ -18,9 +18,11 @@ import re
 import secrets
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from crawler_node.cluster.outbox import Outboxes
+from crawler_node.cluster.forwarding import Outboxes
 from crawler_node.cluster.routing import Router
+from crawler_node.core.stats import stat
 from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.frontier.replica import FIRST, Cursor
 from crawler_node.runtime.wakeup import Wakeup
@@ -52,7 +54,7 @@ class ReplicaKeeper:
         self._seen_down: set[str] = set()  # peers seen down since the last round (to be owed a refresh)
         self._went_down: Counter[str] = Counter()  # times each peer was seen down (a refresh under way is void)
         self._in_round = False
-        self.counters: Counter[str] = Counter()
+        self.counters = ReplicaCounts()
 
     def membership_changed(self) -> None:
         # Synchronously, with no await: a peer seen down for a moment between two rounds still
@@ -118,7 +120,7 @@ class ReplicaKeeper:
         for peer in sorted(self._owed & live):
             log.info("%s is back: refreshing its replica of this node's queue", peer)
             await self._resend(peer)
-            self.counters["refreshed"] += 1
+            self.counters.refreshed += 1
 
     async def _sent_refresh(self, peer: str, went_down: int) -> None:
         """`peer` has its refresh in the outbox; seen down since it began, it is still owed one
@@ -136,7 +138,7 @@ class ReplicaKeeper:
             result, after = await self._frontier.replica_promote(router.serves, after, PROMOTE_HOSTS_PER_CALL,
                                                                  router.successor_for)
             if result.accepted:
-                self.counters["promoted"] += len(result.accepted)
+                self.counters.promoted += len(result.accepted)
                 log.info("took over %d queued URLs of a neighbour from its replica", len(result.accepted))
                 self._on_taken(result)
                 replicated = Counter(successor for entry in result.accepted
@@ -150,7 +152,7 @@ class ReplicaKeeper:
         while after is not None:
             owed, after = await self._frontier.replica_give_back(peer, route, after, GIVE_BACK_ROWS_PER_CALL)
             if owed:
-                self.counters["given_back"] += owed
+                self.counters.given_back += owed
                 self._outboxes.note_outboxed({peer: owed})
 
     async def _resend(self, peer: str) -> None:
@@ -162,7 +164,7 @@ class ReplicaKeeper:
             owed, after = await self._frontier.replica_resend(peer, successor_of, after, RESEND_HOSTS_PER_CALL,
                                                               token)
             if owed:
-                self.counters["resent"] += owed
+                self.counters.resent += owed
                 self._outboxes.note_outboxed({peer: owed})
         # then what this node finished of those hosts: a takeover does not fetch it again
         after_id: int | None = 0
@@ -170,9 +172,32 @@ class ReplicaKeeper:
             owed, after_id = await self._frontier.replica_resend_finished(peer, successor_of, after_id,
                                                                           RESEND_FINISHED_ROWS_PER_CALL)
             if owed:
-                self.counters["resent_finished"] += owed
+                self.counters.resent_finished += owed
                 self._outboxes.note_outboxed({peer: owed})
         await self._sent_refresh(peer, went_down)
 
-    def snapshot(self) -> dict:
-        return dict(self.counters)
+    def snapshot(self) -> ReplicaCounters:
+        c = self.counters
+        return ReplicaCounters(replica_refreshed=c.refreshed, replica_promoted=c.promoted,
+                               replica_given_back=c.given_back, replica_resent=c.resent,
+                               replica_resent_finished=c.resent_finished)
+
+
+@dataclass(slots=True)
+class ReplicaCounts:
+    refreshed: int = 0  # peers back, sent this node's queue again
+    promoted: int = 0  # URLs of a lost neighbour's replica taken over
+    given_back: int = 0  # replica rows owed back to their owner
+    resent: int = 0
+    resent_finished: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaCounters:
+    """The replicas' part of the status's ``cluster.counters``: each shown once it has moved."""
+
+    replica_refreshed: int = field(metadata=stat(when="replica_refreshed"))
+    replica_promoted: int = field(metadata=stat(when="replica_promoted"))
+    replica_given_back: int = field(metadata=stat(when="replica_given_back"))
+    replica_resent: int = field(metadata=stat(when="replica_resent"))
+    replica_resent_finished: int = field(metadata=stat(when="replica_resent_finished"))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
 import msgpack
 
@@ -21,12 +21,61 @@ from crawler_node.cluster.membership import Membership, PeerState
 from crawler_node.cluster.peer_client import PeerClient, PeerUnreachable
 from crawler_node.cluster.routing import Router
 from crawler_node.cluster.wire import encode_batch, gzipped
+from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.frontier.outbox import OutboxRow
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
 
 log = logging.getLogger("crawler_node.cluster")
+
+
+@dataclass(slots=True)
+class OutboxCounts(Indexed):
+    """What the senders count. ``forwarded``: URLs for the peer to crawl; ``sent_seen``:
+    replicas and handed-back fetched URLs, which it only records; ``sent_replica``: replicas of
+    queued URLs; ``sent_bytes``: the bodies' as sent, gzip'd; ``sent_msgpack_bytes``: before gzip
+    (what the replicas cost, bench/replica_cost.py; the cost model, bench/cost_model.py)."""
+
+    forwarded: int = 0
+    sent_seen: int = 0
+    sent_replica: int = 0
+    sent_bytes: int = 0
+    sent_msgpack_bytes: int = 0
+    forward_batches: int = 0
+    forward_throttled: int = 0
+    forward_failed: int = 0
+    forward_misdirected: int = 0
+    forward_gzip_refused: int = 0
+    rerouted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxCounters:
+    """The outboxes' part of the status's ``cluster.counters``; what only a sent batch counts is
+    shown once one was sent, a refused gzip once there was one."""
+
+    forwarded: int = field(metadata=counter("crawler_forwarded_urls",
+                                            "URLs forwarded to their owners and acknowledged"))
+    sent_seen: int
+    forward_batches: int
+    forward_throttled: int
+    forward_failed: int
+    forward_misdirected: int
+    rerouted: int
+    sent_replica: int = field(metadata=stat(when="forward_batches"))
+    sent_bytes: int = field(metadata=stat(when="forward_batches"))
+    sent_msgpack_bytes: int = field(metadata=stat(when="forward_batches"))
+    forward_gzip_refused: int = field(metadata=stat(when="forward_gzip_refused"))
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSnapshot:
+    counts: Mapping[str, int]  # rows owed, by peer
+    total: int
+    capacity: int
+    senders: tuple[str, ...]
+    counters: OutboxCounters
 
 
 class Outboxes:
@@ -61,7 +110,7 @@ class Outboxes:
         self._pause: dict[str, float] = {}  # seconds the peer's sender waits before its next batch
         self._plain: set[str] = set()  # peers that refused a gzip'd batch (415): sent as it is since
         self.counts: dict[str, int] = {}
-        self.counters: Counter[str] = Counter()
+        self.counters = OutboxCounts()
         # peer -> the id of the last row its outbox held after the last sweep that handed it
         # something (every peer after a full one, cluster.sweep) or a reroute that sent it rows:
         # until that row is acknowledged, a handback may still be owed to it.
@@ -112,9 +161,17 @@ class Outboxes:
         """Rows that were owed to ``peer`` at its last mark are not all acknowledged yet."""
         return peer in self._handback
 
-    def snapshot(self) -> dict:
-        return {"counts": {peer: n for peer, n in self.counts.items() if n}, "total": self.total(),
-                "capacity": self._capacity, "senders": sorted(self._senders), "counters": dict(self.counters)}
+    def snapshot(self) -> OutboxSnapshot:
+        c = self.counters
+        return OutboxSnapshot(
+            counts={peer: n for peer, n in self.counts.items() if n}, total=self.total(), capacity=self._capacity,
+            senders=tuple(sorted(self._senders)),
+            counters=OutboxCounters(
+                forwarded=c.forwarded, sent_seen=c.sent_seen, forward_batches=c.forward_batches,
+                forward_throttled=c.forward_throttled, forward_failed=c.forward_failed,
+                forward_misdirected=c.forward_misdirected, rerouted=c.rerouted, sent_replica=c.sent_replica,
+                sent_bytes=c.sent_bytes, sent_msgpack_bytes=c.sent_msgpack_bytes,
+                forward_gzip_refused=c.forward_gzip_refused))
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -170,7 +227,7 @@ class Outboxes:
         try:
             reply = await self.client.send_batch(url, body, to=peer, sender=self._node_id, coding=coding)
         except PeerUnreachable as exc:
-            self.counters["forward_failed"] += 1
+            self.counters.forward_failed += 1
             self._on_down(peer, f"forward failed: {exc.kind}")
             return self._failure_pause_s
         status, retry_after = reply.status, reply.headers.get("Retry-After")
@@ -183,17 +240,17 @@ class Outboxes:
             # fetched URLs, which it only records; "sent_replica": replicas of queued URLs;
             # "sent_bytes": the bodies' as sent, gzip'd; "sent_msgpack_bytes": before gzip
             # (what the replicas cost, bench/replica_cost.py; the cost model, bench/cost_model.py).
-            self.counters["forwarded"] += len(rows) - seen_rows - replica_rows
-            self.counters["sent_seen"] += seen_rows
-            self.counters["sent_replica"] += replica_rows
-            self.counters["sent_bytes"] += len(body)
-            self.counters["sent_msgpack_bytes"] += len(payload)
-            self.counters["forward_batches"] += 1
+            self.counters.forwarded += len(rows) - seen_rows - replica_rows
+            self.counters.sent_seen += seen_rows
+            self.counters.sent_replica += replica_rows
+            self.counters.sent_bytes += len(body)
+            self.counters.sent_msgpack_bytes += len(payload)
+            self.counters.forward_batches += 1
             self._on_alive(peer)
             return 0.0
         if status == 429:
             # The peer's inbound is full: slow this peer's outbox only.
-            self.counters["forward_throttled"] += 1
+            self.counters.forward_throttled += 1
             try:
                 return min(30.0, max(0.1, float(retry_after or 1)))
             except ValueError:
@@ -203,17 +260,17 @@ class Outboxes:
             # taken. A failure of this peer, as a heartbeat answered by another id is; the rows
             # wait for its new address, which its join or its answer to this node's join
             # through DNS brings (a member list passed on by others changes no known URL).
-            self.counters["forward_misdirected"] += 1
-            if self.counters["forward_misdirected"] in (1, 10, 100) or self.counters["forward_misdirected"] % 1000 == 0:
+            self.counters.forward_misdirected += 1
+            if self.counters.forward_misdirected in (1, 10, 100) or self.counters.forward_misdirected % 1000 == 0:
                 log.warning("%s's address %s is another member's now; its batch waits for its new address "
-                            "(%d misdirected so far)", peer, url, self.counters["forward_misdirected"])
+                            "(%d misdirected so far)", peer, url, self.counters.forward_misdirected)
             self._on_down(peer, "its address answers as another member")
             return self._failure_pause_s
         if status == 415 and coding is not None:
             # Every version of this node takes gzip (aiohttp decodes it); something else on the
             # way does not. Nothing was taken: the same rows go again, as they are.
             self._plain.add(peer)
-            self.counters["forward_gzip_refused"] += 1
+            self.counters.forward_gzip_refused += 1
             log.warning("%s refused a gzip'd batch (415); sending it its batches uncompressed", peer)
             return 0.0
         if status == 400:
@@ -238,7 +295,7 @@ class Outboxes:
         self._handback.pop(peer, None)  # down, or no longer the owner: what it was owed went elsewhere
         counts = await self._frontier.outbox_counts()
         moved = self.counts.get(peer, 0) - counts.get(peer, 0)
-        self.counters["rerouted"] += max(0, moved)
+        self.counters.rerouted += max(0, moved)
         grown = [target for target, n in counts.items() if target != peer and n > self.counts.get(target, 0)]
         self.counts = counts
         if grown:  # what was owed to `peer` may be a handback its new target is waiting for

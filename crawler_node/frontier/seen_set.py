@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from crawler_node.core.urls import host_of
-from crawler_node.frontier.core import FrontierCore
+from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import DEFERRED, DONE, QUEUED, AddResult, UrlEntry
 from crawler_node.frontier.shedding import Shedding
 from crawler_node.frontier.statements import IN_LIST_MAX, INSERT_CHUNKS, NOT_LEASED, chunk_sizes, in_lists
@@ -46,24 +46,24 @@ _IN_REPLICA_SQL = {
     for size in (1 << bits for bits in range(IN_LIST_MAX.bit_length()))}
 
 
-class Intake:
-    def __init__(self, core: FrontierCore, shedding: Shedding, *, max_per_host: int = 0,
+class SeenSet:
+    def __init__(self, db: FrontierDb, shedding: Shedding, *, max_per_host: int = 0,
                  urgent_priority: int | None = None) -> None:
         """`max_per_host`: URLs one host may have taken in, at most (0: no cap);
         `urgent_priority`: a parked host given a URL of at least this priority (a seed) is
         unparked before the others (None: none is)."""
         if max_per_host < 0:
             raise ValueError(f"max_per_host must be >= 0 (0: no cap), got {max_per_host}")
-        self._core = core
+        self._db = db
         self._shedding = shedding
         self._max_per_host = max_per_host
         self._urgent_priority = urgent_priority
-        self._has_replica = core.conn.execute("SELECT 1 FROM replica LIMIT 1").fetchone() is not None
+        self._has_replica = db.conn.execute("SELECT 1 FROM replica LIMIT 1").fetchone() is not None
 
     def insert(self, entries: Sequence[UrlEntry], not_before: float) -> AddResult:
         """Queue the URLs never seen before, in the caller's transaction; the rest are
         duplicates. URLs a neighbour fetched are recorded as done instead."""
-        core = self._core
+        core = self._db
         # A URL in the recent set is a row already: a duplicate without asking the database.
         fresh = core.recent.unknown(entries)
         replicated: list[UrlEntry] = []
@@ -112,7 +112,7 @@ class Intake:
         one primary-key probe each; only those it would cross have their URLs looked up."""
         cap = self._max_per_host
         per_host = Counter(entry.host for entry in fresh)
-        taken = self._core.hosts.accepted(list(per_host))
+        taken = self._db.hosts.accepted(list(per_host))
         room = {host: cap - taken[host] for host, count in per_host.items() if taken[host] + count > cap}
         if not room:
             return fresh, []
@@ -140,14 +140,14 @@ class Intake:
     def _known(self, urls: Sequence[str]) -> set[str]:
         found: set[str] = set()
         for placeholders, chunk in in_lists(urls):
-            found.update(url for (url,) in self._core.conn.execute(
+            found.update(url for (url,) in self._db.conn.execute(
                 f"SELECT url FROM urls WHERE url IN ({placeholders})", chunk))
         return found
 
     def _insert_rows(self, fresh: list[UrlEntry], not_before: float, cut: int | None) -> list[UrlEntry]:
         """Insert `fresh` (URLs not known to be rows); returns those that were new."""
-        conn = self._core.conn
-        now = self._core.clock()
+        conn = self._db.conn
+        now = self._db.clock()
         params: list[object] = []
         for entry in fresh:
             state = DEFERRED if cut is not None and entry.priority <= cut else QUEUED
@@ -177,7 +177,7 @@ class Intake:
     def mark_seen(self, entries: Sequence[UrlEntry]) -> int:
         """Record URLs already fetched elsewhere: new ones enter the seen-set as done, and
         queued copies here are finished without a fetch. Returns how many changed."""
-        core = self._core
+        core = self._db
         conn = core.conn
         changed = 0
         now = core.clock()
@@ -203,8 +203,8 @@ class Intake:
     def replica_add(self, urls: Sequence[str]) -> int:
         """Remember URLs a neighbour fetched (see the replica table): a queued replica of one
         becomes a fetched one."""
-        with self._core.transaction():
-            cursor = self._core.conn.executemany(
+        with self._db.transaction():
+            cursor = self._db.conn.executemany(
                 "INSERT INTO replica (host, url) VALUES (?, ?) ON CONFLICT(host, url) DO UPDATE SET state = 2"
                 " WHERE state != 2", [(host_of(url), url) for url in urls])
         self._has_replica = self._has_replica or bool(urls)
@@ -214,7 +214,7 @@ class Intake:
         """The URLs of `entries` a neighbour fetched: a probe of the replica's key per URL, in
         one statement per list of pairs (an IN list of (host, url) pairs would scan the table)."""
         found: set[str] = set()
-        execute = self._core.conn.execute
+        execute = self._db.conn.execute
         # in_lists pads with copies of the last pair: a URL found twice, kept once in the set
         for _placeholders, pairs in in_lists([(entry.host, entry.url) for entry in entries]):
             found.update(url for (url,) in execute(_IN_REPLICA_SQL[len(pairs)],
