@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import os
 import sys
 import time
 import typing
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -90,9 +92,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print("crawler-node submit: error: no URLs given (pass them as arguments or on stdin with -)", file=sys.stderr)
         return 2
     try:
-        totals = client.submit(args.node, urls, secret=args.secret)
+        totals = client.submit(args.node, urls, secret=_secret(args))
     except client.NodeError as exc:
-        print(f"crawler-node submit: error: {exc}", file=sys.stderr)
+        print(f"crawler-node submit: error: {exc}{_token_hint(exc)}", file=sys.stderr)
         return 1
     capped = f", {totals['capped']} over --max-pages-per-host" if totals["capped"] else ""
     print(f"accepted {totals['accepted']} here, {totals['forwarded']} forwarded to the nodes that own them, "
@@ -154,7 +156,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"crawler-node recover: error: {exc}", file=sys.stderr)
         return 2
-    return recover.main(settings.data_dir, settings.node_config().scope)
+    return recover.main(settings.data_dir, settings.node_config().scope, force=args.force)
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -194,6 +196,11 @@ def _secret(args: argparse.Namespace) -> str | None:
     return args.secret or os.environ.get("CRAWLER_SECRET") or None
 
 
+def _token_hint(exc: Exception) -> str:
+    """What a 401 asks of the user, in their words."""
+    return " (give the cluster token: --secret or CRAWLER_SECRET)" if getattr(exc, "status", None) == 401 else ""
+
+
 def _control_call(args: argparse.Namespace, call: typing.Callable[[], dict[str, typing.Any]],
                   render: typing.Callable[[dict[str, typing.Any]], str], *, complete: bool = False) -> int:
     """Run one control call: print its answer (JSON or a table); 1 when the node cannot be
@@ -203,8 +210,7 @@ def _control_call(args: argparse.Namespace, call: typing.Callable[[], dict[str, 
     try:
         answer = call()
     except client.NodeError as exc:
-        hint = " (give the cluster token: --secret or CRAWLER_SECRET)" if exc.status == 401 else ""
-        print(f"crawler-node {args.command}: error: {exc}{hint}", file=sys.stderr)
+        print(f"crawler-node {args.command}: error: {exc}{_token_hint(exc)}", file=sys.stderr)
         return 1
     print(json.dumps(answer, indent=2, sort_keys=True) if getattr(args, "json", False) else render(answer))
     if complete and not answer.get("complete", True):
@@ -279,15 +285,37 @@ def _add_control_commands(commands: typing.Any) -> None:
     drop.add_argument("--json", action="store_true", help="print the raw JSON answer")
 
 
+MAX_DEMO_NODES = 200  # on 127.0.0.2 and up: loopback addresses, one each
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from crawler_node.tools.demo import run_demo
 
+    problems = [f"--{name} must be at least 1, got {value}" for name, value in
+                (("hosts", args.hosts), ("pages", args.pages), ("nodes", args.nodes)) if value < 1]
+    if args.nodes > MAX_DEMO_NODES:
+        problems.append(f"--nodes must be at most {MAX_DEMO_NODES}, got {args.nodes}")
+    if args.timeout <= 0:
+        problems.append(f"--timeout must be more than 0 seconds, got {args.timeout:g}")
+    if problems:
+        print(f"crawler-node demo: error: {'; '.join(problems)}", file=sys.stderr)
+        return 2
     return run_demo(hosts=args.hosts, pages=args.pages, seed=args.seed, data_dir=args.data_dir,
                     timeout_s=args.timeout, nodes=args.nodes)
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated options: `--allow-privat` must not pass for `--allow-private` (argparse
+    accepts any unique prefix by default, and a prefix that stops being unique when an option
+    is added would change meaning silently)."""
+
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="crawler-node", description="A peer-to-peer distributed web crawler.")
+    parser = _Parser(prog="crawler-node", description="A peer-to-peer distributed web crawler.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser("run", help="run a crawler node (the daemon)",
@@ -298,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="add seed URLs through any node",
                                  description="Add seed URLs through any node of the cluster.")
     submit.add_argument("--node", required=True, help="base URL of a node, e.g. http://127.0.0.1:8080")
-    submit.add_argument("--secret", help="cluster token, if the cluster has one")
+    submit.add_argument("--secret", help="cluster token, if the cluster has one (default: $CRAWLER_SECRET)")
     submit.add_argument("urls", nargs="*", help="URLs, or - to read them from stdin one per line")
     submit.set_defaults(handler=cmd_submit)
 
@@ -321,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "node's own settings (--data-dir, --allow-host, --max-depth or --config): links are "
                     "queued only when they are in scope.")
     _add_settings_options(recover)
+    recover.add_argument("--force", action="store_true",
+                         help="rebuild even a frontier that passes the start-up checks (it is moved aside)")
     recover.set_defaults(handler=cmd_recover)
 
     config = commands.add_parser(
@@ -353,9 +383,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> int:
+    """One line for arguments no option takes, naming the nearest option of that command."""
+    command = getattr(args, "command", None) or ""
+    subparser = _subparsers(parser).get(command, parser)
+    options = [option for option in subparser._option_string_actions if option.startswith("--")]
+    hints = {}
+    for extra in extras:
+        flag = extra.split("=", 1)[0]
+        if flag.startswith("-") and (close := difflib.get_close_matches(flag, options, n=1, cutoff=0.6)):
+            hints[flag] = close[0]
+    if len(extras) == 1 and hints:
+        said = f" (did you mean {next(iter(hints.values()))}?)"
+    else:
+        said = "".join(f" ({flag}: did you mean {option}?)" for flag, option in hints.items())
+    print(f"crawler-node {command}: error: unrecognized arguments: {' '.join(extras)}{said}; "
+          f"see crawler-node {command} --help".replace("  ", " "), file=sys.stderr)
+    return 2
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _node_problem(node: str | None) -> str | None:
+    """--node must be a node's base URL: without a scheme, urllib says only "unknown url type"."""
+    if node is None:
+        return None
+    parts = urllib.parse.urlsplit(node)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"--node {node!r} is not a node's URL: give it as http://HOST:PORT"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        return _unknown(parser, args, extras)
+    if (problem := _node_problem(getattr(args, "node", None))) is not None:
+        print(f"crawler-node {args.command}: error: {problem}", file=sys.stderr)
+        return 2
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

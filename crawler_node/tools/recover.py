@@ -19,9 +19,11 @@ URLs submitted and not yet fetched), cannot be rebuilt: submit them again.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from crawler_node.datadir_layout import WARC_SUFFIX, WATERMARK_FILENAME, DataDir
 from crawler_node.frontier import InboundBatch, UrlEntry
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
-from crawler_node.runtime.frontier_guard import highest_url_id, write_watermark
+from crawler_node.runtime.frontier_guard import FrontierLost, check_frontier, highest_url_id, write_watermark
 
 # The outcomes the retry policy tries again: their URL is queued again, not finished.
 RETRIED = frozenset({FetchOutcome.TIMEOUT, FetchOutcome.CONNECTION, FetchOutcome.THROTTLED,
@@ -151,7 +153,28 @@ def _in_scope(links: list[str], via: str, depth: int, scope: Scope, seen: dict[s
     return entries
 
 
-def main(data_dir: Path, scope: Scope) -> int:
+def frontier_problem(data_dir: Path) -> str | None:
+    """Why the frontier of ``data_dir`` would be refused at a node's start, or None if it would
+    not: it is missing, holds less than its watermark says it committed (runtime.frontier_guard),
+    or is not a database SQLite can read."""
+    path = DataDirLayout(data_dir).frontier
+    if not path.exists() or path.stat().st_size == 0:
+        return "missing or empty"
+    try:
+        check_frontier(data_dir, path)
+    except FrontierLost as exc:
+        return str(exc)
+    try:
+        with closing(sqlite3.connect(path)) as conn:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        return f"not a database SQLite can read: {exc}"
+    return None
+
+
+def main(data_dir: Path, scope: Scope, *, force: bool = False) -> int:
+    """Rebuild the frontier of ``data_dir``; one that passes the node's start-up checks is left
+    alone unless ``force`` (a rebuild loses what crawl.log and the WARC files cannot say)."""
     try:
         lock = claim_data_dir(data_dir, check_frontier_whole=False)
     except DataDirError as exc:
@@ -161,6 +184,11 @@ def main(data_dir: Path, scope: Scope) -> int:
         layout = DataDirLayout(data_dir)
         if not layout.crawl_log.exists() and not layout.rotated_crawl_logs():
             print(f"crawler-node recover: error: {data_dir} has no crawl.log to rebuild the frontier from",
+                  file=sys.stderr)
+            return 2
+        if not force and frontier_problem(data_dir) is None:
+            print(f"crawler-node recover: error: the frontier of {data_dir} passes the start-up checks: nothing to "
+                  "recover (a node starts on it as it is); --force rebuilds it anyway, the current one moved aside",
                   file=sys.stderr)
             return 2
         recovered = recover(data_dir, scope=scope)
