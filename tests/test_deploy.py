@@ -743,3 +743,30 @@ def test_images_agree_with_the_kustomization(kustomization, manifests):
                 name = container["image"].rsplit(":", 1)[0]
                 assert name in images, f"{m['metadata']['name']}: image {name} not under images: in kustomization.yaml"
                 assert container["image"] == images[name]
+
+
+def test_the_scrape_targets_are_every_node_and_the_job_the_alerts_select(manifests):
+    """The ServiceMonitor (Prometheus Operator) and the annotations (annotation discovery) both
+    reach each node's /metrics on its http port; the ServiceMonitor's job is the service's name,
+    which CrawlerNodeUnreachable selects (up{job=~"crawler.*"})."""
+    monitor = yaml.safe_load((DEPLOY / "prometheus" / "servicemonitor.yaml").read_text())
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "ServiceMonitor")
+    headless = one(manifests, "Service", "crawler")
+    api = one(manifests, "Service", "crawler-api")
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    selected = [svc for svc in (headless, api) if wanted.items() <= svc["metadata"]["labels"].items()]
+    # both services carry the labels; the job takes the name of each selected service
+    assert headless in selected and all(re.fullmatch("crawler.*", svc["metadata"]["name"]) for svc in selected)
+    ports = {port["name"]: port for port in headless["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
+    pod = one(manifests, "StatefulSet", "crawler")["spec"]["template"]
+    for annotated in (pod["metadata"], headless["metadata"]):
+        notes = annotated["annotations"]
+        assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/path"] == "/metrics"
+        assert int(notes["prometheus.io/port"]) == ports["http"]["port"]
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    unreachable = [rule for group in rules["groups"] for rule in group["rules"]
+                   if rule.get("alert") == "CrawlerNodeUnreachable"]
+    assert unreachable and 'job=~"crawler.*"' in unreachable[0]["expr"]
+
