@@ -5,6 +5,7 @@ submit to a cluster with a token, a recover of a frontier that needs none."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,21 @@ def test_recover_leaves_a_whole_frontier_alone_unless_forced(start_testweb, star
     forced = crawler_node("recover", "--data-dir", str(data), "--allow-host", "*", "--force")
     assert forced.returncode == 0, forced.stderr
     assert "recovered the frontier" in forced.stdout and list(data.glob("frontier-lost-*/frontier.sqlite3"))
+
+
+def test_a_pipeline_module_in_the_working_directory_imports_and_a_missing_one_says_where(tmp_path: Path) -> None:
+    """The console script (not `python -m`, whose sys.path starts with the working directory)."""
+    script = shutil.which("crawler-node")
+    assert script is not None, "the crawler-node console script is installed with the package"
+    (tmp_path / "mypipe.py").write_text("def extract(page):\n    return [{'url': page.url}]\n")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("CRAWLER_", "PYTHON"))}
+
+    def config(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script, "config", "--show", *args], capture_output=True, text=True, timeout=60,
+                              env=environment, cwd=tmp_path)
+
+    found = config("--pipeline", "mypipe:extract")
+    assert found.returncode == 0, found.stderr
+    missing = config("--pipeline", "nothere:extract")
+    assert missing.returncode == 2
+    assert f"searched the working directory {tmp_path}" in one_line(missing)

@@ -1,6 +1,7 @@
 """``--pipeline`` values to callables.
 
-``module:attr`` imports `module` and looks up `attr` in it (dotted: ``pkg.mod:Class.method``);
+``module:attr`` imports `module` (from the installed packages, or from the working directory)
+and looks up `attr` in it (dotted: ``pkg.mod:Class.method``);
 a name without ``:`` is an entry point in the group ``crawler_node.pipelines``, so any installed
 package can offer pipelines by name. Each failure is a `PipelineError` whose text is one line
 naming the spec and the cause: the CLI prints it and exits 2, before the node starts.
@@ -9,6 +10,8 @@ naming the spec and the cause: the CLI prints it and exits 2, before the node st
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -65,10 +68,12 @@ def load_pipeline(spec: str) -> Pipeline:
 
 
 def _from_module(spec: str, module_name: str, attr_path: str) -> object:
+    _search_working_directory()
     try:
         target: object = importlib.import_module(module_name)
     except ImportError as exc:
-        raise PipelineError(spec, f"cannot import module {module_name!r}: {_one_line(exc)}") from exc
+        where = f"searched the working directory {os.getcwd()} and the installed packages"
+        raise PipelineError(spec, f"cannot import module {module_name!r}: {_one_line(exc)} ({where})") from exc
     except Exception as exc:  # the module's own code failed while importing (SyntaxError, ...)
         raise PipelineError(
             spec, f"importing module {module_name!r} failed: {type(exc).__name__}: {_one_line(exc)}"
@@ -84,6 +89,16 @@ def _from_module(spec: str, module_name: str, attr_path: str) -> object:
         owner = repr(looked_up)
         looked_up += "."
     return target
+
+
+def _search_working_directory() -> None:
+    """A pipeline module beside the crawl (`mypipe.py` in the directory the node is run from)
+    imports, as Scrapy's project modules do: the console script's sys.path starts with its own
+    bin directory, not the working directory. Appended, so an installed package of the same name
+    wins; the parser processes do the same when they load the pipelines."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def _from_entry_point(spec: str) -> object:
