@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import roots
@@ -103,3 +104,16 @@ def test_a_pipeline_module_in_the_working_directory_imports_and_a_missing_one_sa
     missing = config("--pipeline", "nothere:extract")
     assert missing.returncode == 2
     assert f"searched the working directory {tmp_path}" in one_line(missing)
+
+
+def test_a_private_seed_without_allow_private_is_a_warning_at_start(start_node) -> None:
+    node = start_node(seeds=["http://127.0.0.1:9/"])  # direct fetches, no --allow-private
+    said = ""
+    for _ in range(100):  # bounded: 10 s; the seeds are checked right after the node listens
+        said = node.log_tail()
+        if "seed host" in said:
+            break
+        time.sleep(0.1)
+    warning = [line for line in said.splitlines() if "seed host" in line]
+    assert warning and "WARNING" in warning[0] and "127.0.0.1:9 is a private address" in warning[0], said
+    assert "give --allow-private" in warning[0]

@@ -59,6 +59,7 @@ from crawler_node.node.node_snapshot import (
 from crawler_node.node.operator import OperatorControl
 from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.queues import FrontierQueueSnapshot
+from crawler_node.node.seed_check import unfetchable_seed_hosts
 from crawler_node.node.stage_items import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
 from crawler_node.node.upkeep import Upkeep
@@ -201,6 +202,11 @@ class Node:
                 log.warning("seed %s rejected: out of scope (%s)", url, reason)
             log.info("seeds: %d accepted, %d already known, %d rejected", len(result.accepted), result.duplicates,
                      len(prepared.invalid) + len(prepared.out_of_scope))
+            if self.resolver is not None:
+                for host, why in await unfetchable_seed_hosts((entry.host for entry in prepared.entries),
+                                                              self.resolver):
+                    fix = "; give --allow-private to crawl private addresses" if "private" in why else ""
+                    log.warning("seed host %s %s: its URLs will not be fetched%s", host, why, fix)
 
     def _fatal(self, exc: BaseException) -> None:
         # A pipeline stage died: the node cannot keep its promises, so it stops loudly. A full
