@@ -285,6 +285,37 @@ def _add_control_commands(commands: typing.Any) -> None:
     drop.add_argument("--json", action="store_true", help="print the raw JSON answer")
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from crawler_node.tools import export
+
+    dirs = [Path(path) for path in args.data_dirs]
+    missing = [str(path) for path in dirs if not path.is_dir()]
+    problems = [f"--from {', '.join(missing)}: not a directory"] if missing else []
+    if not (args.items or args.crawl_log or args.warc):
+        problems.append("say what to export: --items FILE, --crawl-log FILE or --warc DIR")
+    if problems:
+        print(f"crawler-node export: error: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    try:
+        said = []
+        if args.items:
+            with export.output(args.items) as out:
+                said.append(f"{export.export_items(dirs, out, args.format)} items ({args.format}) to {args.items}")
+        if args.crawl_log:
+            with export.output(args.crawl_log) as out:
+                said.append(f"{export.export_crawl_log(dirs, out)} crawl.log lines to {args.crawl_log}")
+        if args.warc:
+            files, lines = export.export_warc(dirs, Path(args.warc))
+            said.append(f"{files} WARC files and an index of {lines} lines to {args.warc}/collections/"
+                        f"{export.COLLECTION} (serve it with `wayback` run in {args.warc})")
+    except (export.ExportError, OSError) as exc:
+        print(f"crawler-node export: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"exported from {len(dirs)} data director{'y' if len(dirs) == 1 else 'ies'}: " + "; ".join(said),
+          file=sys.stderr if "-" in (args.items, args.crawl_log) else sys.stdout)
+    return 0
+
+
 MAX_DEMO_NODES = 200  # on 127.0.0.2 and up: loopback addresses, one each
 
 
@@ -362,6 +393,19 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--json", action="store_true", help="print them as JSON")
     _add_settings_options(config)
     config.set_defaults(handler=cmd_config)
+
+    export = commands.add_parser(
+        "export", help="gather what a crawl produced from its members' data directories",
+        description="Gather the items, the crawl logs and the archive of every member into one feed, one log "
+                    "and one pywb collection. Read from disk: export a stopped crawl, or one at rest.")
+    export.add_argument("--from", dest="data_dirs", action="append", required=True, metavar="DIR",
+                        help="a member's data directory (repeatable)")
+    export.add_argument("--items", metavar="FILE", help="write the pipelines' items here (- for stdout)")
+    export.add_argument("--format", choices=("jsonl", "json", "csv", "xml"), default="jsonl",
+                        help="the items' format, as Scrapy's feed exports write it (default jsonl)")
+    export.add_argument("--crawl-log", metavar="FILE", help="write every crawl.log line here, in time order")
+    export.add_argument("--warc", metavar="DIR", help="make DIR/collections/crawl a pywb collection of the WARC files")
+    export.set_defaults(handler=cmd_export)
 
     from crawler_node.testweb import cli as testweb_cli
 
