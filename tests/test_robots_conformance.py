@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from crawler_node.config import ConfigError, PolitenessConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.response import FetchResult
 from crawler_node.core.robots import RobotsRules
@@ -99,3 +100,11 @@ def test_a_byte_order_mark_hides_no_rule() -> None:
     body = b"\xef\xbb\xbfUser-agent: *\r\nDisallow: /private/\r\n"
     assert not node_allows(body, "crawler-node", "http://foo.bar/private/page")
     assert node_allows(body, "crawler-node", "http://foo.bar/public/page")
+
+
+@pytest.mark.parametrize("agent", ["crawler-node/1.0", "crawler node", "", "crawler*"])
+def test_a_robots_agent_that_no_group_could_name_is_refused(agent: str) -> None:
+    """The node's own token is checked as Google's IsValidUserAgentToObey checks (the cases
+    above): one that is not a product token would silently match no group of any robots.txt."""
+    with pytest.raises(ConfigError, match="robots_agent"):
+        PolitenessConfig(robots_agent=agent)
