@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from crawler_node.core.recrawl_policy import RecrawlPolicy
+from crawler_node.core.robots_groups import valid_product_token
 from crawler_node.core.scope import Scope
 
 SITEMAP_MODES = ("off", "robots", "probe")
@@ -167,6 +168,9 @@ class PolitenessConfig:
         if min(self.robots_cache_bytes, self.host_memory_target, self.host_turn_s) < 0:
             problems.append("robots_cache_bytes, host_memory_target, active_hosts and host_turn_s must be >= 0")
         problems += _not_negative(self, "host_idle_s", "max_crawl_delay_s")
+        if not valid_product_token(self.robots_agent):
+            # RFC 9309 2.2.1: a product token is letters, "_" and "-"; "MyBot/1.0" would match no group
+            problems.append(f"robots_agent must be a product token (letters, _ and -), got {self.robots_agent!r}")
         _raise_any(problems)
 
 

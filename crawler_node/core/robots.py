@@ -1,4 +1,5 @@
-"""robots.txt rules (RFC 9309) through protego; this module only decides what a fetched
+"""robots.txt rules (RFC 9309): the file read as Google's reference parser reads it
+(core.robots_groups), URLs matched by protego; this module only decides what a fetched
 robots.txt means and when to ask again, the fetching happens in the node like any other request.
 
 Rules belong to an authority: a scheme, a host and a port (RFC 9309 2.3). The node's per-host
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from protego import Protego
+
+from crawler_node.core.robots_groups import agent_rules
 
 # RFC 9309 2.3.1.2: crawlers SHOULD follow at least five consecutive redirects; past that the
 # file MAY be taken as unavailable (no restrictions), which is what we do.
@@ -36,13 +39,24 @@ def verdict_for_status(status: int | None) -> RobotsVerdict:
 
 @dataclass(slots=True)
 class RobotsRules:
+    """What one product token obeys in one robots.txt. The file is read as Google's reference
+    parser reads it (core.robots_groups: byte-order mark, lines, groups, the token); protego
+    gets only the rules that token obeys, under ``User-agent: *``, and matches URLs with them."""
+
     parser: Protego | None  # None = allow everything
     agent: str
+    sitemap_urls: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, body: bytes, agent: str) -> RobotsRules:
-        text = body.decode("utf-8", errors="replace")
-        return cls(parser=Protego.parse(text), agent=agent)
+        read = agent_rules(body, agent)
+        parser = None
+        if read.rules or read.crawl_delays:
+            lines = ["User-agent: *"]
+            lines += [f"Crawl-delay: {delay}" for delay in read.crawl_delays]
+            lines += [f"{'Allow' if allow else 'Disallow'}: {pattern}" for allow, pattern in read.rules]
+            parser = Protego.parse("\n".join(lines))
+        return cls(parser=parser, agent=agent, sitemap_urls=tuple(read.sitemaps))
 
     def allowed(self, url: str) -> bool:
         return True if self.parser is None else self.parser.can_fetch(url, self.agent)
@@ -55,7 +69,7 @@ class RobotsRules:
 
     def sitemaps(self) -> list[str]:
         """The ``Sitemap:`` lines, as written (absolute URLs by the protocol)."""
-        return [] if self.parser is None else list(self.parser.sitemaps)
+        return list(self.sitemap_urls)
 
 
 def robots_url(url: str) -> str:

@@ -96,7 +96,8 @@ sizes: --hosts 200000 --pages 1 --images 0 --cross-link-prob 0 --history 0 is 20
   hosts (/ and robots.txt only), ready in seconds; poll it with GET /_testweb/stats?summary=1.
 settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_concurrency,
   retry_after_s (default 1), error_rate (0..1), error_status (default 503), robots (robots.txt
-  text), page_bytes, drip_bytes_per_s, redirects (0..1), trap (bool), redirect_trap (bool: / links
+  text), robots_bom (bool: robots.txt served with a UTF-8 byte-order mark first), page_bytes,
+  drip_bytes_per_s, redirects (0..1), trap (bool), redirect_trap (bool: / links
   /trap/redirect/x, which answers 302 to a path one /x longer, 250 hops deep), gzip_bomb (bool or bytes),
   gzip (bool: HTML sent with Content-Encoding: gzip when Accept-Encoding allows it; Vary: Accept-Encoding),
   changing (0..1: that fraction of /p/N pages, never /, differs on every visit; which ones:

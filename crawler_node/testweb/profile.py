@@ -46,6 +46,7 @@ class HostProfile:
     error_rate: float = 0.0
     error_status: int = 503
     robots: str | None = None
+    robots_bom: bool = False  # robots.txt served with a UTF-8 byte-order mark first (Windows editors write one)
     page_bytes: int | None = None
     drip_bytes_per_s: int | None = None
     redirects: float = 0.0
@@ -157,6 +158,7 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "error_rate": _number(maximum=1.0),
     "error_status": _integer(minimum=400, maximum=599),
     "robots": _text,
+    "robots_bom": _boolean,
     "page_bytes": _integer(),
     "drip_bytes_per_s": _integer(minimum=1),
     "redirects": _number(maximum=1.0),

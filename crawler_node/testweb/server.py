@@ -107,7 +107,10 @@ class TestwebServer:
             profile = profiles.get(host, HostProfile())
             robots = None
             if profile.robots is not None:
-                robots = represent(profile.robots.encode("utf-8"), modified=self._started)
+                # the byte-order mark, when asked for, is only served: the rules (and the
+                # ground truth's reading of them, graph.expected_urls) are the text after it
+                bom = b"\xef\xbb\xbf" if profile.robots_bom else b""
+                robots = represent(bom + profile.robots.encode("utf-8"), modified=self._started)
             self._sites[host] = _Site(name=host, profile=profile, seed=web_graph.seed, robots=robots)
         self.truth = GroundTruth(web_graph.hosts, quota=api_limit.quota, history_limit=history_limit)
         self._cache = RepresentationCache(cache_bytes)
