@@ -71,15 +71,18 @@ class FetchResult:
 
     @property
     def may_be_sitemap(self) -> bool:
-        """Worth showing the sitemap parser (which decides by the root element): an XML or gzip
-        type, or a path ending in .xml or .xml.gz (servers send .gz as octet-stream)."""
+        """Worth showing the sitemap parser (which decides by the root element): an XML, feed or
+        gzip type, or a path ending in .xml, .rss or .atom, gzip'd or not (servers send .gz as
+        octet-stream)."""
         if self.content_type in _SITEMAP_TYPES:
             return True
         path = self.url.partition("#")[0].partition("?")[0].lower()
-        return path.endswith((".xml", ".xml.gz"))
+        return path.endswith(_SITEMAP_SUFFIXES)
 
 
-_SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/gzip", "application/x-gzip"})
+_SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/rss+xml", "application/atom+xml",
+                            "application/gzip", "application/x-gzip"})
+_SITEMAP_SUFFIXES = (".xml", ".xml.gz", ".rss", ".rss.gz", ".atom", ".atom.gz")
 
 
 class PageFetcher(Protocol):

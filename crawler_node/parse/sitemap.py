@@ -1,8 +1,9 @@
 """Sitemaps (https://www.sitemaps.org/protocol.html), pure: the URLs a sitemap lists.
 
 A sitemap's bytes are inflated from gzip no further than ``max_bytes`` (parse.sitemap_input),
-then read as XML: a ``<urlset>`` lists pages, a ``<sitemapindex>`` more sitemaps
-(parse.sitemap_xml, which bounds what hostile XML costs). At most ``max_urls`` URLs are kept.
+then read as XML: a ``<urlset>`` lists pages, a ``<sitemapindex>`` more sitemaps, an RSS 2.0
+or Atom feed pages (parse.sitemap_xml, which bounds what hostile XML costs). At most
+``max_urls`` URLs are kept.
 """
 
 from __future__ import annotations

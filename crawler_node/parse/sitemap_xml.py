@@ -1,5 +1,8 @@
 """XML sitemaps (https://www.sitemaps.org/protocol.html), pure: the URLs a ``<urlset>`` lists
-(``<url><loc>``) and those of a ``<sitemapindex>`` (``<sitemap><loc>``).
+(``<url><loc>``), those of a ``<sitemapindex>`` (``<sitemap><loc>``), and the two syndication
+feeds the protocol takes as sitemaps: RSS 2.0 (``<rss><channel><item><link>``) and Atom 0.3 or
+1.0 (``<feed><entry><link href>``, the alternate links). What the root element is decides,
+never the Content-Type or the URL.
 
 The cost is bounded on hostile input, and linear in the body's size whatever it holds:
 - the XML parser is defusedxml's with DTDs forbidden, which refuses entity expansion (billion
@@ -23,6 +26,11 @@ SITEMAP_NAMESPACE = "http://www.sitemaps.org/schemas/sitemap/0.9"
 # The sitemaps.org namespace, none at all, and Google's from before sitemaps.org (still served).
 _SITEMAP_NAMESPACES = ("", SITEMAP_NAMESPACE, "http://www.google.com/schemas/sitemap/0.84",
                        "http://www.google.com/schemas/sitemap/0.9")
+ATOM_NAMESPACES = ("http://www.w3.org/2005/Atom", "http://purl.org/atom/ns#")  # 1.0 and 0.3
+# RSS 2.0 "is upward compatible with RSS 0.91 and 0.92" (its specification): the same <item><link>.
+_RSS_VERSIONS = ("2.0", "0.91", "0.92")
+# RFC 4287 4.2.7.2: no rel is "alternate"; the IANA IRI is the same relation.
+_ALTERNATE = ("alternate", "http://www.iana.org/assignments/relation/alternate")
 # One XML token (a tag with its attributes, a comment, a name) longer than this is no
 # sitemap's: a comment or a processing instruction is skipped unread past it, anything else
 # ends the reading. Below pyexpat's own piece size (1 MiB), which it re-scans a token over too.
@@ -32,29 +40,34 @@ _SKIP_BYTES = 4 * FEED_BYTES  # read at a time while a comment or instruction is
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
-    """Where a kind of sitemap keeps its URLs: the text of ``loc`` in each entry, an entry
-    being the element at ``entry`` (tags below the root, namespace included)."""
+    """Where a kind of sitemap keeps its URLs: in each ``loc`` element of an entry, an entry
+    being the element at ``entry`` (tags below the root, namespace included); the URL is the
+    element's text, or with ``href`` its href attribute (and only an alternate link's)."""
 
     kind: str
     entry: tuple[str, ...]
     loc: str
+    href: bool = False
 
 
-def _sitemap_shapes() -> dict[str, _Shape]:
-    shapes = {}
+def _shapes() -> dict[str, _Shape]:
+    shapes = {"rss": _Shape("rss", ("channel", "item"), "link")}
     for namespace in _SITEMAP_NAMESPACES:
         prefix = f"{{{namespace}}}" if namespace else ""
         for root, entry in (("urlset", "url"), ("sitemapindex", "sitemap")):
             shapes[prefix + root] = _Shape(root, (prefix + entry,), prefix + "loc")
+    for namespace in ATOM_NAMESPACES:
+        prefix = f"{{{namespace}}}"
+        shapes[prefix + "feed"] = _Shape("atom", (prefix + "entry",), prefix + "link", href=True)
     return shapes
 
 
-_SHAPES = _sitemap_shapes()  # by the root element's tag
+_SHAPES = _shapes()  # by the root element's tag
 
 
 def read_xml(first: bytes, body: Body, *, max_urls: int) -> Sitemap:
     """The URLs of the XML document whose first bytes are ``first`` and whose rest ``body``
-    holds. A document of another kind (an XHTML page) is ``Sitemap(kind=None)``; malformed
+    holds. A document of another kind (an XHTML page, RSS 1.0) is ``Sitemap(kind=None)``; malformed
     XML, a DTD, corrupt gzip or a token over TOKEN_LIMIT gives an ``error``, never an exception."""
     collector = _Collector(max_urls)
     parser = DefusedXMLParser(target=collector, forbid_dtd=True, forbid_entities=True, forbid_external=True)
@@ -149,7 +162,7 @@ class _Enough(Exception):
 
 
 class _Collector:
-    """The XML parser's target: keeps the text of each ``loc`` of an entry of the root."""
+    """The XML parser's target: keeps the URL of each ``loc`` of an entry of the root."""
 
     def __init__(self, max_urls: int) -> None:
         self._max_urls = max_urls
@@ -158,6 +171,7 @@ class _Collector:
         self.over_limit = False
         self._entry: tuple[str, ...] = ()
         self._loc_tag = ""
+        self._href = False
         self._depth = 0
         self._matched = 1  # the depth down to which the open elements are the root and the entry path
         self._loc: list[str] | None = None  # the text pieces of the loc being read
@@ -168,16 +182,20 @@ class _Collector:
         depth = self._depth
         if depth == 1:
             shape = _SHAPES.get(tag)
-            if shape is None:
+            if shape is None or (shape.kind == "rss" and attrib.get("version", "").strip() not in _RSS_VERSIONS):
                 raise _Enough  # not a sitemap: kind stays None
-            self.kind, self._entry, self._loc_tag = shape.kind, shape.entry, shape.loc
+            self.kind, self._entry, self._loc_tag, self._href = shape.kind, shape.entry, shape.loc, shape.href
         elif self._matched == depth - 1:
             entry = self._entry
             if depth - 2 < len(entry):
                 if tag == entry[depth - 2]:
                     self._matched = depth
             elif tag == self._loc_tag:
-                self._loc, self._loc_chars = [], 0
+                if not self._href:
+                    self._loc, self._loc_chars = [], 0
+                elif attrib.get("rel", "alternate").strip() in _ALTERNATE:
+                    href = attrib.get("href", "")
+                    self._add(href.strip() if len(href) <= MAX_LOC_CHARS else "")
 
     def data(self, text: str) -> None:
         loc = self._loc
