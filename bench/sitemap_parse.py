@@ -3,8 +3,9 @@
 Each body is a sitemaps.org urlset whose one URL before and one after sit around a padding of
 1, 10 and 50 MB, gzip'd as a hostile server would send it (the 50 MB comment is a 51 KB body).
 The paddings are one token each, which expat re-scans from its start on every piece it is
-fed: a comment, a processing instruction, and a start tag with one long attribute; then a
-plain sitemap of the same sizes (up to 50,000 URLs), the cost of the ordinary case. Reports the best
+fed: a comment, a processing instruction, and a start tag with one long attribute; a text
+sitemap padded with blank lines, and with one line too long to be a URL; then a plain
+sitemap of the same sizes (up to 50,000 URLs), the cost of the ordinary case. Reports the best
 of ``--rounds`` parse times per body (read_sitemap, gzip inflation included), the ratio of
 each size's time to the 1 MB one's (linear: about 10 and 50), and whether the URL after the
 padding was read (an attribute over the token bound is an error by design: see
@@ -30,7 +31,10 @@ FIRST, LAST = "http://s.test/before", "http://s.test/after"
 
 
 def padded(kind: str, size: int) -> bytes:
-    """A urlset of two URLs around ``size`` bytes of one token of ``kind``."""
+    """A urlset of two URLs around ``size`` bytes of one token of ``kind``; or a text sitemap."""
+    if kind.startswith("text"):
+        filler = b"\n" if kind == "text, blank lines" else b"x"
+        return f"{FIRST}\n".encode() + filler * size + f"\n{LAST}\n".encode()
     opening, closing = {"comment": ("<!--", "-->"), "pi": ("<?pad ", "?>"),
                         "attribute": ('<url pad="', '"/>')}[kind]
     filler = b"x" * (size - len(opening) - len(closing))
@@ -49,11 +53,11 @@ def ordinary(size: int) -> bytes:
     return f"{HEAD}{entries}</urlset>".encode()
 
 
-def best_of(body: bytes, rounds: int) -> tuple[float, list[str], str | None]:
+def best_of(body: bytes, rounds: int, text: bool) -> tuple[float, list[str], str | None]:
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
-        sitemap = read_sitemap(body, **LIMITS)
+        sitemap = read_sitemap(body, **LIMITS, text=text)
         times.append(time.perf_counter() - started)
     return min(times), sitemap.urls, sitemap.error
 
@@ -65,12 +69,12 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     print(f"{'body':<22}{'MB':>4}{'gzip KB':>10}{'seconds':>10}{'x 1 MB':>8}  read")
-    for kind in ("comment", "pi", "attribute", "ordinary"):
+    for kind in ("comment", "pi", "attribute", "text, blank lines", "text, one long line", "ordinary"):
         first = None
         for size in sizes:
             raw = ordinary(size * MB) if kind == "ordinary" else padded(kind, size * MB)
             body = gzip.compress(raw, 6)
-            seconds, urls, error = best_of(body, args.rounds)
+            seconds, urls, error = best_of(body, args.rounds, kind.startswith("text"))
             first = first or seconds
             if kind == "ordinary":
                 read = f"{len(urls)} URLs"

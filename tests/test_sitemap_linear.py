@@ -136,3 +136,21 @@ def test_tokens_just_under_the_limit_are_read() -> None:
     attribute = b'<url pad="' + b"x" * (TOKEN_LIMIT - 100) + f'"><loc>{AFTER}</loc></url>'.encode()
     body = HEAD + f"<url><loc>{BEFORE}</loc></url>".encode() + attribute + b"</urlset>"
     assert read_sitemap(body, **LIMITS) == Sitemap(kind="urlset", urls=[BEFORE, AFTER])
+
+
+@pytest.mark.parametrize("filler", [b"\n", b" \r\n", b"x", b"http://s.test/no-url-has-no-end-"], ids=[
+    "blank-lines", "blank-crlf-lines", "one-long-line", "one-long-url"])
+def test_a_text_sitemap_costs_linear_time_too(filler: bytes) -> None:
+    def body(size: int) -> bytes:
+        return gzip.compress(f"{BEFORE}\n".encode() + filler * (size // len(filler)) + f"\n{AFTER}\n".encode())
+
+    def seconds(body: bytes) -> float:
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            sitemap = read_sitemap(body, **LIMITS, text=True)
+            best = min(best, time.perf_counter() - started)
+            assert sitemap.urls == [BEFORE, AFTER] and sitemap.error is None
+        return best
+
+    assert seconds(body(10_000_000)) / seconds(body(1_000_000)) < 30

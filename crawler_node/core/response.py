@@ -79,10 +79,19 @@ class FetchResult:
         path = self.url.partition("#")[0].partition("?")[0].lower()
         return path.endswith(_SITEMAP_SUFFIXES)
 
+    @property
+    def may_be_text_sitemap(self) -> bool:
+        """A type a text sitemap may come as: text/plain, gzip or octet-stream (a .txt.gz), or
+        none at all. Only a URL robots.txt names is read as one (node.robots_txt): any
+        text/plain page could pass for a text sitemap."""
+        return self.content_type in _TEXT_SITEMAP_TYPES
+
 
 _SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/rss+xml", "application/atom+xml",
                             "application/gzip", "application/x-gzip"})
 _SITEMAP_SUFFIXES = (".xml", ".xml.gz", ".rss", ".rss.gz", ".atom", ".atom.gz")
+_TEXT_SITEMAP_TYPES = frozenset({None, "text/plain", "application/octet-stream", "application/gzip",
+                                 "application/x-gzip"})
 
 
 class PageFetcher(Protocol):
