@@ -92,7 +92,7 @@ class _Feeder:
     """Feeds expat so that its time stays linear in the body's size. Expat before 2.6 (2.5.0
     under Python 3.11 here: no ``SetReparseDeferralEnabled``) scans an unfinished token again
     from its start on every piece fed, and pyexpat cuts what it is given into 1 MiB pieces: a
-    50 MB comment cost 18 s in 64 KB pieces, and 2.4 s fed whole. So:
+    50 MB comment cost 18-22 s in 64 KB pieces, and 2.4 s fed whole. So:
     - while a token is unfinished, the next piece is as long as what expat holds of it, so
       the pieces double and the re-scans add up to twice the token at most;
     - a token that reaches TOKEN_LIMIT is a comment or a processing instruction, whose middle
@@ -112,8 +112,10 @@ class _Feeder:
         while piece:  # bounded: each round reads from the body, which ends at its limit
             self._feed(piece)
             held = len(self._unparsed)
-            piece = self._skip_token() if held >= TOKEN_LIMIT else self._body.read(min(max(FEED_BYTES, held),
-                                                                                      TOKEN_LIMIT))
+            if held >= TOKEN_LIMIT:
+                piece = self._skip_token()
+            else:
+                piece = self._body.read(min(max(FEED_BYTES, held), TOKEN_LIMIT))
 
     def _feed(self, piece: bytes) -> None:
         self._parser.feed(piece)
