@@ -75,7 +75,8 @@ def test_extension_locs_and_locs_outside_an_entry_are_not_urls_of_the_sitemap() 
 
 
 @pytest.mark.parametrize("body", [
-    b'<?xml version="1.0"?><rss version="2.0"><channel><link>http://s.test/</link></channel></rss>',
+    # (An RSS 2.0 feed was here: sitemaps.org lists RSS 2.0 and Atom as sitemaps; see test_sitemap_formats.py.)
+    b'<?xml version="1.0"?><html xmlns="http://www.w3.org/1999/xhtml"><body><a href="/x">x</a></body></html>',
     b'<urlset xmlns="http://example.com/not-sitemaps"><url><loc>http://s.test/a</loc></url></urlset>',
     b"<html><body><a href='/x'>x</a>",  # a page that is not XML, but its first tag says enough
 ])
@@ -213,11 +214,14 @@ def test_a_sitemaps_urls_are_links_one_level_deeper_scoped_like_links() -> None:
 def test_a_gzip_index_and_a_non_sitemap_candidate_in_the_worker() -> None:
     context = ParseContext(scope=Scope(), max_links=100, sitemap_max_urls=1)
     jobs = [(gzip.compress(index("http://s.test/1.xml", "http://s.test/2.xml")), SITEMAP_URL + ".gz", 0, None, False),
+            (b"<feed xmlns='http://example.com/not-atom'/>", "http://s.test/feed.xml", 0, None, False),
             (b"<feed xmlns='http://www.w3.org/2005/Atom'/>", "http://s.test/feed.xml", 0, None, False)]
-    [sitemap, feed] = parse_pages(context, jobs)
+    [sitemap, other, feed] = parse_pages(context, jobs)
     assert isinstance(sitemap, PageReport) and sitemap.truncated == "urls"
     assert sitemap.links == [("http://s.test/1.xml", "s.test")]
-    assert feed == ([], 0, None)
+    assert other == ([], 0, None)
+    # An Atom feed is a sitemap by sitemaps.org ("Other Sitemap formats"), if one of no entries.
+    assert isinstance(feed, PageReport) and (feed.kind, feed.found, feed.links) == ("sitemap", 0, [])
 
 
 # ------------------------------------------------------------------------------ the parse stage

@@ -71,15 +71,27 @@ class FetchResult:
 
     @property
     def may_be_sitemap(self) -> bool:
-        """Worth showing the sitemap parser (which decides by the root element): an XML or gzip
-        type, or a path ending in .xml or .xml.gz (servers send .gz as octet-stream)."""
+        """Worth showing the sitemap parser (which decides by the root element): an XML, feed or
+        gzip type, or a path ending in .xml, .rss or .atom, gzip'd or not (servers send .gz as
+        octet-stream)."""
         if self.content_type in _SITEMAP_TYPES:
             return True
         path = self.url.partition("#")[0].partition("?")[0].lower()
-        return path.endswith((".xml", ".xml.gz"))
+        return path.endswith(_SITEMAP_SUFFIXES)
+
+    @property
+    def may_be_text_sitemap(self) -> bool:
+        """A type a text sitemap may come as: text/plain, gzip or octet-stream (a .txt.gz), or
+        none at all. Only a URL robots.txt names is read as one (node.robots_txt): any
+        text/plain page could pass for a text sitemap."""
+        return self.content_type in _TEXT_SITEMAP_TYPES
 
 
-_SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/gzip", "application/x-gzip"})
+_SITEMAP_TYPES = frozenset({"application/xml", "text/xml", "application/rss+xml", "application/atom+xml",
+                            "application/gzip", "application/x-gzip"})
+_SITEMAP_SUFFIXES = (".xml", ".xml.gz", ".rss", ".rss.gz", ".atom", ".atom.gz")
+_TEXT_SITEMAP_TYPES = frozenset({None, "text/plain", "application/octet-stream", "application/gzip",
+                                 "application/x-gzip"})
 
 
 class PageFetcher(Protocol):

@@ -36,7 +36,7 @@ from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
-from crawler_node.node.robots_txt import redirect_target, robots_pages, sitemap_entries
+from crawler_node.node.robots_txt import may_be_text_sitemap, redirect_target, robots_pages, sitemap_entries
 from crawler_node.node.stage_items import PageResult
 
 log = logging.getLogger("crawler_node.fetch")
@@ -107,8 +107,9 @@ class FetchStage:
             page.links = self._redirect_target(page)
         # Counted until the store has written it: the memory pressure source reads this.
         self._held.hold(len(result.body))
-        # HTML, and what may be a sitemap (cheap checks here; the parser reads the root element).
-        if outcome is FetchOutcome.OK and result.body and (result.is_html or result.may_be_sitemap):
+        # HTML, and what may be a sitemap (cheap checks here; the parser reads the content).
+        if outcome is FetchOutcome.OK and result.body and (result.is_html or result.may_be_sitemap
+                                                           or may_be_text_sitemap(lease, result)):
             await self._parse.put(page)
         else:
             await self._store.put(page)

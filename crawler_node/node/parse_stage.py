@@ -21,6 +21,7 @@ from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.frontier import UrlEntry
 from crawler_node.node.fetch_stage import NextStage
 from crawler_node.node.queues import StageQueue
+from crawler_node.node.robots_txt import may_be_text_sitemap
 from crawler_node.node.stage_items import PageResult
 from crawler_node.parse.parser_worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
@@ -276,6 +277,7 @@ class ParseStage:
 def _job(page: PageResult, with_meta: bool) -> ParseJob:
     # The charset label, not the headers, travels: the job is pickled to the parser process
     # (the status and headers too, only when pipelines will see them).
-    fetch = page.fetch
+    fetch, lease = page.fetch, page.lease
     meta = (fetch.status or 0, fetch.headers) if with_meta and fetch.is_html else None
-    return (fetch.body, page.lease.url, page.lease.depth, fetch.charset, fetch.is_html, fetch.content_encoding, meta)
+    return (fetch.body, lease.url, lease.depth, fetch.charset, fetch.is_html, fetch.content_encoding, meta,
+            may_be_text_sitemap(lease, fetch))

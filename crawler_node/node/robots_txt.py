@@ -1,9 +1,12 @@
 """What a robots.txt exchange leaves behind besides its rules: the pages the store archives and
-logs (every hop of its redirects, as Heritrix archives them), the sitemaps it names, and the
-URLs of an authority that end unfetched. Pure: no I/O, nothing of the host table.
+logs (every hop of its redirects, as Heritrix archives them), the sitemaps it names (and
+which fetched URLs they are), and the URLs of an authority that end unfetched. Pure: no I/O,
+nothing of the host table.
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.response import FetchResult
@@ -68,6 +71,21 @@ def sitemap_entries(rules: RobotsRules | None, *, lease: Lease, mode: str, scope
         seen.add(url)
         entries.append(UrlEntry(url=url, host=host_of(url), depth=lease.depth, priority=SITEMAP_PRIORITY, via=via))
     return entries
+
+
+def named_by_robots(lease: Lease) -> bool:
+    """Whether robots.txt named the lease's URL as a sitemap (or probe mode made it up): it
+    was queued with that robots.txt as its via (sitemap_entries), and came with no redirect."""
+    via = lease.via
+    return (via is not None and not lease.redirects and via.endswith("/robots.txt")
+            and urlsplit(via).path == "/robots.txt")
+
+
+def may_be_text_sitemap(lease: Lease, result: FetchResult) -> bool:
+    """Whether a response is read as a text sitemap if it looks like one (parse.sitemap): a
+    URL robots.txt names as a sitemap, of a type a text sitemap may come as. Any other text
+    is not, whatever it holds (a page of URLs is not a sitemap because it looks like one)."""
+    return result.may_be_text_sitemap and named_by_robots(lease)
 
 
 def unfetched_page(lease: Lease, robots: AuthorityRobots | None, *, disallowed: bool, now: float,

@@ -75,11 +75,13 @@ def new_context(*, pipeline_specs: tuple[str, ...] = (), pipeline_budget_s: floa
 
 # One page to parse: body (as received), URL, depth, and optionally the charset label of its
 # Content-Type (a label, not the headers: the job is pickled), whether it is HTML (else it is
-# a sitemap candidate: an XML or gzip type, or a .xml/.xml.gz path), its Content-Encoding,
-# and, only when there are pipelines to show the page to, its status and headers.
+# a sitemap candidate: see FetchResult.may_be_sitemap), its Content-Encoding, only when there
+# are pipelines to show the page to, its status and headers, and whether a body that is not
+# XML may be a text sitemap (node.robots_txt.may_be_text_sitemap).
 PageMeta = tuple[int, list[tuple[str, str]]]
 ParseJob = (tuple[bytes, str, int] | tuple[bytes, str, int, str | None, bool, str | None]
-            | tuple[bytes, str, int, str | None, bool, str | None, PageMeta | None])
+            | tuple[bytes, str, int, str | None, bool, str | None, PageMeta | None]
+            | tuple[bytes, str, int, str | None, bool, str | None, PageMeta | None, bool])
 
 # What a page yields: the (url, host) of its links in scope, normalised, that this worker has
 # not handed over before (see ReturnedLinks), how many links the page had in all, and (with
@@ -108,7 +110,7 @@ class PageReport:
 
 def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset: str | None = None,
                html: bool = True, content_encoding: str | None = None,
-               meta: PageMeta | None = None) -> PageLinks | PageReport:
+               meta: PageMeta | None = None, text_sitemap: bool = False) -> PageLinks | PageReport:
     """The in-scope links of one page found at ``depth`` (see links.extract_links; for a
     sitemap, the URLs it lists: see parse.sitemap) that were not handed over before. The
     body comes as received: its Content-Encoding is undone here, no further than the parser
@@ -123,7 +125,7 @@ def parse_page(context: ParseContext, body: bytes, url: str, depth: int, charset
         raise ValueError(decoded.error)
     body = decoded.body
     if not html:
-        return _sitemap_links(context, body, url, depth)
+        return _sitemap_links(context, body, url, depth, text_sitemap)
     page = extract_links(body, url, max_links=context.max_links, encoding=charset,
                          max_parse_bytes=context.max_parse_bytes, memo=context.memo, with_title=False)
     outlinks = "\n".join(page.links) if context.outlinks else None
@@ -162,18 +164,18 @@ def _followed(links: list[str], followed: list[str], base: str) -> list[str]:
     return links + extra
 
 
-def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int) -> PageLinks | PageReport:
+def _sitemap_links(context: ParseContext, body: bytes, url: str, depth: int, text: bool) -> PageLinks | PageReport:
     """A sitemap's URLs, as links one level deeper than the sitemap: a sitemap index's are
-    sitemaps, a urlset's are pages, and both are scoped and handed over like a page's links.
-    An XML document that is no sitemap yields nothing."""
-    sitemap = read_sitemap(body, max_urls=context.sitemap_max_urls, max_bytes=context.sitemap_max_bytes)
+    sitemaps, those of a urlset, a feed or a text sitemap (only with ``text``) are pages, and
+    all are scoped and handed over like a page's links. What is no sitemap yields nothing."""
+    sitemap = read_sitemap(body, max_urls=context.sitemap_max_urls, max_bytes=context.sitemap_max_bytes, text=text)
     if sitemap.kind is None:
         return ([], 0, None) if sitemap.error is None else PageReport([], 0, error=sitemap.error)
     origin = origin_of(url)
     directory = directory_of(url, origin)
     found: list[str] = []
     for loc in sitemap.urls:
-        # A <loc> must be absolute (sitemaps.org); a relative one is resolved, as a link is.
+        # A URL must be absolute (sitemaps.org); a relative one is resolved, as a link is.
         link = resolve_plain(loc, origin, directory) or _normalized_or_none(loc, url)
         if link is not None:
             found.append(link)

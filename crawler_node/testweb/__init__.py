@@ -17,10 +17,12 @@ It is reached as an HTTP proxy, so any `site-K.test` name works without DNS; unk
 What `GET /_testweb/expected` contains: every URL reachable from the host roots by following
 links and redirects, in canonical form (`http://site-1.test/p/3`, `http://site-1.test/`):
 pages, the `/img/K.png` resources, redirecting pages (301/302) and their targets, the
-`/loop/a` and `/loop/b` redirect loop, `/bomb` and the `/dup/K/a`, `/dup/K/b` duplicate pairs
-(a crawler fetches all of these). Left out: URLs that robots.txt disallows for `crawler-node`
-(protego's reading) and what is reachable only through them, the `/calendar/` spider trap, the
-`/trap/redirect/x...` redirect trap, and `/robots.txt` itself. Beside "urls", "changing" lists
+`/loop/a` and `/loop/b` redirect loop, `/bomb`, the `/dup/K/a`, `/dup/K/b` duplicate pairs, and
+the `/sitemap.F` files robots.txt names with the `/listed/F/K` pages only they list (a crawler
+fetches all of these; the sitemaps when it reads robots.txt's Sitemap lines). Left out: URLs
+that robots.txt disallows for `crawler-node` (protego's reading) and what is reachable only
+through them, the `/calendar/` spider trap, the `/trap/redirect/x...` redirect trap, and
+`/robots.txt` itself. Beside "urls", "changing" lists
 those of them whose bytes (and so ETag and Last-Modified) differ on every visit
 (`TestwebProcess.changing()`).
 

@@ -14,8 +14,10 @@ Optional features: redirecting pages and the `/loop/a` <-> `/loop/b` loop, the `
 spider trap, the `/trap/redirect/x` redirect trap (each hop's path one `/x` longer, so no two
 URLs of the chain are alike), the `/bomb` gzip bomb, robots.txt rules (evaluated with protego),
 `duplicates` pairs `/dup/K/a` and `/dup/K/b` (linked from `/`, the same bytes at both URLs, linking
-only to `/` and to each other), and `changing` pages (a fraction of the `/p/N` pages, picked by
-`is_changing`, whose bytes the server makes differ on every visit).
+only to `/` and to each other), `changing` pages (a fraction of the `/p/N` pages, picked by
+`is_changing`, whose bytes the server makes differ on every visit), and `sitemaps`: for each
+format F of them, robots.txt names `/sitemap.F`, which lists the pages `/listed/F/0` ...
+(`LISTED_PAGES` of them, linked from no page; each links only to `/`).
 
 Links are written in many spellings (relative, `../`, root-relative, absolute, upper-case
 scheme and host, explicit `:80`, scheme-relative, `#fragment`, under a `<base href>`), while the
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 
 from protego import Protego
 
-from crawler_node.testweb.pages import pad, render_html, tiny_png, words
+from crawler_node.testweb.pages import pad, render_html, render_sitemap, tiny_png, words
 
 ROBOTS_AGENT = "crawler-node"
 IMAGES_PER_HOST = 3  # the default; `images=` picks 0 to MAX_IMAGES_PER_HOST
@@ -45,10 +47,16 @@ REDIRECT_TRAP_ENTRY = "/trap/redirect/x"
 REDIRECT_TRAP_HOPS = 250
 # Pairs of duplicate pages a host can have: each pair is two links on the root page.
 MAX_DUPLICATES = 1000
+# The sitemap formats a host can serve (`sitemaps`), each also gzip'd as "F.gz", and the pages
+# each sitemap lists (reachable through it alone).
+SITEMAP_FORMATS = ("xml", "txt", "rss", "atom")
+LISTED_PAGES = 3
 
 _PAGE_PATH = re.compile(r"/p/([1-9][0-9]{0,8})")
 _IMAGE_PATH = re.compile(r"/img/([0-9])\.png")
 _DUPLICATE_PATH = re.compile(r"/dup/(0|[1-9][0-9]{0,3})/[ab]")
+_SITEMAP_PATH = re.compile(r"/sitemap\.([a-z]+(?:\.gz)?)")
+_LISTED_PATH = re.compile(r"/listed/([a-z]+(?:\.gz)?)/([0-9])")
 _REDIRECT_TRAP_PATH = re.compile(r"/trap/redirect((?:/x)+)")
 _CALENDAR_PATH = re.compile(
     r"/calendar/([12][0-9]{3})/(0[1-9]|1[0-2])(?:/(0[1-9]|1[0-9]|2[0-8]))?"
@@ -67,16 +75,19 @@ class HostFeatures:
     robots: str | None = None
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b for K < duplicates
     changing: float = 0.0  # fraction of /p/N pages that change on every visit (is_changing)
+    sitemaps: tuple[str, ...] = ()  # formats of /sitemap.F, named by robots.txt (SITEMAP_FORMATS, or F.gz)
 
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """What lives at a path: kind is page, image, redirect, calendar, bomb or duplicate."""
+    """What lives at a path: kind is page, image, redirect, calendar, bomb, duplicate, sitemap
+    (`format` says which) or listed (a page only a sitemap lists)."""
 
     kind: str
     index: int = 0
     status: int = 200
     location: str | None = None  # canonical absolute URL, for redirects
+    format: str = ""  # a sitemap's or a listed page's sitemap format
 
 
 @dataclass(slots=True)
@@ -121,9 +132,9 @@ class SyntheticWeb:
         self._features = {h: (features or {}).get(h, HostFeatures()) for h in self.hosts}
         if tree_only:
             off_tree = sorted(host for host, f in self._features.items()
-                              if f.redirects or f.trap or f.redirect_trap or f.duplicates)
+                              if f.redirects or f.trap or f.redirect_trap or f.duplicates or f.sitemaps)
             if off_tree:
-                raise ValueError(f"tree_only: {off_tree[0]} has redirects, a trap or duplicates,"
+                raise ValueError(f"tree_only: {off_tree[0]} has redirects, a trap, duplicates or sitemaps,"
                                  " which link outside the spanning tree")
         self.tree_only = tree_only
         self._layouts: dict[str, _HostLayout] = {}
@@ -168,7 +179,30 @@ class SyntheticWeb:
         if features.duplicates and (match := _DUPLICATE_PATH.fullmatch(path)):
             index = int(match.group(1))
             return Resource("duplicate", index) if index < features.duplicates else None
+        if features.sitemaps:
+            if (match := _SITEMAP_PATH.fullmatch(path)) and match.group(1) in features.sitemaps:
+                return Resource("sitemap", format=match.group(1))
+            if (match := _LISTED_PATH.fullmatch(path)) and match.group(1) in features.sitemaps:
+                index = int(match.group(2))
+                return Resource("listed", index, format=match.group(1)) if index < LISTED_PAGES else None
         return None
+
+    def robots_txt(self, host: str) -> str | None:
+        """The host's robots.txt: its profile's, and a Sitemap line for each of its sitemaps
+        (after an allow-all group when the profile has none); None: 404."""
+        features = self._features[host]
+        if not features.sitemaps:
+            return features.robots
+        lines = "".join(f"Sitemap: {self._url(host, '/sitemap.' + name)}\n" for name in features.sitemaps)
+        rules = features.robots if features.robots is not None else "User-agent: *\nDisallow:\n"
+        return f"{rules.rstrip()}\n\n{lines}"
+
+    def sitemap(self, host: str, path: str) -> bytes:
+        """The bytes of the sitemap at `path` (a `sitemap` resource): the URLs of its listed pages."""
+        resource = self.resolve(host, path)
+        if resource is None or resource.kind != "sitemap":
+            raise KeyError(f"no sitemap at http://{host}{path}")
+        return render_sitemap(resource.format, self.links(host, path))
 
     def changes(self, host: str, path: str) -> bool:
         """Whether the page at `path` differs on every visit: a `/p/N` page (not a redirect)
@@ -199,6 +233,8 @@ class SyntheticWeb:
         seen: set[tuple[str, str]] = set()
         reachable: list[str] = []
         queue = deque((host, "/") for host in self.hosts)
+        # robots.txt names the sitemaps: the crawler reads them on first contact with the host.
+        queue.extend((host, f"/sitemap.{name}") for host in self.hosts for name in self._features[host].sitemaps)
         seen.update(queue)
         while queue:
             host, path = queue.popleft()
@@ -230,6 +266,10 @@ class SyntheticWeb:
             return [(host, p) for p in _calendar_links(path)]
         if resource.kind == "duplicate":
             return [(host, p) for p in ("/", *_duplicate_pair(resource.index))]
+        if resource.kind == "sitemap":
+            return [(host, f"/listed/{resource.format}/{index}") for index in range(LISTED_PAGES)]
+        if resource.kind == "listed":
+            return [(host, "/")]
         if resource.kind != "page":
             return []
         layout = self._layout(host)
@@ -309,10 +349,10 @@ class SyntheticWeb:
     # --- bytes -------------------------------------------------------------------------------
 
     def render(self, host: str, path: str) -> bytes:
-        """The HTML of a page, calendar page or duplicate (byte-identical on every call; the
-        server adds the revision of a changing page)."""
+        """The HTML of a page, calendar page, duplicate or listed page (byte-identical on every
+        call; the server adds the revision of a changing page)."""
         resource = self.resolve(host, path)
-        if resource is None or resource.kind not in ("page", "calendar", "duplicate"):
+        if resource is None or resource.kind not in ("page", "calendar", "duplicate", "listed"):
             raise KeyError(f"no HTML at http://{host}{path}")
         targets = self._link_targets(host, path)
         if resource.kind == "duplicate":

@@ -7,11 +7,13 @@ where; this module only spells it out.
 
 from __future__ import annotations
 
+import gzip
 import html
 import random
 import struct
 import zlib
 from functools import cache
+from xml.sax.saxutils import escape, quoteattr
 
 _WORDS = (
     "river market lantern orchard harbor signal copper meadow quiet engine paper window "
@@ -108,6 +110,30 @@ def with_revision(body: bytes, revision: int) -> bytes:
     insert_at = body.rindex(b"</body>")
     marker = f'<p class="revision">revision {revision}</p>\n'.encode()
     return body[:insert_at] + marker + body[insert_at:]
+
+
+def render_sitemap(name: str, urls: list[str]) -> bytes:
+    """A sitemap of `urls` in the format `name` (xml, txt, rss or atom; "F.gz": gzip'd)."""
+    if name.endswith(".gz"):
+        return gzip.compress(render_sitemap(name.removesuffix(".gz"), urls), mtime=0)
+    if name == "txt":
+        return "".join(f"{url}\n" for url in urls).encode()
+    if name == "xml":
+        entries = "".join(f"<url><loc>{escape(url)}</loc></url>\n" for url in urls)
+        body = f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{entries}</urlset>\n'
+    elif name == "rss":
+        items = "".join(f"<item><title>{escape(url)}</title><link>{escape(url)}</link></item>\n" for url in urls)
+        body = (f'<rss version="2.0"><channel><title>testweb</title><link>{escape(urls[0])}</link>'
+                f"<description>pages only this feed lists</description>\n{items}</channel></rss>\n")
+    elif name == "atom":
+        entries = "".join(f"<entry><title>{escape(url)}</title><id>{escape(url)}</id><updated>2026-01-01T00:00:00Z"
+                          f"</updated><link href={quoteattr(url)}/><link rel=\"related\" href=\"/\"/></entry>\n"
+                          for url in urls)
+        body = (f'<feed xmlns="http://www.w3.org/2005/Atom"><title>testweb</title><id>urn:testweb</id>'
+                f"<updated>2026-01-01T00:00:00Z</updated>\n{entries}</feed>\n")
+    else:
+        raise ValueError(f"no sitemap format {name!r}")
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n' + body).encode()
 
 
 def tiny_png(red: int, green: int, blue: int, size: int = 8) -> bytes:

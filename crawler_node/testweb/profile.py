@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from crawler_node.testweb.graph import MAX_DUPLICATES
+from crawler_node.testweb.graph import MAX_DUPLICATES, SITEMAP_FORMATS
 
 DEFAULT_BOMB_BYTES = 1 << 30
 DEFAULT_API_HEADER = "X-Api-Limit"
@@ -56,6 +56,7 @@ class HostProfile:
     gzip: bool = False  # HTML sent gzip-encoded when the request's Accept-Encoding allows it
     changing: float = 0.0  # fraction of /p/N pages whose bytes differ on every visit
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b (linked from /) with identical bytes
+    sitemaps: tuple[str, ...] = ()  # /sitemap.F for each format F, named by robots.txt (graph.SITEMAP_FORMATS)
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -143,6 +144,18 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+def _sitemaps(value: Any, where: str) -> tuple[str, ...]:
+    known = [*SITEMAP_FORMATS, *(f"{name}.gz" for name in SITEMAP_FORMATS)]
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ProfileError(f"{where}: expected a list of sitemap formats, got {value!r}")
+    for name in value:
+        if name not in known:
+            raise ProfileError(f"{where}: unknown sitemap format {name!r} (known: {', '.join(known)})")
+    if len(set(value)) != len(value):
+        raise ProfileError(f"{where}: a sitemap format is listed twice in {value!r}")
+    return tuple(value)
+
+
 def _bomb(value: Any, where: str) -> int:
     # true means the classic 1 GiB bomb; an integer picks the inflated size.
     if isinstance(value, bool):
@@ -168,6 +181,7 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "gzip": _boolean,
     "changing": _number(maximum=1.0),
     "duplicates": _integer(maximum=MAX_DUPLICATES),
+    "sitemaps": _sitemaps,
 }
 
 _API_SETTINGS: dict[str, Checker] = {

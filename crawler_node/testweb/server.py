@@ -54,6 +54,9 @@ from crawler_node.testweb.responses import (
 )
 
 _HTML = "text/html; charset=utf-8"
+# A sitemap's Content-Type by its format; gzip'd ones (F.gz) are application/gzip files.
+_SITEMAP_TYPES = {"xml": "application/xml", "txt": "text/plain; charset=utf-8", "rss": "application/rss+xml",
+                  "atom": "application/atom+xml"}
 _CONTROL = "/_testweb/"
 
 
@@ -106,11 +109,12 @@ class TestwebServer:
         for host in web_graph.hosts:
             profile = profiles.get(host, HostProfile())
             robots = None
-            if profile.robots is not None:
+            robots_txt = web_graph.robots_txt(host)
+            if robots_txt is not None:
                 # the byte-order mark, when asked for, is only served: the rules (and the
                 # ground truth's reading of them, graph.expected_urls) are the text after it
                 bom = b"\xef\xbb\xbf" if profile.robots_bom else b""
-                robots = represent(bom + profile.robots.encode("utf-8"), modified=self._started)
+                robots = represent(bom + robots_txt.encode("utf-8"), modified=self._started)
             self._sites[host] = _Site(name=host, profile=profile, seed=web_graph.seed, robots=robots)
         self.truth = GroundTruth(web_graph.hosts, quota=api_limit.quota, history_limit=history_limit)
         self._cache = RepresentationCache(cache_bytes)
@@ -230,6 +234,10 @@ class TestwebServer:
             bomb = self._bombs[profile.gzip_bomb]
             return await self._answer(request, visit, bomb, {"Content-Type": _HTML})
         drip_rate = profile.drip_bytes_per_s
+        if kind == "sitemap":
+            sitemap = self._stable(site.name, path, lambda: self._web.sitemap(site.name, path))
+            content_type = _SITEMAP_TYPES.get(resource.format, "application/gzip")
+            return await self._answer(request, visit, sitemap, {"Content-Type": content_type}, drip_rate)
         if kind == "image":
             image = self._stable(site.name, path, lambda: self._web.image(site.name, resource.index))
             return await self._answer(request, visit, image, {"Content-Type": "image/png"}, drip_rate)
