@@ -101,7 +101,9 @@ settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_conc
   gzip (bool: HTML sent with Content-Encoding: gzip when Accept-Encoding allows it; Vary: Accept-Encoding),
   changing (0..1: that fraction of /p/N pages, never /, differs on every visit; which ones:
   graph.is_changing(path, fraction), or "changing" in /_testweb/expected), duplicates (0..1000: N
-  pairs /dup/K/a and /dup/K/b, linked from /, each pair the same bytes, linking only to / and the pair).
+  pairs /dup/K/a and /dup/K/b, linked from /, each pair the same bytes, linking only to / and the pair),
+  url_shapes (bool: / links /shapes/, links written with backslashes and odd scheme-relative forms, and
+  /shapes/legacy, a windows-1252 page whose links' queries a browser encodes in windows-1252).
 validators: every 200 with content has a strong ETag (sha1 of the bytes sent) and Last-Modified (the
   start second; a changing page's visit), and answers If-None-Match / If-Modified-Since with 304.
 ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [...]}),
@@ -183,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
             robots=p.robots,
             duplicates=p.duplicates,
             changing=p.changing,
+            url_shapes=p.url_shapes,
         )
         for host, p in host_profiles.items()
     }

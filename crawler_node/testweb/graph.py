@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from protego import Protego
 
+from crawler_node.testweb import url_shapes
 from crawler_node.testweb.pages import pad, render_html, tiny_png, words
 
 ROBOTS_AGENT = "crawler-node"
@@ -67,6 +68,7 @@ class HostFeatures:
     robots: str | None = None
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b for K < duplicates
     changing: float = 0.0  # fraction of /p/N pages that change on every visit (is_changing)
+    url_shapes: bool = False  # / also links to /shapes/ and /shapes/legacy (see testweb.url_shapes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,8 @@ class SyntheticWeb:
         if features.duplicates and (match := _DUPLICATE_PATH.fullmatch(path)):
             index = int(match.group(1))
             return Resource("duplicate", index) if index < features.duplicates else None
+        if features.url_shapes and (kind := url_shapes.kind_of(path)):
+            return Resource(kind)
         return None
 
     def changes(self, host: str, path: str) -> bool:
@@ -230,6 +234,8 @@ class SyntheticWeb:
             return [(host, p) for p in _calendar_links(path)]
         if resource.kind == "duplicate":
             return [(host, p) for p in ("/", *_duplicate_pair(resource.index))]
+        if resource.kind in url_shapes.KINDS:
+            return [(host, p) for p in url_shapes.targets(host, resource.kind)]
         if resource.kind != "page":
             return []
         layout = self._layout(host)
@@ -312,6 +318,8 @@ class SyntheticWeb:
         """The HTML of a page, calendar page or duplicate (byte-identical on every call; the
         server adds the revision of a changing page)."""
         resource = self.resolve(host, path)
+        if resource is not None and resource.kind in url_shapes.KINDS:
+            return url_shapes.render(host, resource.kind)
         if resource is None or resource.kind not in ("page", "calendar", "duplicate"):
             raise KeyError(f"no HTML at http://{host}{path}")
         targets = self._link_targets(host, path)
@@ -359,6 +367,8 @@ def _special_links(index: int, features: HostFeatures) -> list[str]:
     if index == 0:
         for pair in range(features.duplicates):
             links += _duplicate_pair(pair)
+    if index == 0 and features.url_shapes:
+        links += [url_shapes.ENTRY, url_shapes.LEGACY]
     return links
 
 

@@ -55,6 +55,7 @@ class HostProfile:
     gzip: bool = False  # HTML sent gzip-encoded when the request's Accept-Encoding allows it
     changing: float = 0.0  # fraction of /p/N pages whose bytes differ on every visit
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b (linked from /) with identical bytes
+    url_shapes: bool = False  # / also links to pages of odd link shapes (see testweb.url_shapes)
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -166,6 +167,7 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "gzip": _boolean,
     "changing": _number(maximum=1.0),
     "duplicates": _integer(maximum=MAX_DUPLICATES),
+    "url_shapes": _boolean,
 }
 
 _API_SETTINGS: dict[str, Checker] = {
