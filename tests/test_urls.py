@@ -381,3 +381,23 @@ def test_the_plain_link_shortcut_never_disagrees_with_normalize_url() -> None:
                 shortcut += 1
                 assert fast == _normalized(ref, base), (ref, base)
     assert shortcut > 5_000  # the fuzzing reached the shortcut often, not only its refusals
+
+
+def test_the_link_memo_never_gives_another_bases_answer() -> None:
+    # Differential fuzzing of parse.links.LinkMemo: a link is remembered under the part of the
+    # base its canonical form depends on by the URL Standard (backslashes, scheme-relative forms
+    # and "http:x" included); bases that agree on that part and differ elsewhere share one memo.
+    from crawler_node.parse.links import LinkMemo
+
+    pieces = ["a", "/", "//", "\\", "\\\\", "..", ".", "%2e", ":", "http:", "HTTPS:", "?q", "#f", "\t", " ",
+              "x.test", ":8080", "@", "é", "%7e"]
+    bases = ["http://ex.test/dir/page?x=1", "http://ex.test/dir/other", "http://ex.test/dir/",
+             "https://ex.test/dir/page", "http://ex.test:8080/dir/page", "http://ex.test/dir2/page",
+             "http://other.test/dir/page"]
+    rng = random.Random(7)
+    memo = LinkMemo()
+    for _ in range(5_000):
+        ref = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+        for base in rng.sample(bases, len(bases)):
+            origin = origin_of(base)
+            assert memo.normalize(ref, base, origin, directory_of(base, origin)) == _normalized(ref, base), (ref, base)
