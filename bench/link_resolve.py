@@ -1,21 +1,25 @@
-"""What resolving a page's links costs, and whether Ada (the WHATWG URL parser in C++, PyPI
-``ada-url``) would resolve them for less (issue 18's candidate "a faster URL parser").
+"""What resolving a page's links costs: the node's way (the plain-URL shortcut, the memo, then the
+WHATWG parser), against the parser for every link and against Ada's bare join.
 
 The links are those the crawl resolves: every ``href`` ``extract_links`` collects from each HTML
 file of a directory, with the page's base. Then, side by side in one process, rounds alternating:
 
-- **the node**: what ``parse/links.py: _collect_links`` does per link (the plain-URL shortcut,
-  then the memoised general normaliser), the page's origin and directory once per page;
-- **ada**: ``ada_url.join_url(base, raw)`` per link, when ``ada-url`` is importable, and the
-  node's plain-URL shortcut with Ada for the links it leaves (where Ada could replace the general
-  normaliser). A join is less than the node does: its canonical form (fragment dropped, default
-  ports, percent-encoding, the query kept as sent) would still be Python on top of it. Reports how many of Ada's
-  answers, fragment dropped, equal the node's, and how many links the shortcut resolves.
+- **node**: what ``parse/links.py: _collect_links`` does per link: ``urls.resolve_plain`` (the
+  plain-URL shortcut), then ``LinkMemo.normalize`` (``urls.normalize_url``, remembered per base
+  directory), the page's origin and directory once per page;
+- **normalize_url**: ``urls.normalize_url(raw, base)`` for every link: Ada's parse and the
+  crawler's canonical form, no shortcut, no memo;
+- **ada join_url**: ``ada_url.join_url(base, raw)``, fragment dropped: the parse alone, through
+  ada_url's own Python API, without the canonical form (a floor, not a way to crawl).
 
-Not run in CI. It needs a documentation set, Debian's postgresql-doc-15 by default, and ada-url
-for the comparison (not a dependency of the node):
+It reports how many links the shortcut resolves, and that the node's answers equal
+normalize_url's for every link (the shortcut and the memo change the cost, never the answer).
+For a tree before this parser (main before issue 46), run that tree's own bench with its
+checkout on PYTHONPATH: its "node" line is the same measurement.
 
-    apt-get install postgresql-doc-15; pip install ada-url
+Not run in CI. It needs a documentation set, Debian's postgresql-doc-15 by default:
+
+    apt-get install postgresql-doc-15
     python bench/link_resolve.py [--docs DIR] [--rounds 5]
 """
 
@@ -27,12 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-try:
-    import ada_url  # type: ignore[import-not-found]  # not a dependency of the node: installed for this bench
-except ImportError:
-    ada_url = None
+import ada_url
 
-from crawler_node.core.urls import directory_of, origin_of, resolve_plain
+from crawler_node.core.urls import InvalidURL, directory_of, normalize_url, origin_of, resolve_plain
 from crawler_node.parse import links
 
 DEFAULT_DOCS = Path("/usr/share/doc/postgresql-doc-15/html")
@@ -44,9 +45,10 @@ def collected(docs: Path) -> list[Page]:
     pages: list[Page] = []
     original = links._collect_links
 
-    def keep(targets: list[str], base: str, max_links: int, memo: links.LinkMemo) -> list[str]:
+    def keep(targets: list[str], base: str, max_links: int, memo: links.LinkMemo,
+             query_codec: str | None = None) -> list[str]:
         pages.append((base, list(targets)))
-        return original(targets, base, max_links, memo)
+        return original(targets, base, max_links, memo, query_codec)
 
     links._collect_links = keep
     try:
@@ -68,7 +70,18 @@ def node(pages: list[Page]) -> list[str | None]:
     return out
 
 
-def ada(pages: list[Page]) -> list[str | None]:
+def each_parsed(pages: list[Page]) -> list[str | None]:
+    out: list[str | None] = []
+    for base, targets in pages:
+        for raw in targets:
+            try:
+                out.append(normalize_url(raw, base))
+            except InvalidURL:
+                out.append(None)
+    return out
+
+
+def ada_join(pages: list[Page]) -> list[str | None]:
     out: list[str | None] = []
     for base, targets in pages:
         for raw in targets:
@@ -76,23 +89,6 @@ def ada(pages: list[Page]) -> list[str | None]:
                 out.append(ada_url.join_url(base, raw).partition("#")[0])
             except ValueError:
                 out.append(None)
-    return out
-
-
-def shortcut_then_ada(pages: list[Page]) -> list[str | None]:
-    """The node's shortcut for plain links, Ada (not memoised) for the rest."""
-    out: list[str | None] = []
-    for base, targets in pages:
-        origin = origin_of(base)
-        directory = directory_of(base, origin)
-        for raw in targets:
-            url = resolve_plain(raw, origin, directory)
-            if url is None:
-                try:
-                    url = ada_url.join_url(base, raw).partition("#")[0]
-                except ValueError:
-                    url = None
-            out.append(url)
     return out
 
 
@@ -104,12 +100,8 @@ def main() -> int:
     pages = collected(args.docs)
     count = sum(len(targets) for _, targets in pages)
     print(f"{len(pages)} pages, {count} link targets ({count / len(pages):.1f} a page)")
-    sides: dict[str, Callable[[list[Page]], list[str | None]]] = {"node": node}
-    if ada_url is not None:
-        sides["ada join_url"] = ada
-        sides["shortcut, then ada"] = shortcut_then_ada
-    else:
-        print("ada-url is not installed: the node's side alone")
+    sides: dict[str, Callable[[list[Page]], list[str | None]]] = {
+        "node": node, "normalize_url": each_parsed, "ada join_url": ada_join}
     times: dict[str, list[float]] = {name: [] for name in sides}
     answers: dict[str, list[str | None]] = {}
     for index in range(args.rounds):
@@ -124,10 +116,8 @@ def main() -> int:
     plain = sum(resolve_plain(raw, origin_of(base), directory_of(base, origin_of(base))) is not None
                 for base, targets in pages for raw in targets)
     print(f"the plain-URL shortcut resolves {plain} of {count} links")
-    for name in ("ada join_url", "shortcut, then ada"):
-        if name in answers:
-            same = sum(a == b for a, b in zip(answers["node"], answers[name], strict=True))
-            print(f"{name}: the answer, fragment dropped, equals the node's for {same} of {count} links")
+    same = sum(a == b for a, b in zip(answers["node"], answers["normalize_url"], strict=True))
+    print(f"the node's answer equals normalize_url's for {same} of {count} links")
     return 0
 
 

@@ -1,14 +1,16 @@
 import pickle
 import random
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
-from crawler_node.core.addresses import is_public_address
+from crawler_node.core.addresses import is_ip_literal, is_public_address
 from crawler_node.core.scope import Scope
 from crawler_node.core.urls import (
     MAX_URL_LENGTH,
     InvalidURL,
+    bare_host,
     directory_of,
     host_of,
     normalize_url,
@@ -28,8 +30,8 @@ from crawler_node.core.urls import (
         ("http://a.test/%e2%82%ac", "http://a.test/%E2%82%AC"),
         ("http://a.test/a b?c d", "http://a.test/a%20b?c%20d"),
         ("http://a.test/€?q=é", "http://a.test/%E2%82%AC?q=%C3%A9"),
-        ("http://a.test/100%", "http://a.test/100%25"),
-        ("http://a.test/%zz", "http://a.test/%25zz"),
+        ("http://a.test/100%", "http://a.test/100%"),  # a lone "%" stays: URL Standard, path state
+        ("http://a.test/%zz", "http://a.test/%zz"),
         ("  http://a.test/x \n", "http://a.test/x"),
         ("http://a.te\tst/x\ny", "http://a.test/xy"),  # tab and newline are removed, as browsers do
         ("HTTP://Example.COM", "http://example.com/"),
@@ -54,6 +56,8 @@ from crawler_node.core.urls import (
         ("http://[2001:DB8::0:1]:8080/x", "http://[2001:db8::1]:8080/x"),
         ("http://127.0.0.1/", "http://127.0.0.1/"),
         ("http://my_host.example/", "http://my_host.example/"),
+        ("http:///x", "http://x/"),  # special authority ignore slashes state: "x" is the host
+        ("http://a.test:0/", "http://a.test:0/"),  # port state: any number up to 65535
     ],
 )
 def test_canonical_forms(raw: str, canonical: str) -> None:
@@ -152,10 +156,8 @@ def test_errors_name_their_own_url_when_the_authority_was_seen_before() -> None:
         ("data:text/html,hi", "scheme"),
         ("//example.com/no-scheme", "scheme"),
         ("/relative/without/base", "scheme"),
-        ("http:///x", "no_host"),
         ("http://user@/x", "no_host"),
         ("http://:80/", "no_host"),
-        ("http://a.test:0/", "port"),
         ("http://a.test:65536/", "port"),
         ("http://a.test:8o/", "port"),
         ("http://a.test:-1/", "port"),
@@ -293,6 +295,51 @@ def test_is_public_address(ip: str, public: bool) -> None:
     assert is_public_address(ip) is public
 
 
+@pytest.mark.parametrize(
+    ("raw", "host"),
+    [
+        ("http://2130706433/", "127.0.0.1"),
+        ("http://0177.0.0.1/", "127.0.0.1"),
+        ("http://127.1/", "127.0.0.1"),
+        ("http://0x7f.1/", "127.0.0.1"),
+        ("http://0X7F000001/", "127.0.0.1"),
+        ("http://%30x7f.1/", "127.0.0.1"),  # escapes in the host are decoded before the IPv4 parser
+        ("http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/", "127.0.0.1"),  # fullwidth digits: UTS 46 maps them
+        ("http://127.0.0.1./", "127.0.0.1"),
+        ("http://0xa9fea9fe/", "169.254.169.254"),  # cloud metadata
+        ("http://10.0.0.1:8080/", "10.0.0.1"),
+        ("http://[::1]/", "[::1]"),
+        ("http://[::ffff:127.0.0.1]/", "[::ffff:7f00:1]"),  # IPv4-mapped, written in hex by the standard
+        ("http://[0:0:0:0:0:FFFF:A00:1]/", "[::ffff:a00:1]"),
+        ("http://[2002:7f00:1::]/", "[2002:7f00:1::]"),  # 6to4 around 127.0.0.1
+        ("http://[64:ff9b::10.0.0.1]/", "[64:ff9b::a00:1]"),  # NAT64 around 10.0.0.1
+    ],
+)
+def test_address_spellings_reach_the_private_address_guard_as_addresses(raw: str, host: str) -> None:
+    # The parser writes every spelling of an address in one form; the guard's checks (the
+    # fetcher's on urlsplit's hostname, the IP gates' on bare_host) see an address, not a name.
+    url = normalize_url(raw)
+    assert bare_host(host_of(url)) == host
+    hostname = urlsplit(url).hostname or ""
+    assert is_ip_literal(hostname) and is_ip_literal(bare_host(host_of(url)))
+    assert not is_public_address(hostname)
+
+
+def test_a_public_address_in_another_spelling_is_public() -> None:
+    url = normalize_url("http://134744072/")  # 8.8.8.8
+    assert url == "http://8.8.8.8/"
+    assert is_public_address(urlsplit(url).hostname or "")
+
+
+@pytest.mark.parametrize("raw", ["http://1.2.3.4.5/", "http://09/", "http://0x100000000/", "http://1.256.0.0.1/",
+                                 "http://[fe80::1%25eth0]/", "http://[::1%eth0]/", "http://[::1]]/"])
+def test_what_ends_in_a_number_but_is_no_address_is_refused(raw: str) -> None:
+    # A host whose last label is a number is an IPv4 address or nothing; an IPv6 zone id is refused.
+    with pytest.raises(InvalidURL) as caught:
+        normalize_url(raw)
+    assert caught.value.reason in ("host", "port")
+
+
 PLAIN_BASES = ["http://ex.test/dir/page.html?x=a/b", "https://ex.test/", "http://ex.test:8080/a/b/", "http://ex.test/dir"]
 
 
@@ -334,3 +381,23 @@ def test_the_plain_link_shortcut_never_disagrees_with_normalize_url() -> None:
                 shortcut += 1
                 assert fast == _normalized(ref, base), (ref, base)
     assert shortcut > 5_000  # the fuzzing reached the shortcut often, not only its refusals
+
+
+def test_the_link_memo_never_gives_another_bases_answer() -> None:
+    # Differential fuzzing of parse.links.LinkMemo: a link is remembered under the part of the
+    # base its canonical form depends on by the URL Standard (backslashes, scheme-relative forms
+    # and "http:x" included); bases that agree on that part and differ elsewhere share one memo.
+    from crawler_node.parse.links import LinkMemo
+
+    pieces = ["a", "/", "//", "\\", "\\\\", "..", ".", "%2e", ":", "http:", "HTTPS:", "?q", "#f", "\t", " ",
+              "x.test", ":8080", "@", "é", "%7e"]
+    bases = ["http://ex.test/dir/page?x=1", "http://ex.test/dir/other", "http://ex.test/dir/",
+             "https://ex.test/dir/page", "http://ex.test:8080/dir/page", "http://ex.test/dir2/page",
+             "http://other.test/dir/page"]
+    rng = random.Random(7)
+    memo = LinkMemo()
+    for _ in range(5_000):
+        ref = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+        for base in rng.sample(bases, len(bases)):
+            origin = origin_of(base)
+            assert memo.normalize(ref, base, origin, directory_of(base, origin)) == _normalized(ref, base), (ref, base)

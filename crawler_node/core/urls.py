@@ -1,50 +1,69 @@
-"""URL canonicalisation, host keys, crawl scope and address policy (pure, no I/O).
+"""URLs as the WHATWG URL Standard reads them, in the crawler's canonical form (pure, no I/O).
 
 Every discovered link goes through :func:`normalize_url`, so two spellings of one resource
-meet in the same seen-set entry and the same ring arc. The canonical form follows RFC 3986
-section 6 (syntax- and scheme-based normalisation) with a few crawler choices on top:
-fragment, userinfo and an empty ``?`` are dropped, a trailing dot in the host is dropped.
+meet in the same seen-set entry and the same ring arc. Parsing and resolution are the URL
+Standard's, as browsers do them: Ada (PyPI ``ada-url``, the parser in Node.js) passes all of
+web-platform-tests' http(s) cases (tests/test_urls_wpt.py). So ``..\\page`` and ``http:\\\\h\\p``
+read ``\\`` as ``/``, ``http:example.com/`` and ``///host`` name a host, and hosts go through
+IDNA (UTS 46), IPv4 in any spelling becomes a dotted quad, and IPv6 is compressed. The canonical
+form is the standard's URL with the crawler's rules on top, each applied here and only here
+(docs/realweb.md lists the same):
 
-We resolve and split by hand instead of calling ``urllib.parse.urljoin``: urljoin costs a few
-microseconds per link (it re-splits and re-joins twice), and this runs on every link of every
-page. The resolution is RFC 3986 section 5.2 with urljoin's non-strict rule (``http:g``
-against an http base is relative), so results agree with urljoin on http(s) URLs.
+- only http and https are crawled: ``mailto:x`` or ``ftp://h/`` is refused ("scheme");
+- the fragment is dropped (it is never sent): ``/a#top`` is ``/a``;
+- userinfo is dropped (never sent: the crawler logs in nowhere): ``http://u:p@h/`` is ``http://h/``;
+- an empty query is dropped: ``/a?`` is ``/a``;
+- a trailing dot of the host is dropped (the same DNS name: one seen-set key, one ring arc):
+  ``h.test.`` is ``h.test``;
+- a host that cannot be a DNS name (an empty label, a label over 63 characters, a name over
+  253, a character other than a letter, a digit, "-" or "_") is refused, as no resolver finds
+  it ("host"): ``a..b``, ``exa*mple.com``;
+- escapes of unreserved characters are decoded and the other escapes upper-cased, as RFC 3986
+  section 6.2.2 says they name the same resource: ``/%7euser/a%2fb`` is ``/~user/a%2Fb``;
+- a URL longer than ``MAX_URL_LENGTH`` is refused ("too_long"): servers and logs cap URLs
+  near 2 KB.
+
+The standard itself lower-cases the host, drops the default port, removes dot segments, and
+percent-encodes what it must (in UTF-8, but a query in the document's encoding: see
+``query_codec``). It leaves a lone ``%`` as it is, and so does the canonical form.
+
+Refusals raise :class:`InvalidURL`, whose ``reason`` is one of scheme, too_long, unparsable,
+no_host, host, port. The parser says only "failure", so :func:`_failure_reason` names the part
+that failed from the input's shape. The names are the ones the API and crawl.log always gave.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from functools import lru_cache
-from urllib.parse import unquote
 
-try:  # IDNA 2008 + UTS 46 mapping, as browsers do; usually present (yarl depends on it).
-    import idna as _idna
-
-    _HAVE_IDNA = True
-except ImportError:  # pragma: no cover - exercised only where idna is missing
-    _HAVE_IDNA = False
+# Ada's C API, through the cffi module ada_url's own classes call. Going through the classes
+# costs a Python object and one call per component: the API gives the whole href and the
+# offsets of its parts in two calls.
+from ada_url._ada_wrapper import ffi as _ffi
+from ada_url._ada_wrapper import lib as _ada
 
 MAX_URL_LENGTH = 2048
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _MAX_HOST_LENGTH = 253
 _MAX_LABEL_LENGTH = 63
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-
-# RFC 3986 appendix B, with the scheme's syntax (section 3.1) checked in the same match:
-# text before a colon that is not a valid scheme ("a b:c") belongs to a relative path, and
-# the pattern then splits from the start without a scheme. It matches every string.
-_URI_PARTS = re.compile(r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?")
-# pchar plus "/" (path) and plus "/?" (query). Anything else, including "%", needs a look.
-_PATH_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
-_QUERY_NEEDS_WORK = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
-_PATH_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
-_QUERY_TOKEN = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
-_ASCII_HOST = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*")
-# WHATWG: a host whose last label is a number is an IPv4 address in one of its spellings
-_IPV4_NUMBER = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
-# WHATWG URL parsing strips these around a URL and removes tab/newline inside it.
+_OMITTED = 0xFFFFFFFF  # ada_url_omitted: a component the URL does not have
+_HTTP, _HTTPS = 0, 2  # ada_get_scheme_type (ada_url.SchemeType)
+_DOMAIN = 0  # ada_get_host_type: a name, not an IPv4 or IPv6 address (ada_url.HostType)
+# What a host name can hold for the crawler: letters, digits, "-" and "_" (sites use "_" in
+# names, and resolvers look those up), in non-empty labels.
+_DNS_NAME = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*")
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# The URL Standard strips C0 controls and spaces around a URL and removes tabs and newlines in it.
 _C0_AND_SPACE = "".join(chr(c) for c in range(0x21))
+_TAB_OR_NEWLINE = re.compile(r"[\t\n\r]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_AUTHORITY = re.compile(r"[/\\]*([^/\\?#]*)")
+# The special-query percent-encode set: a query byte outside this range, or one of " # < > ',
+# is escaped (URL Standard, "query state").
+_QUERY_KEPT = frozenset(range(0x21, 0x7F)) - frozenset(b"\"#<>'")
 
 
 class InvalidURL(ValueError):
@@ -61,28 +80,27 @@ class InvalidURL(ValueError):
         return f"invalid URL ({self.reason}): {shown!r}"
 
 
-# A split URL: (scheme as written, "" when absent; authority, None when there is no "//";
-# path; query, None when there is no "?"). A plain tuple, unpacked where it is used: a
-# NamedTuple's constructor is a Python call, and this runs a few times per link.
-_Parts = tuple[str, str | None, str, str | None]
+def normalize_url(url: str, base: str | None = None, *, max_length: int = MAX_URL_LENGTH,
+                  query_codec: str | None = None) -> str:
+    """Parse ``url`` by the URL Standard, against ``base`` if given, and return its canonical
+    http(s) form (see the module's docstring).
 
-
-def normalize_url(url: str, base: str | None = None, *, max_length: int = MAX_URL_LENGTH) -> str:
-    """Resolve ``url`` against ``base`` (if given) and return its canonical http(s) form.
+    ``query_codec`` is the Python codec of the document the link is in, when that is not UTF-8
+    (see parse.charset.url_query_codec): the standard encodes the query of a link in a legacy
+    document in the document's encoding. So ``?q=café`` on a windows-1252 page is ``?q=caf%E9``,
+    and a character the encoding lacks becomes an escaped HTML character reference
+    (``%26%2310003%3B`` for U+2713). The path is UTF-8 whatever the document's encoding.
 
     Raises :class:`InvalidURL` with ``reason`` one of: scheme, too_long, unparsable, no_host,
     host, port.
     """
-    url = _clean(url)
-    if len(url) > max_length:
+    if not isinstance(url, str):
+        raise InvalidURL("unparsable", repr(url))
+    if len(url) > max_length and len(_cleaned(url)) > max_length:
         raise InvalidURL("too_long", url)
-    parts = _split(url)
-    if base is not None:
-        parts = _resolve(_split_base(_clean(base)), parts)
-    else:
-        scheme, authority, path, query = parts
-        parts = (scheme, authority, _remove_dot_segments(path), query)
-    result = _assemble(parts, url)
+    result = _canonical(url, base)
+    if query_codec is not None and not url.isascii():
+        result = _with_query_in(result, url, query_codec)
     if len(result) > max_length:
         raise InvalidURL("too_long", url)
     return result
@@ -103,8 +121,8 @@ def directory_of(url: str, origin: str) -> str:
 # A plain reference: a path made of unreserved characters and "/" only, perhaps with a
 # fragment (dropped), which is relative ("p/1", "./1", "../p/1"), root-relative ("/p/1"),
 # or after "//host[:port]" with or without "http:"/"https:". Most links look like this, and
-# the canonical form of one is an origin plus the path without dot segments: no splitting,
-# no percent work, and the host checked once per host (_canonical_origin is cached).
+# the canonical form of one is an origin plus the path without dot segments: no parse, no
+# percent work, and the host checked once per host (_canonical_origin is cached).
 _PLAIN_REF = re.compile(
     r"(?:(?:([Hh][Tt][Tt][Pp][Ss]?):)?//([A-Za-z0-9\-.]+(?::[0-9]*)?)(/[A-Za-z0-9\-._~/]*)?"
     r"|(/(?!/)[A-Za-z0-9\-._~/]*|[A-Za-z0-9\-._~][A-Za-z0-9\-._~/]*))(?=#|\Z)"
@@ -115,8 +133,10 @@ def resolve_plain(ref: str, origin: str, directory: str, *, max_length: int = MA
     """``normalize_url(ref, base)`` for a plain ``ref`` (see ``_PLAIN_REF``), given the canonical
     base's ``origin`` ("scheme://host[:port]") and ``directory`` (the base up to the last
     "/" of its path). None when ``ref`` is not plain, or not valid, or too long: then ask
-    :func:`normalize_url`, which also says why. Same answer for a fraction of the work;
-    tests/test_urls.py compares the two."""
+    :func:`normalize_url`, which also says why. The same answer for a fraction of the work:
+    for such a path, the standard's path parsing is RFC 3986's dot-segment removal, and the
+    host is canonicalised by the parser once per host. tests/test_urls.py fuzzes the two
+    against each other, and tests/test_urls_wpt.py runs the standard's suite through both."""
     if len(ref) > max_length:
         return None
     match = _PLAIN_REF.match(ref)
@@ -157,51 +177,89 @@ def bare_host(host_port: str) -> str:
     return host_port.partition(":")[0]
 
 
-# --- splitting and resolution ---------------------------------------------------------
+def idna_encode(host: str) -> str:
+    """A host name as the URL parser writes it: UTS 46 mapping, then IDNA to ASCII
+    ("BÜCHER.example" gives "xn--bcher-kva.example"). ValueError (InvalidURL) when it is none."""
+    return host_of(normalize_url(f"http://{host}/"))
 
 
-def _clean(url: str) -> str:
-    if not isinstance(url, str):
-        raise InvalidURL("unparsable", repr(url))
-    url = url.strip(_C0_AND_SPACE)
-    if "\t" in url or "\n" in url or "\r" in url:
-        url = url.replace("\t", "").replace("\n", "").replace("\r", "")
-    return url
+# --- the parser, and the canonical form on top of it -----------------------------------
 
 
-def _split(url: str) -> _Parts:
-    match = _URI_PARTS.match(url)
-    assert match is not None  # the pattern matches every string
-    scheme, authority, path, query = match.groups()
-    return scheme or "", authority, path, query
+def _canonical(url: str, base: str | None) -> str:
+    """The canonical form of ``url`` parsed against ``base``; InvalidURL when there is none."""
+    try:
+        data = url.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the standard's input is scalar values
+        data = _SURROGATE.sub("\ufffd", url).encode()
+    if base is None:
+        parsed = _ada.ada_parse(data, len(data))
+    else:
+        base_data = base.encode() if base.isascii() else _SURROGATE.sub("\ufffd", base).encode()
+        parsed = _ada.ada_parse_with_base(data, len(data), base_data, len(base_data))
+    try:
+        if not _ada.ada_is_valid(parsed):
+            raise InvalidURL(_failure_reason(url, base), url)
+        if _ada.ada_get_scheme_type(parsed) not in (_HTTP, _HTTPS):
+            raise InvalidURL("scheme", url)
+        href_view = _ada.ada_get_href(parsed)
+        href = _ffi.unpack(href_view.data, href_view.length).decode("ascii")  # an http(s) href is ASCII
+        parts = _ada.ada_get_components(parsed)
+        host_start, host_end = parts.host_start, parts.host_end
+        search, fragment = parts.search_start, parts.hash_start
+        is_domain = _ada.ada_get_host_type(parsed) == _DOMAIN
+        scheme_end = parts.protocol_end + 2  # "http://"
+    finally:
+        _ada.ada_free(parsed)
+    if href[host_start] == "@":  # after userinfo, which goes
+        host_start += 1
+    host = href[host_start:host_end]
+    if is_domain:
+        try:
+            host = _crawlable_name(host)
+        except ValueError as exc:
+            raise InvalidURL("host", url) from exc
+    end = len(href) if fragment == _OMITTED else fragment
+    path_end = end if search == _OMITTED else search
+    port_and_path = href[host_end:path_end]
+    if "%" in port_and_path:
+        port_and_path = _ESCAPE.sub(_fix_escape, port_and_path)
+    canonical = href[:scheme_end] + host + port_and_path
+    if search == _OMITTED or end - search <= 1:
+        return canonical  # no query, or an empty one
+    query = href[search:end]
+    return canonical + (_ESCAPE.sub(_fix_escape, query) if "%" in query else query)
 
 
-@lru_cache(maxsize=256)
-def _split_base(base: str) -> _Parts:
-    # Every link of a page resolves against the same base: split it once.
-    return _split(base)
+@lru_cache(maxsize=4096)
+def _crawlable_name(host: str) -> str:
+    """A host name the parser gave (lower-case ASCII) without its trailing dot; ValueError when
+    it cannot be a DNS name. Cached: a page's links name a handful of hosts."""
+    name = host[:-1] if host.endswith(".") else host
+    if len(name) > _MAX_HOST_LENGTH or not _DNS_NAME.fullmatch(name) \
+            or any(len(label) > _MAX_LABEL_LENGTH for label in name.split(".")):
+        raise ValueError(f"not a DNS name: {host!r}")
+    return name
 
 
-def _resolve(base: _Parts, ref: _Parts) -> _Parts:
-    """RFC 3986 section 5.2.2, non-strict (a same-scheme reference without authority is relative)."""
-    scheme, authority, path, query = ref
-    base_scheme, base_authority, base_path, base_query = base
-    if scheme and (authority is not None or scheme.lower() != base_scheme.lower()):
-        return scheme, authority, _remove_dot_segments(path), query
-    if authority is not None:
-        return base_scheme, authority, _remove_dot_segments(path), query
-    if not path:
-        return base_scheme, base_authority, base_path, query if query is not None else base_query
-    if not path.startswith("/"):
-        if base_authority is not None and not base_path:
-            path = "/" + path
-        else:
-            path = base_path[: base_path.rfind("/") + 1] + path
-    return base_scheme, base_authority, _remove_dot_segments(path), query
+@lru_cache(maxsize=4096)
+def _canonical_origin(scheme: str, authority: str) -> str:
+    """``scheme://host[:port]`` of a plain authority, canonical, for resolve_plain. Cached:
+    a page's links name a handful of hosts, mostly the page's own. Invalid ones raise and
+    are not cached, which is fine: they are rare."""
+    return _canonical(f"{scheme}://{authority}/", None)[:-1]
+
+
+def _fix_escape(match: re.Match[str]) -> str:
+    # A well-formed escape: decode an unreserved character, upper-case the rest.
+    escape = match.group()
+    char = chr(int(escape[1:], 16))
+    return char if char in _UNRESERVED else escape.upper()
 
 
 def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 section 5.2.4 for the absolute paths an http URL has."""
+    """RFC 3986 section 5.2.4 for the absolute paths an http URL has (the URL Standard's path
+    state does the same to a path of unreserved characters and "/")."""
     if "." not in path:  # fast path: most paths have no dot segment at all
         return path
     segments = path.split("/")
@@ -220,150 +278,87 @@ def _remove_dot_segments(path: str) -> str:
     return "/" + "/".join(output) if absolute else "/".join(output)
 
 
-# --- canonical assembly -----------------------------------------------------------------
+def _cleaned(url: str) -> str:
+    """``url`` as the parser reads it: C0 controls and spaces stripped around it, tabs and
+    newlines removed."""
+    url = url.strip(_C0_AND_SPACE)
+    return _TAB_OR_NEWLINE.sub("", url) if "\t" in url or "\n" in url or "\r" in url else url
 
 
-def _assemble(parts: _Parts, original: str) -> str:
-    scheme, authority, raw_path, query = parts
-    scheme = scheme.lower()
-    if scheme not in DEFAULT_PORTS:
-        raise InvalidURL("scheme", original)
-    if not authority:
-        raise InvalidURL("no_host", original)
-    try:
-        origin = _canonical_origin(scheme, authority)
-    except InvalidURL as exc:  # raised without the URL: the cache is shared by many URLs
-        raise InvalidURL(exc.reason, original) from exc.__cause__
-    path = _normalize_percent(raw_path, _PATH_NEEDS_WORK, _PATH_TOKEN) or "/"
-    if "%" in raw_path:
-        # Decoded %2E%2E is a dot segment too (as in browsers): remove it now.
-        path = _remove_dot_segments(path)
-    if not path.startswith("/"):
-        path = "/" + path
-    if query:
-        return f"{origin}{path}?{_normalize_percent(query, _QUERY_NEEDS_WORK, _QUERY_TOKEN)}"
-    return f"{origin}{path}"
-
-
-@lru_cache(maxsize=4096)
-def _canonical_origin(scheme: str, authority: str) -> str:
-    """``scheme://host[:port]``, canonical. Raises InvalidURL without the URL (the caller adds it).
-
-    Cached because a page's links name a handful of hosts, mostly the page's own; invalid
-    ones raise and are not cached, which is fine: they are rare."""
-    host, port = _split_authority(authority)
-    try:
-        netloc = _canonical_host(host)
-    except ValueError as exc:
-        raise InvalidURL("host") from exc
-    if port is not None and port != DEFAULT_PORTS[scheme]:
-        netloc = f"{netloc}:{port}"
-    return f"{scheme}://{netloc}"
-
-
-def _split_authority(authority: str) -> tuple[str, int | None]:
-    hostport = authority.rpartition("@")[2]  # userinfo is dropped, never sent
-    if hostport.startswith("["):
-        end = hostport.find("]")
+def _failure_reason(url: str, base: str | None) -> str:
+    """Which part of ``url`` the parser refused, from its shape: a name for the counters, not a
+    second parse. Only an http(s) URL with an authority can fail against a valid http(s) base."""
+    text = _cleaned(url)
+    scheme = _SCHEME.match(text)
+    if scheme is not None:
+        if scheme[0][:-1].lower() not in DEFAULT_PORTS:
+            return "scheme"
+        text = text[scheme.end():]
+    elif base is None:
+        return "scheme"  # a relative reference, and nothing to resolve it against
+    authority = _AUTHORITY.match(text)
+    assert authority is not None  # the pattern matches every string
+    host_port = authority[1].rpartition("@")[2]
+    if host_port.startswith("["):
+        end = host_port.find("]")
         if end < 0:
-            raise InvalidURL("unparsable")
-        host, rest = hostport[: end + 1], hostport[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise InvalidURL("port")
-        port_text = rest[1:]
+            return "unparsable"
+        host, after = host_port[: end + 1], host_port[end + 1:]
+        if after and not after.startswith(":"):
+            return "port"
+        port = after[1:]
     else:
-        host, _, port_text = hostport.partition(":")
+        host, _, port = host_port.partition(":")
     if not host:
-        raise InvalidURL("no_host")
-    if not port_text:
-        return host, None  # "host:" with an empty port means the default (RFC 3986 6.2.3)
-    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5:
-        raise InvalidURL("port")
-    port = int(port_text)
-    if not 0 < port < 65536:
-        raise InvalidURL("port")
-    return host, port
+        return "no_host"
+    if port and not (port.isascii() and port.isdigit() and int(port) < 65536):
+        return "port"
+    return "host"
 
 
-def _canonical_host(host: str) -> str:
-    """The canonical form of a host; ValueError when it is not a valid one."""
-    if host.startswith("["):
-        address = ipaddress.IPv6Address(host[1:-1])  # zone ids are rejected: no use to a crawler
-        return f"[{address.compressed}]"
-    if "%" in host:
-        host = _percent_decode_host(host)
-    host = host.lower()
-    if host.endswith("."):
-        host = host[:-1]  # "example.com." is the same DNS name; one key, not two
-    if not host.isascii():
-        host = idna_encode(host)
-    if (ipv4 := _ipv4_host(host)) is not None:
-        return ipv4
-    if (
-        len(host) > _MAX_HOST_LENGTH
-        or not _ASCII_HOST.fullmatch(host)
-        or any(len(label) > _MAX_LABEL_LENGTH for label in host.split("."))
-    ):
-        raise ValueError(f"not a valid host name: {host!r}")
-    return host
+# --- a query in a legacy document's encoding ---------------------------------------------
 
 
-def _ipv4_host(host: str) -> str | None:
-    """The dotted-quad form of a host that ends in a number, as the WHATWG URL standard reads
-    it ("2130706433", "0177.0.0.1", "0x7f.1" and "127.1" are all 127.0.0.1); None for a name.
-    Browsers go there, and aiohttp refuses to fetch the other spellings, so a URL that kept
-    one would wait in its queue forever; in dotted-quad form the address guard sees it, too.
-    A host that ends in a number but is no address ("1.2.3.4.5", "09") is not a valid host."""
-    labels = host.split(".")
-    if labels[-1] == "" and len(labels) > 1:
-        labels.pop()
-    if not _IPV4_NUMBER.fullmatch(labels[-1]):
-        return None
-    if len(labels) > 4:
-        raise ValueError(f"not an IPv4 address: {host!r}")
-    numbers = [_ipv4_number(label, host) for label in labels]
-    *leading, last = numbers
-    if any(number > 255 for number in leading) or last >= 256 ** (5 - len(numbers)):
-        raise ValueError(f"not an IPv4 address: {host!r}")
-    address = last + sum(number << (8 * (3 - index)) for index, number in enumerate(leading))
-    return str(ipaddress.IPv4Address(address))
+def _with_query_in(canonical: str, url: str, codec: str) -> str:
+    """``canonical`` with the query that ``url`` wrote, encoded in ``codec`` as the URL
+    Standard's query state does for a document in that encoding. Only a link whose own query
+    has a non-ASCII character needs it (ASCII is the same in every such encoding); a link
+    without a query of its own ("", "#f") takes its base's, which is already encoded."""
+    text = _cleaned(url)
+    start = text.find("?")
+    fragment = text.find("#")
+    if start < 0 or 0 <= fragment < start:
+        return canonical
+    query = text[start + 1:] if fragment < 0 else text[start + 1:fragment]
+    if query.isascii():
+        return canonical
+    encoded = _encode_query(query, codec)
+    encoded = _ESCAPE.sub(_fix_escape, encoded) if "%" in encoded else encoded
+    question = canonical.find("?")
+    return (canonical if question < 0 else canonical[:question]) + "?" + encoded
 
 
-def _ipv4_number(label: str, host: str) -> int:
-    try:
-        if label[:2] in ("0x", "0X"):
-            return int(label[2:] or "0", 16)
-        if len(label) > 1 and label.startswith("0"):
-            return int(label[1:], 8)
-        return int(label, 10)
-    except ValueError:
-        raise ValueError(f"not an IPv4 address: {host!r}") from None
-
-
-def _percent_decode_host(host: str) -> str:
-    return unquote(host, errors="strict")  # invalid UTF-8 raises, so the host is rejected
-
-
-def idna_encode(host: str) -> str:
-    if _HAVE_IDNA:
+def _encode_query(query: str, codec: str) -> str:
+    """The URL Standard's "percent-encode after encoding" with the special-query set: the bytes
+    of ``query`` in ``codec``, escaped where the set says; a character the encoding lacks
+    becomes ``%26%23`` + its code point in decimal + ``%3B`` (an HTML character reference).
+    Runs of encodable characters are encoded whole, so a stateful encoding (ISO-2022-JP)
+    switches modes as it does for the whole string: its encoder returns to ASCII before an
+    error, as Python's does at the end of a run."""
+    out: list[str] = []
+    run: list[str] = []
+    for char in query:
         try:
-            return _idna.encode(host, uts46=True).decode("ascii")
-        except _idna.IDNAError as exc:
-            raise ValueError(str(exc)) from exc
-    # IDNA 2003 from the standard library: older rules, but the same answer for common names.
-    return host.encode("idna").decode("ascii")  # UnicodeError is a ValueError
+            char.encode(codec)
+        except UnicodeEncodeError:
+            out.append(_escape_bytes("".join(run).encode(codec)))
+            run.clear()
+            out.append(f"%26%23{ord(char)}%3B")
+        else:
+            run.append(char)
+    out.append(_escape_bytes("".join(run).encode(codec)))
+    return "".join(out)
 
 
-def _normalize_percent(text: str, needs_work: re.Pattern[str], token: re.Pattern[str]) -> str:
-    if needs_work.search(text) is None:
-        return text  # fast path: already canonical (the common case)
-    return token.sub(_fix_token, text)
-
-
-def _fix_token(match: re.Match[str]) -> str:
-    token = match.group()
-    if len(token) == 3:  # a well-formed escape: decode unreserved, upper-case the rest
-        char = chr(int(token[1:], 16))
-        return char if char in _UNRESERVED else token.upper()
-    # A character that must be escaped (space, non-ASCII, a lone "%"): escape its UTF-8 bytes.
-    return "".join(f"%{byte:02X}" for byte in token.encode("utf-8", "surrogatepass"))
+def _escape_bytes(data: bytes) -> str:
+    return "".join(chr(byte) if byte in _QUERY_KEPT else f"%{byte:02X}" for byte in data)

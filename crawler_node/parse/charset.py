@@ -122,6 +122,25 @@ def encoding_for_label(label: str | None) -> str | None:
     return ENCODING_OF_LABEL.get(label.strip("\t\n\x0c\r ").lower())
 
 
+# The URL Standard's "encoding" of a document's links: its "get an output encoding" makes UTF-16
+# and "replacement" UTF-8, and UTF-8 needs no codec (the parser's own). The rest are encoded with
+# the decoder's codec, except where the standard's encoder is narrower than that superset:
+# gbk is Python's gbk (the standard's gbk encoder also writes U+20AC as 0x80, which Python's
+# lacks: a euro in such a query becomes a character reference). x-user-defined has no Python
+# codec and stays UTF-8 (a label only an HTTP header can give; its pages are not text).
+_URL_QUERY_CODEC: dict[str, str] = {
+    name: codec for name, codec in {**_CODEC, "gbk": "gbk"}.items()
+    if name not in ("utf-8", "utf-16be", "utf-16le")
+}
+
+
+def url_query_codec(encoding: str) -> str | None:
+    """The Python codec that encodes the query of a link in a document decoded as ``encoding``
+    (a WHATWG name, as DecodedText.encoding holds it), or None where that is UTF-8: see
+    core.urls.normalize_url's ``query_codec``."""
+    return _URL_QUERY_CODEC.get(encoding)
+
+
 def decode_document(body: bytes, http_charset: str | None = None, *, complete: bool = True) -> DecodedText:
     """The text of an HTML document: BOM, then ``http_charset`` (the label in the HTTP
     Content-Type, if any; an unknown one is ignored), then the ``<meta>`` prescan, then

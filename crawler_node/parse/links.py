@@ -15,7 +15,7 @@ from typing import Final
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from crawler_node.core.urls import InvalidURL, directory_of, normalize_url, origin_of, resolve_plain
-from crawler_node.parse.charset import DecodedText, decode_document
+from crawler_node.parse.charset import DecodedText, decode_document, url_query_codec
 
 MAX_PARSE_BYTES = 5_000_000
 MAX_TITLE_CHARS = 1_000
@@ -23,8 +23,9 @@ MAX_TITLE_CHARS = 1_000
 MAX_TAG_CHARS = 2_048
 # Which part of the base a link's canonical form depends on, told by how the link starts
 # (see _memo_context). Group 1: "/" or an absolute URL's "scheme://". Otherwise a relative
-# path (RFC 3986 "path-noscheme"): a first segment that is not empty and has no colon, so
-# no scheme and no authority; it starts with a character URL cleaning does not strip.
+# path: a first segment that is not empty and has no colon, so no scheme and no authority
+# (a "\" in it is a "/" to the URL parser, which makes it at most root-relative); it starts
+# with a character URL parsing does not strip.
 _MEMO_CONTEXT = re.compile(r"(/|[A-Za-z][A-Za-z0-9+.\-]*://)|[^:/?#\x00-\x20][^:/?#]*+(?!:)")
 
 
@@ -118,19 +119,22 @@ class LinkMemo:
 def _memo_context(raw: str, origin: str, directory: str) -> str | None:
     """The part of the base that the canonical form of ``raw`` depends on, if not all of it.
 
-    RFC 3986 section 5.2.2: an absolute link ignores the base, "//host/x" reads its scheme,
-    "/x" its origin, and a relative path ("x", "../x") its path only up to the last "/".
-    Anything else ("", "?q", "#f", "http:" with a colon in the first segment) may read the
-    base's whole path or query, and is not remembered."""
+    The URL Standard, for an http(s) base: an absolute link ignores the base, "//host/x"
+    reads its scheme, "/x" its origin, and a relative path ("x", "../x", "..\\x") its path
+    only up to the last "/" (or less: "\\x" is root-relative). Anything else ("", "?q",
+    "#f", "http:x" with a colon in the first segment) may read the base's whole path or
+    query, and is not remembered."""
     match = _MEMO_CONTEXT.match(raw)
     if match is None:
         return None
     return origin if match[1] else directory
 
 
-def _normalized_or_none(raw: str, base: str) -> str | None:
+def _normalized_or_none(raw: str, base: str, query_codec: str | None = None) -> str | None:
     try:
-        return normalize_url(raw, base)
+        if query_codec is None:  # the common case, in the common call
+            return normalize_url(raw, base)
+        return normalize_url(raw, base, query_codec=query_codec)
     except InvalidURL:
         return None
 
@@ -174,8 +178,10 @@ def extract_links(
     title = _title(markup.title_node) if with_title else None
     if markup.nofollow:
         return ParsedPage(links=[], title=title, nofollow=True, truncated=truncated)
-    base = _base_url(markup.base_href, page_url)
-    links = _collect_links(markup.targets, base, max_links, memo if memo is not None else LinkMemo())
+    # A link's query is encoded in the page's encoding, as browsers do (core.urls.normalize_url).
+    query_codec = url_query_codec(decoded.encoding)
+    base = _base_url(markup.base_href, page_url, query_codec)
+    links = _collect_links(markup.targets, base, max_links, memo if memo is not None else LinkMemo(), query_codec)
     return ParsedPage(links=links, title=title, nofollow=False, truncated=truncated)
 
 
@@ -290,16 +296,17 @@ def _is_robots_nofollow(attrs: dict[str, str | None]) -> bool:
     return "nofollow" in directives or "none" in directives
 
 
-def _base_url(base_href: str | None, page_url: str) -> str:
+def _base_url(base_href: str | None, page_url: str, query_codec: str | None = None) -> str:
     if base_href is None:
         return page_url
     try:
-        return normalize_url(base_href, page_url)
+        return normalize_url(base_href, page_url, query_codec=query_codec)
     except InvalidURL:
         return page_url  # a javascript: or broken <base> is ignored, as browsers do
 
 
-def _collect_links(targets: list[str], base: str, max_links: int, memo: LinkMemo) -> list[str]:
+def _collect_links(targets: list[str], base: str, max_links: int, memo: LinkMemo,
+                   query_codec: str | None = None) -> list[str]:
     links: dict[str, None] = {}  # an ordered set
     seen_raw: set[str] = set()
     # Junk (javascript:, mailto:, broken) costs a normalisation each; bound that work too.
@@ -313,8 +320,13 @@ def _collect_links(targets: list[str], base: str, max_links: int, memo: LinkMemo
             continue
         seen_raw.add(raw)
         budget -= 1
-        # Most links are plain (urls.resolve_plain): cheaper to resolve than to look up.
-        url = resolve_plain(raw, origin, directory) or memo.normalize(raw, base, origin, directory)
+        if query_codec is not None and not raw.isascii():
+            # Its query may be in the page's legacy encoding: not the answer the memo holds
+            # for the same link on a UTF-8 page (plain links are ASCII).
+            url = _normalized_or_none(raw, base, query_codec)
+        else:
+            # Most links are plain (urls.resolve_plain): cheaper to resolve than to look up.
+            url = resolve_plain(raw, origin, directory) or memo.normalize(raw, base, origin, directory)
         if url is not None:
             links[url] = None
     return list(links)

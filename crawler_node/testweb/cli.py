@@ -105,6 +105,8 @@ settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_conc
   pairs /dup/K/a and /dup/K/b, linked from /, each pair the same bytes, linking only to / and the pair),
   sitemaps (a list of xml, txt, rss, atom, each maybe F.gz: robots.txt names /sitemap.F, which lists
   /listed/F/0..2, pages no page links to; text/plain, application/rss+xml, ..., application/gzip).
+  url_shapes (bool: / links /shapes/, links written with backslashes and odd scheme-relative forms, and
+  /shapes/legacy, a windows-1252 page whose links' queries a browser encodes in windows-1252).
 validators: every 200 with content has a strong ETag (sha1 of the bytes sent) and Last-Modified (the
   start second; a changing page's visit), and answers If-None-Match / If-Modified-Since with 304.
 ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [...]}),
@@ -187,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             duplicates=p.duplicates,
             changing=p.changing,
             sitemaps=p.sitemaps,
+            url_shapes=p.url_shapes,
         )
         for host, p in host_profiles.items()
     }

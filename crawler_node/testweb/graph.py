@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from protego import Protego
 
+from crawler_node.testweb import url_shapes
 from crawler_node.testweb.pages import pad, render_html, render_sitemap, tiny_png, words
 
 ROBOTS_AGENT = "crawler-node"
@@ -76,6 +77,7 @@ class HostFeatures:
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b for K < duplicates
     changing: float = 0.0  # fraction of /p/N pages that change on every visit (is_changing)
     sitemaps: tuple[str, ...] = ()  # formats of /sitemap.F, named by robots.txt (SITEMAP_FORMATS, or F.gz)
+    url_shapes: bool = False  # / also links to /shapes/ and /shapes/legacy (see testweb.url_shapes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,8 @@ class SyntheticWeb:
             if (match := _LISTED_PATH.fullmatch(path)) and match.group(1) in features.sitemaps:
                 index = int(match.group(2))
                 return Resource("listed", index, format=match.group(1)) if index < LISTED_PAGES else None
+        if features.url_shapes and (kind := url_shapes.kind_of(path)):
+            return Resource(kind)
         return None
 
     def robots_txt(self, host: str) -> str | None:
@@ -270,6 +274,8 @@ class SyntheticWeb:
             return [(host, f"/listed/{resource.format}/{index}") for index in range(LISTED_PAGES)]
         if resource.kind == "listed":
             return [(host, "/")]
+        if resource.kind in url_shapes.KINDS:
+            return [(host, p) for p in url_shapes.targets(host, resource.kind)]
         if resource.kind != "page":
             return []
         layout = self._layout(host)
@@ -352,6 +358,8 @@ class SyntheticWeb:
         """The HTML of a page, calendar page, duplicate or listed page (byte-identical on every
         call; the server adds the revision of a changing page)."""
         resource = self.resolve(host, path)
+        if resource is not None and resource.kind in url_shapes.KINDS:
+            return url_shapes.render(host, resource.kind)
         if resource is None or resource.kind not in ("page", "calendar", "duplicate", "listed"):
             raise KeyError(f"no HTML at http://{host}{path}")
         targets = self._link_targets(host, path)
@@ -399,6 +407,8 @@ def _special_links(index: int, features: HostFeatures) -> list[str]:
     if index == 0:
         for pair in range(features.duplicates):
             links += _duplicate_pair(pair)
+    if index == 0 and features.url_shapes:
+        links += [url_shapes.ENTRY, url_shapes.LEGACY]
     return links
 
 

@@ -57,6 +57,7 @@ class HostProfile:
     changing: float = 0.0  # fraction of /p/N pages whose bytes differ on every visit
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b (linked from /) with identical bytes
     sitemaps: tuple[str, ...] = ()  # /sitemap.F for each format F, named by robots.txt (graph.SITEMAP_FORMATS)
+    url_shapes: bool = False  # / also links to pages of odd link shapes (see testweb.url_shapes)
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -182,6 +183,7 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "changing": _number(maximum=1.0),
     "duplicates": _integer(maximum=MAX_DUPLICATES),
     "sitemaps": _sitemaps,
+    "url_shapes": _boolean,
 }
 
 _API_SETTINGS: dict[str, Checker] = {

@@ -52,6 +52,7 @@ from crawler_node.testweb.responses import (
     send,
     validated,
 )
+from crawler_node.testweb.url_shapes import LEGACY_CONTENT_TYPE
 
 _HTML = "text/html; charset=utf-8"
 # A sitemap's Content-Type by its format; gzip'd ones (F.gz) are application/gzip files.
@@ -243,7 +244,7 @@ class TestwebServer:
             return await self._answer(request, visit, image, {"Content-Type": "image/png"}, drip_rate)
         compress = profile.gzip and accepts_gzip(request.headers.get("Accept-Encoding"))
         page = self._page(site.name, path, compress=compress)
-        headers = {"Content-Type": _HTML}
+        headers = {"Content-Type": LEGACY_CONTENT_TYPE if kind == "legacy" else _HTML}
         if profile.gzip:
             headers["Vary"] = "Accept-Encoding"  # on identity answers too: they vary as well
         return await self._answer(request, visit, page, headers, drip_rate)
