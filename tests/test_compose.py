@@ -317,6 +317,7 @@ def fixed_stack(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.tools  # a Docker engine
 @pytest.mark.timeout(600)
 class TestFixedPeers:
     def test_up_build_runs_unprivileged_with_writable_volumes_and_healthy_checks(self, fixed_stack):
@@ -407,6 +408,7 @@ def partition_stack(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.tools  # a Docker engine
 @pytest.mark.timeout(600)
 class TestPartition:
     def test_a_20s_partition_loses_nothing_and_leaves_nothing_stuck(self, partition_stack):
@@ -470,6 +472,7 @@ def node_ids(stack: ComposeStack, count: int) -> dict[int, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.tools  # a Docker engine
 @pytest.mark.timeout(600)
 class TestPeerDns:
     def test_three_replicas_find_each_other_by_dns(self, dns_stack):

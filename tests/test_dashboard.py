@@ -12,6 +12,8 @@ import pytest
 from cluster_helpers import FAST_CLUSTER, peers_of, plan
 from conftest import roots
 
+pytestmark = pytest.mark.tools  # chromium (Playwright)
+
 REQUIRED = os.environ.get("CRAWLER_REQUIRE_BROWSER") == "1"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Where to copy the screenshot the test takes (the README's is docs/dashboard.png, made so).

@@ -50,6 +50,7 @@ def test_a_killed_node_leaves_no_stale_lock(start_node, tmp_path: Path) -> None:
     claim_data_dir(tmp_path / "d").release()
 
 
+@pytest.mark.tools
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
                     reason="needs root to mount a read-only tmpfs (as root, file modes do not stop writes)")
 def test_a_read_only_data_directory_is_one_line_and_exit_2(tmp_path: Path) -> None:

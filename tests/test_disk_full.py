@@ -78,6 +78,7 @@ def _wait_exit(node: NodeProcess, timeout_s: float) -> tuple[float, float]:
     raise TimeoutError(f"{node.node_id} still running after {timeout_s}s; log:\n{node.log_tail()}")
 
 
+@pytest.mark.tools
 @pytest.mark.parametrize("store", ["process", "thread"])
 def test_a_full_disk_stops_the_node_cleanly_and_a_restart_loses_nothing(start_testweb, start_node, tmp_path: Path,
                                                                        small_disk: Path, store: str) -> None:
@@ -148,6 +149,7 @@ def ext4_disk(tmp_path: Path) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=10)
 
 
+@pytest.mark.tools
 def test_a_disk_gone_read_only_mid_run_stops_the_node_cleanly(start_testweb, start_node, tmp_path: Path,
                                                                ext4_disk: Path) -> None:
     # No restart here: a filesystem that aborts drops what was not yet written back from the

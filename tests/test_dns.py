@@ -61,6 +61,7 @@ async def _addresses(resolver: Resolver, host: str) -> list[str]:
     return [answer["host"] for answer in await resolver.resolve(host, 443)]
 
 
+@pytest.mark.tools
 async def test_an_answer_is_kept_for_its_ttl_and_asked_again_after_it(dnsmasq: Dnsmasq) -> None:
     resolver = _resolver(dnsmasq)
     try:
@@ -86,6 +87,7 @@ async def test_an_answer_is_kept_for_its_ttl_and_asked_again_after_it(dnsmasq: D
         await resolver.close()
 
 
+@pytest.mark.tools
 async def test_concurrent_lookups_of_one_name_are_one_query(dnsmasq: Dnsmasq) -> None:
     resolver = _resolver(dnsmasq)
     try:
@@ -98,6 +100,7 @@ async def test_concurrent_lookups_of_one_name_are_one_query(dnsmasq: Dnsmasq) ->
         await resolver.close()
 
 
+@pytest.mark.tools
 async def test_a_name_that_does_not_resolve_fails_by_name_and_is_cached_briefly(dnsmasq: Dnsmasq) -> None:
     now = [1000.0]
     resolver = _resolver(dnsmasq, negative_s=30.0, clock=lambda: now[0])
@@ -131,6 +134,7 @@ async def test_a_resolver_that_does_not_answer_is_a_dns_failure() -> None:
         await resolver.close()
 
 
+@pytest.mark.tools
 async def test_private_answers_are_dropped_from_every_answer(dnsmasq: Dnsmasq) -> None:
     guarded = _resolver(dnsmasq, allow_private=False)
     open_ = _resolver(dnsmasq, allow_private=True)
@@ -183,6 +187,7 @@ def test_dns_failures_have_their_own_outcome_and_a_longer_retry_schedule() -> No
     assert not policy.decide(attempt=4, status=None, error=ErrorKind.DNS).retry  # the same budget
 
 
+@pytest.mark.tools
 async def test_the_fetcher_resolves_through_the_node_resolver(dnsmasq: Dnsmasq) -> None:
     """A direct fetch by name: the resolver's address is connected to and recorded; a name
     that does not resolve is ErrorKind.DNS; a private-only name without --allow-private is

@@ -30,7 +30,7 @@ from crawler_node.core.signals import classify
 from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.tools]  # dnsmasq, openssl
 
 SITES = ("good", "expired", "selfsigned", "wrongname")
 

@@ -26,6 +26,8 @@ from crawler_node.cluster.ring import Ring, ring_key
 from crawler_node.settings import Settings
 from crawler_node.tools.node_process import NodeProcess
 
+pytestmark = pytest.mark.tools  # nginx, dnsmasq
+
 LIMIT = 4
 GENEROUS_HOSTS = ["--host-limit-start", "4", "--host-limit-floor", "4", "--host-limit-ceiling", "8",
                   "--latency-rise-factor", "0"]

@@ -127,6 +127,7 @@ def cluster(tmp_path_factory):
 # --- the live cluster --------------------------------------------------------------------------
 
 
+@pytest.mark.tools
 def test_every_scrape_passes_promtool(cluster):
     busy = [text for text in cluster["scrapes"] if value(parse(text), "crawler_in_flight") > 0]
     assert len(busy) >= 3, "scraped several times while crawling"
@@ -222,6 +223,7 @@ def test_grafana_board_queries_series_a_node_has(cluster):
         assert names or re.search(r'\bup\{job=~?"crawler', rule["expr"]), rule["alert"]
 
 
+@pytest.mark.tools
 def test_a_pause_shows_on_every_member(cluster):
     # The alert rules tell an operator's pause from a stall and from admission held by pressure.
     nodes = cluster["nodes"]
@@ -242,6 +244,7 @@ def test_a_pause_shows_on_every_member(cluster):
         assert value(samples, "crawler_paused") == 0 and value(samples, "crawler_admission_open") == 1
 
 
+@pytest.mark.tools
 def test_a_killed_member_is_down_in_the_others_views(cluster):
     nodes = {node.node_id: node for node in cluster["nodes"]}
     victim = nodes["c"]
@@ -268,6 +271,7 @@ def test_a_killed_member_is_down_in_the_others_views(cluster):
 # --- deploy/prometheus -------------------------------------------------------------------------
 
 
+@pytest.mark.tools
 def test_alert_rules_pass_promtool_check_rules():
     result = subprocess.run([promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True,
                             timeout=30)
@@ -275,6 +279,7 @@ def test_alert_rules_pass_promtool_check_rules():
     assert "SUCCESS: 6 rules found" in result.stdout
 
 
+@pytest.mark.tools
 def test_alert_rules_pass_their_unit_tests():
     result = subprocess.run([promtool(), "test", "rules", str(ALERTS_TEST)], capture_output=True, text=True,
                             timeout=60)

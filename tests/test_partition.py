@@ -17,7 +17,7 @@ from netns_helpers import Network, available
 
 from crawler_node.tools.node_process import NodeProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tools]  # root, iproute2 (network namespaces)
 
 HOSTS, PAGES = 50, 80  # 4,000 URLs
 CRAWL_DELAY_S = 0.4  # per host: 80 pages take 32 s or more, so the crawl outlasts the cut

@@ -48,6 +48,7 @@ def test_metrics_carry_the_pressure_series(pressured_metrics):
     assert status["api"]["throttled"] > 0 and status["shedding"]["deferred_total"] > 0
 
 
+@pytest.mark.tools
 def test_promtool_check_metrics_passes(pressured_metrics):
     if shutil.which("promtool") is None:
         # CI installs it and sets CRAWLER_REQUIRE_PROMTOOL, so there a missing promtool fails.

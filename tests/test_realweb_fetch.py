@@ -32,7 +32,7 @@ from crawler_node.core.outcomes import ErrorKind, FetchOutcome
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.store.writer import FetchRecord, exchange_records
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.tools]  # nginx, dnsmasq, squid
 
 TLS_REASONS = {"expired": "certificate has expired", "selfsigned": "self-signed certificate",
                "wrongname": "Hostname mismatch"}

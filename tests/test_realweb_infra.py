@@ -18,7 +18,7 @@ import pytest
 from aiohttp.resolver import AsyncResolver
 from realweb import DNS_TTL_S, RealWeb, peak_concurrency, realweb  # noqa: F401 - realweb is the fixture
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.tools]  # nginx, dnsmasq, squid
 
 USER_AGENT = "realweb-infra-test/1"
 

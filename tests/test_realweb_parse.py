@@ -17,6 +17,8 @@ from realweb import DOMAIN, Access, RealWeb, realweb  # noqa: F401  (the fixture
 
 from crawler_node.tools.node_process import NodeProcess
 
+pytestmark = pytest.mark.tools  # nginx, dnsmasq
+
 DEFAULT_PARSE_LIMIT = 5_000_000  # Settings.max_parse_bytes
 LARGE_PARSE_LIMIT = 9_000_000  # more than the big page's ~8 MB (and under --max-body-bytes)
 

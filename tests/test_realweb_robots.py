@@ -12,6 +12,8 @@ from realweb import DOMAIN, Access, RealWeb, realweb  # noqa: F401  (the fixture
 
 from crawler_node.tools.node_process import NodeProcess
 
+pytestmark = pytest.mark.tools  # nginx, dnsmasq
+
 ROBOTS_ATTEMPTS = 3
 SITES = ("redirect", "altport", "httpsonly", "delay", "robots503", "sitemap")
 
