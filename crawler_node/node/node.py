@@ -30,6 +30,7 @@ from crawler_node.cluster.cluster import Cluster
 from crawler_node.cluster.fencing import FencedFetcher
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.config import NodeConfig
+from crawler_node.core.crawl_totals import CrawlTotals
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache
 from crawler_node.core.shed_policy import ShedPolicy
@@ -68,6 +69,7 @@ from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.malloctune import release_free_heap
 from crawler_node.runtime.supervisor import Supervisor, cut_short
 from crawler_node.runtime.wakeup import Wakeup
+from crawler_node.store.crawl_totals import count_crawl_logs
 from crawler_node.store.worker import StoreWorker
 from crawler_node.store.writer import CrawlInfo
 
@@ -94,6 +96,8 @@ class Node:
         work, pressure = Wakeup(), Wakeup()  # a host may be ready; a stage may have drained
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
+        # Every crawl.log line's counts, since the data directory's first: rebuilt at start.
+        self.totals = CrawlTotals()
         self._build_frontier_and_hosts(work)
         self._build_pipeline(work, pressure)
 
@@ -132,7 +136,8 @@ class Node:
                          user_agent=fetch.user_agent, robots=f"obey (RFC 9309) as {config.politeness.robots_agent}")
         self.store = StoreStage(
             config=config.store,
-            worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info),
+            worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info,
+                               totals=self.totals),
             frontier=self.frontier, hosts=hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
             held=self.held, node_id=self.node_id, taken=pressure, clock=clock, recrawl=config.recrawl)
         # After the store: URLs that come in past their host's page cap get their lines there.
@@ -179,6 +184,8 @@ class Node:
         self.hosts.load(await self.frontier.hosts_with_work(), self._clock())
         await self.fetcher.start()
         await self.parse.start(self.supervisor)
+        # Before the store writes a line: the lines there are, counted once (store.crawl_totals).
+        await asyncio.to_thread(count_crawl_logs, self.data_dir, self.totals)
         await self.store.start(self.supervisor)
         restarted = (await self.frontier.totals())["hosts"] > 0  # before the seeds: they are not a past
         await self.cluster.start()
@@ -384,6 +391,7 @@ class Node:
                                    outbox_total=cluster.outbox_total, peer_dns=cluster.peer_dns),
             dns=self.resolver.snapshot() if self.resolver is not None else None,
             supervisor=self.supervisor.snapshot(), leases_expired=upkeep.leases_expired, fetches=fetch.fetches,
+            totals=self.totals.snapshot(),
             frontier_calls=self.frontier.call_snapshot(), start_time_s=round(now - uptime, 3), version=__version__)
 
     def pipeline_idle(self) -> bool:
