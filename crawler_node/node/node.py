@@ -96,8 +96,7 @@ class Node:
         work, pressure = Wakeup(), Wakeup()  # a host may be ready; a stage may have drained
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
-        # Every crawl.log line's counts, since the data directory's first: rebuilt at start.
-        self.totals = CrawlTotals()
+        self.totals = CrawlTotals()  # every crawl.log line's counts, ever: rebuilt at start
         self._build_frontier_and_hosts(work)
         self._build_pipeline(work, pressure)
 
@@ -241,13 +240,14 @@ class Node:
     async def wait_stop_requested(self) -> None:
         await self._stop_requested.wait()
 
-    async def stop(self, *, grace_s: float = 10.0) -> None:
+    async def stop(self, *, grace_s: float = 10.0, hand_off: bool = False) -> None:
         """Ordered shutdown: stop leasing, let fetches finish (or hand them back), drain the
         parse and store stages, write back what was never attempted, close in reverse. On a full
         disk (before or while draining) fetches are cancelled and nothing is waited for or written
-        back: unstored pages keep their leases, which return to their queues at the next start."""
+        back: unstored pages keep their leases, which return to their queues at the next start.
+        ``hand_off``: leave the ring drained as --handoff-on-exit does (batch mode's end)."""
         self.request_stop()
-        if self.config.cluster.handoff_on_exit and not self.cluster.is_single:
+        if (hand_off or self.config.cluster.handoff_on_exit) and not self.cluster.is_single:
             await self._unless_disk_full(self._hand_everything_off(grace_s))
         await self._unless_disk_full(self.dispatcher.drain(grace_s))
         drained = await self._pressure.wait_until(
