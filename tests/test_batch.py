@@ -192,3 +192,59 @@ def test_a_drop_host_is_counted_as_dropped_across_a_reopen(tmp_path):
     with Frontier(tmp_path) as frontier:
         assert frontier.totals()["dropped"] == 5
         assert frontier.snapshot().totals.dropped == 5
+
+
+def _progress(node: NodeProcess) -> tuple[int, int]:
+    """(finished, known) summed over the members, as this node's cluster view shows them."""
+    members = node.status()["members"]
+    return (sum(m.get("finished") or 0 for m in members), sum(m.get("known") or 0 for m in members))
+
+
+def test_exit_when_idle_on_three_nodes_after_a_member_is_killed_and_restarted(start_testweb, tmp_path):
+    web = start_testweb(hosts=9, pages=30, seed=4, profile={"site-*.test": {"latency_ms": 30}})
+    ids = ["n1", "n2", "n3"]
+    peers = peers_of(plan(ids))
+
+    def member(node_id: str, log_name: str) -> NodeProcess:
+        host, port = peers[node_id].removeprefix("http://").split(":")
+        return NodeProcess(node_id=node_id, data_dir=tmp_path / node_id, host=host, port=int(port), proxy=web.url,
+                           peers=peers, seeds=roots(9) if node_id == "n1" else (), log_path=tmp_path / log_name,
+                           extra_args=[*ANY_HOST, *FAST_CLUSTER, *SECURED, "--exit-when-idle",
+                                       "--host-limit-ceiling", "1", "--host-limit-start", "1",
+                                       "--progress-interval-s", "0", "--idle-timeout-s", "150"])
+
+    nodes = {node_id: member(node_id, f"{node_id}.log") for node_id in ids}
+    try:
+        for node in nodes.values():
+            node.start(wait=False)
+        for node in nodes.values():
+            node.wait_healthy()
+        victim = nodes["n2"]
+        wait_until(lambda: len(read_crawl_log(victim.data_dir)) >= 10, 60, "n2's first fetches")
+        before = _progress(nodes["n1"])
+        kill_and_reap(victim)
+        victim.stop()
+        # while n2 is down with work, nobody decides, and the progress n1 shows does not go back
+        wait_until(lambda: next(m for m in nodes["n1"].status()["members"] if m["id"] == "n2")["state"] == "down",
+                   30, "n2 seen down")
+        during = _progress(nodes["n1"])
+        assert during[0] >= before[0] and during[1] >= before[1], (before, during)
+        assert nodes["n1"].proc is not None and nodes["n1"].proc.poll() is None
+        nodes["n2"] = member("n2", "n2-again.log")
+        nodes["n2"].start()
+        codes = {}
+        for node_id, node in nodes.items():
+            assert node.proc is not None
+            codes[node_id] = node.proc.wait(timeout=EXIT_WAIT_S)
+    finally:
+        for node in nodes.values():
+            node.stop()
+    assert codes == {"n1": 0, "n2": 0, "n3": 0}, "\n".join(node.log_tail() for node in nodes.values())
+    data_dirs = [tmp_path / node_id for node_id in ids]
+    complete = [stats for stats in (json.loads((d / "stats.json").read_text()) for d in data_dirs)
+                if len(stats["member_totals"]) == 3]
+    assert complete
+    for stats in complete:
+        assert_totals_match(stats, data_dirs)
+    fetched = {line["url"] for d in data_dirs for line in read_crawl_log(d)}
+    assert set(web.expected()) <= fetched

@@ -40,6 +40,7 @@ ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
     "local $.frontier.dropped",  # issue 51: URLs drop-host deleted, counted in known/finished
     "cluster $.totals", "cluster $.frontier.dropped",  # the same, in the cluster view
     "cluster $.members[].remembered",  # issue 51: a silent member's last known/finished still count
+    "cluster $.members[].attempts_total",  # issue 51: crawl.log's attempts, durable, for the finished line
     "metrics crawler_crawl_log_lines",  # issue 51: crawl.log lines, durable across restarts
 })
 

@@ -55,6 +55,8 @@ def member_summary(status: dict[str, Any] | None) -> dict[str, Any]:
             "reachable": True,
             "idle": status["idle"],
             "fetched": status["counters"]["fetched"],
+            # fetch attempts in crawl.log, ever: durable across restarts (core.crawl_totals)
+            "attempts_total": (status.get("totals") or {}).get("attempts"),
             "fetched_per_s": status["rates"]["fetched_per_s"],
             "paused": status.get("paused", False),
             "pause_reason": (status.get("pause") or {}).get("reason"),
