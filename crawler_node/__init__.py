@@ -4,16 +4,16 @@ __version__ = "0.1.0"
 
 # The Python API (crawler_node.embedded): imported on first use, so that `import crawler_node`
 # (the CLI's) stays light.
-__all__ = ["Crawl", "Page", "Settings", "__version__"]
+__all__ = ["Crawl", "Page", "Settings", "__version__", "make_settings"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from crawler_node.embedded import Crawl, Page
+    from crawler_node.embedded import Crawl, Page, make_settings
     from crawler_node.settings import Settings
 
 
 def __getattr__(name: str) -> object:
-    if name in ("Crawl", "Page"):
+    if name in ("Crawl", "Page", "make_settings"):
         from crawler_node import embedded
 
         return getattr(embedded, name)

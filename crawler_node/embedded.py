@@ -1,8 +1,8 @@
 """The Python API: a single-node crawl inside your asyncio program, its pages as an async iterator.
 
-    from crawler_node import Crawl, Settings
+    from crawler_node import Crawl, make_settings
 
-    settings = Settings(seeds=["https://docs.example.org/"], data_dir=Path("./data"), max_depth=3)
+    settings = make_settings(seeds=["https://docs.example.org/"], data_dir="./data", max_depth=3)
     async with Crawl(settings) as crawl:
         async for page in crawl:
             print(page.status, page.url, len(page.links))
@@ -19,6 +19,7 @@ with`` early stops the node (what was not taken is stored all the same).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,9 +30,24 @@ from crawler_node.core.encoding import decode_body
 from crawler_node.node.node import Node
 from crawler_node.node.stage_items import PageResult
 from crawler_node.runtime.datadir import DataDirLock, claim_data_dir
-from crawler_node.settings import Settings
+from crawler_node.settings import Settings, SettingsError, settings_fields
+from crawler_node.settings_sources import load_settings
 
 IDLE_CHECK_S = 0.2  # how often the node is asked whether it is done, once the queue is empty
+
+
+def make_settings(**values: Any) -> Settings:
+    """Settings built in code as the command line builds them from its flags, by the same
+    names (``seeds=[...]``, ``max_depth=3``, ``pace="adaptive"``): each value checked and
+    coerced (``data_dir="./data"`` is a Path), an unknown name an error that names the nearest,
+    and the pace's preset filling the host limits not given (``Settings(pace=...)`` alone does
+    not: it is the flat record). The environment is not read."""
+    known = [f.name for f in settings_fields()]
+    for name in values:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise SettingsError(f"unknown setting {name!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return load_settings(values, env={})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +87,7 @@ class Crawl:
     """A single-node crawl run inside the caller's event loop (see the module's docstring)."""
 
     def __init__(self, settings: Settings, *, buffer: int = 16) -> None:
-        """``settings``: built in code (``Settings(seeds=[...], ...)``) or loaded
+        """``settings``: built in code (``make_settings(seeds=[...], ...)``) or loaded
         (settings_sources.load_settings); checked here. ``buffer``: pages taken from the store
         and not yet by the iterator, at most."""
         if buffer < 1:

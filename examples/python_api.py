@@ -12,7 +12,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from crawler_node import Crawl, Page, Settings
+from crawler_node import Crawl, Page, make_settings
 
 
 async def handle(page: Page) -> None:
@@ -21,7 +21,8 @@ async def handle(page: Page) -> None:
 
 
 async def main(seeds: list[str], *, data_dir: Path, proxy: str | None = None) -> int:
-    settings = Settings(seeds=seeds, data_dir=data_dir, proxy=proxy, max_depth=3, pace="adaptive")
+    # the names and checks of the command line's flags (--max-depth 3 --pace adaptive ...)
+    settings = make_settings(seeds=seeds, data_dir=data_dir, proxy=proxy, max_depth=3, pace="adaptive")
     pages = 0
     async with Crawl(settings, buffer=16) as crawl:
         async for page in crawl:

@@ -12,22 +12,25 @@ import pytest
 from conftest import read_crawl_log, roots
 
 import crawler_node
-from crawler_node import Crawl, Settings
+from crawler_node import Crawl, Settings, make_settings
+from crawler_node.settings import SettingsError
 
 HOSTS, PAGES = 10, 100  # 1,000 pages
-BUFFER, STORE_QUEUE, PARSE_QUEUE, INFLIGHT = 8, 8, 8, 4
-# Pages fetched and not yet taken by the program, at most: the iterator's buffer, the store
-# stage's batch (its queue, and one taken), the parse queue and its workers' pages, the fetches
-# in flight, and one robots.txt a host (not a page, but a request testweb counts).
-AHEAD = BUFFER + (STORE_QUEUE + 1) + PARSE_QUEUE + 4 + INFLIGHT + HOSTS
+BUFFER, STORE_QUEUE, PARSE_QUEUE, INFLIGHT, PARSE_WORKERS = 8, 8, 8, 4, 1
+# Pages fetched and not yet taken by the program, at most: the iterator's buffer; the store
+# stage's queue and the batch it hands over (at most a queue's worth and one); the same for the
+# parse stage, per parser; the fetches in flight; and one robots.txt a host (not a page, but a
+# request testweb counts). None of it grows with the crawl.
+AHEAD = BUFFER + (2 * STORE_QUEUE + 1) + PARSE_QUEUE + PARSE_WORKERS * (PARSE_QUEUE + 1) + INFLIGHT + HOSTS
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "python_api.py"
 
 
 def test_a_slow_consumer_slows_the_crawl_and_gets_every_page(start_testweb, tmp_path):
     web = start_testweb(hosts=HOSTS, pages=PAGES, seed=11)
     expected = set(web.expected())
-    settings = Settings(seeds=roots(HOSTS), data_dir=tmp_path / "api", proxy=web.url, pace="adaptive",
-                        store_queue=STORE_QUEUE, parse_queue=PARSE_QUEUE, global_inflight=INFLIGHT)
+    settings = make_settings(seeds=roots(HOSTS), data_dir=tmp_path / "api", proxy=web.url, pace="adaptive",
+                             store_queue=STORE_QUEUE, parse_queue=PARSE_QUEUE, global_inflight=INFLIGHT,
+                             parse_workers=PARSE_WORKERS)
     checks: list[tuple[int, int]] = []
 
     async def program() -> list[str]:
@@ -55,6 +58,10 @@ def test_a_slow_consumer_slows_the_crawl_and_gets_every_page(start_testweb, tmp_
 
 def test_the_api_checks_its_settings_and_is_importable_from_the_package():
     assert crawler_node.Crawl is Crawl and crawler_node.Settings is Settings
+    settings = make_settings(pace="adaptive", data_dir="./somewhere")
+    assert settings.host_limit_ceiling == 8 and isinstance(settings.data_dir, Path)  # the preset, coerced
+    with pytest.raises(SettingsError, match="did you mean max_depth"):
+        make_settings(max_dept=3)  # the nearest name
     with pytest.raises(ValueError, match="one node"):
         Crawl(Settings(peers=["a=http://127.0.0.1:1"]))
     with pytest.raises(ValueError, match="buffer"):
