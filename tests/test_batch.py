@@ -141,6 +141,7 @@ def test_exit_when_idle_on_three_nodes_every_member_exits_0(start_testweb, tmp_p
     deciders = [json.loads((d / "stats.json").read_text()) for d in data_dirs]
     # the first to decide read every member's totals: cluster-wide, they are the crawl.logs' counts
     complete = [stats for stats in deciders if len(stats["member_totals"]) == 3]
+    print(f"{len(complete)} of 3 members wrote the cluster-wide totals")
     assert complete, [sorted(stats["member_totals"]) for stats in deciders]
     for stats in complete:
         assert stats["scope"] == "cluster" and stats["members"] == ids
@@ -243,6 +244,7 @@ def test_exit_when_idle_on_three_nodes_after_a_member_is_killed_and_restarted(st
     data_dirs = [tmp_path / node_id for node_id in ids]
     complete = [stats for stats in (json.loads((d / "stats.json").read_text()) for d in data_dirs)
                 if len(stats["member_totals"]) == 3]
+    print(f"{len(complete)} of 3 members wrote the cluster-wide totals")
     assert complete
     for stats in complete:
         assert_totals_match(stats, data_dirs)
