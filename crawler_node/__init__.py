@@ -1,6 +1,6 @@
 """crawler_node: a peer-to-peer distributed web crawler with flow control at every stage."""
 
-__version__ = "0.1.0"
+from crawler_node.version import __version__
 
 # The Python API (crawler_node.embedded): imported on first use, so that `import crawler_node`
 # (the CLI's) stays light.

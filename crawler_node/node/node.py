@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
-from crawler_node import __version__
 from crawler_node.cluster.cluster import Cluster
 from crawler_node.cluster.fencing import FencedFetcher
 from crawler_node.cluster.readiness import StartupHold
@@ -72,6 +71,7 @@ from crawler_node.runtime.wakeup import Wakeup
 from crawler_node.store.crawl_totals import count_crawl_logs
 from crawler_node.store.worker import StoreWorker
 from crawler_node.store.writer import CrawlInfo
+from crawler_node.version import __version__
 
 log = logging.getLogger("crawler_node.node")
 
