@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler_node.api.status import cluster_status, node_status
 from crawler_node.core.crawl_totals import merge_json
+from crawler_node.datadir_layout import STATS_FILENAME
 from crawler_node.tools.report import cluster_members
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("crawler_node.batch")
 
-STATS_FILENAME = "stats.json"
 EXIT_DONE, EXIT_TIMED_OUT, EXIT_NOTHING_FETCHED = 0, 3, 4
 CHECK_S = 1.0
 # A member that decided waits this many rounds of the others' checks before it leaves: they

@@ -250,3 +250,28 @@ def test_exit_when_idle_on_three_nodes_after_a_member_is_killed_and_restarted(st
         assert_totals_match(stats, data_dirs)
     fetched = {line["url"] for d in data_dirs for line in read_crawl_log(d)}
     assert set(web.expected()) <= fetched
+
+
+def _write_log(path: Path, lines: list[dict], *, torn: str = "") -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + torn)
+
+
+def test_rotated_crawl_logs_are_counted_once_then_read_from_their_kept_tallies(tmp_path):
+    from crawler_node.store.crawl_totals import count_crawl_logs
+
+    _write_log(tmp_path / "crawl.log.20261207000000000", [_line("ok", 200), _line("ok", 200, host="b.test")])
+    _write_log(tmp_path / "crawl.log", [_line("server_error", 503)], torn='{"url": "http://a.test/half')
+    first = count_crawl_logs(tmp_path).snapshot()
+    assert first.lines == 3 and first.status_codes == {"200": 2, "503": 1}  # the torn tail is no line
+    cache = tmp_path / "crawl_totals.json"
+    kept = json.loads(cache.read_text())
+    assert list(kept["files"]) == ["crawl.log.20261207000000000"]  # the current file is always read
+    # the kept tally is what a start reads for an unchanged rotated file...
+    kept["files"]["crawl.log.20261207000000000"]["state"]["lines"] = 1000
+    cache.write_text(json.dumps(kept))
+    assert count_crawl_logs(tmp_path).snapshot().lines == 1001
+    # ... and a file of another size (or a cache of another shape) is counted again
+    _write_log(tmp_path / "crawl.log.20261207000000000", [_line("ok", 200)] * 3)
+    assert count_crawl_logs(tmp_path).snapshot().lines == 4
+    cache.write_text("{not json")
+    assert count_crawl_logs(tmp_path).snapshot().lines == 4

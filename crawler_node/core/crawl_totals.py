@@ -152,6 +152,56 @@ class CrawlTotals:
                  elapsed_ms=float(line.get("elapsed_ms") or 0.0), fetched_at=line.get("fetched_at"),
                  error=line.get("error"))
 
+    # -- a tally kept on disk (store.crawl_totals keeps one per rotated crawl.log file) ---------
+
+    def state(self) -> dict[str, Any]:
+        """The tally as JSON values, for ``from_state``."""
+        return {**{name: getattr(self, name) for name in _SCALAR_STATE},
+                "outcomes": dict(self.outcomes), "status_codes": dict(self.status_codes), "kinds": dict(self.kinds),
+                "reasons": dict(self.reasons),
+                "hosts": {host: [e.attempts, e.elapsed_ms, e.refused] for host, e in self.hosts.items()}}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], *, hosts_tracked: int = HOSTS_TRACKED) -> CrawlTotals:
+        """A tally from ``state()``'s values. ValueError (or KeyError, TypeError) when they are not."""
+        totals = cls(hosts_tracked=hosts_tracked)
+        for name in _SCALAR_STATE:
+            value = state[name]
+            if name in ("first_at", "last_at"):
+                setattr(totals, name, None if value is None else str(value))
+            else:
+                setattr(totals, name, int(value))
+        for name in ("outcomes", "status_codes", "kinds"):
+            getattr(totals, name).update({str(key): int(count) for key, count in state[name].items()})
+        totals.reasons = {str(key): str(reason) for key, reason in state["reasons"].items()}
+        totals.hosts = {str(host): _Host(int(a), float(ms), int(r)) for host, (a, ms, r) in state["hosts"].items()}
+        return totals
+
+    def absorb(self, other: CrawlTotals) -> None:
+        """Add ``other``'s counts to these (the lines of another file). A host past the bound is
+        counted in ``hosts_untracked`` once per tally it comes from: at least the hosts left out."""
+        for name in _SUMMED_STATE:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.outcomes.update(other.outcomes)
+        self.status_codes.update(other.status_codes)
+        self.kinds.update(other.kinds)
+        for outcome, reason in other.reasons.items():
+            self.reasons.setdefault(outcome, reason)
+        for when in (other.first_at, other.last_at):
+            if when is not None:
+                self.first_at = when if self.first_at is None or when < self.first_at else self.first_at
+                self.last_at = when if self.last_at is None or when > self.last_at else self.last_at
+        for host, entry in other.hosts.items():
+            mine = self.hosts.get(host)
+            if mine is None:
+                if len(self.hosts) >= self._hosts_tracked:
+                    self.hosts_untracked += 1
+                    continue
+                mine = self.hosts[host] = _Host()
+            mine.attempts += entry.attempts
+            mine.elapsed_ms += entry.elapsed_ms
+            mine.refused += entry.refused
+
     def snapshot(self, *, top: int = TOP) -> TotalsSnapshot:
         # the top few of many hosts: a heap, not a sort (the status is built often)
         timed = heapq.nsmallest(top, ((host, entry) for host, entry in self.hosts.items() if entry.attempts),
@@ -169,6 +219,9 @@ class CrawlTotals:
             hosts_untracked=self.hosts_untracked, first_at=self.first_at, last_at=self.last_at)
 
 
+_SUMMED_STATE = ("lines", "attempts", "pages", "bytes", "retries", "robots_fetches", "robots_refused", "refused",
+                 "hosts_untracked")
+_SCALAR_STATE = (*_SUMMED_STATE, "first_at", "last_at")
 _SUMMED = ("lines", "attempts", "pages", "bytes", "retries", "robots_fetches", "robots_refused", "refused",
            "hosts_untracked")
 _COUNTED = ("outcomes", "status_codes", "kinds")
