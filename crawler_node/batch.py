@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler_node.api.status import cluster_status, node_status
 from crawler_node.core.crawl_totals import merge_json
+from crawler_node.core.stats import json_value
 from crawler_node.datadir_layout import STATS_FILENAME
 from crawler_node.tools.report import cluster_members
 
@@ -121,6 +122,7 @@ class IdleExit:
         self._started = time.monotonic()
         self._lingering: int | None = None  # rounds left before leaving, once decided
         self.exit_code: int | None = None  # set once decided
+        self._pending: tuple[dict[str, Any], list[str], str] | None = None  # what the summary is made of
         self.hand_off = False  # leave the ring drained on the way out (a cluster's member that decided)
 
     def start(self) -> None:
@@ -156,26 +158,46 @@ class IdleExit:
                 if isinstance(peer.get("totals"), dict):
                     per_member[member_id] = peer["totals"]
         members = sorted({str(m["id"]) for m in cluster_members(status)} | {node.node_id})
+        self._pending = (per_member, members, state)
+        if state != "idle":
+            # Fetches are still in flight: the summary is made once they are stored (after_stop).
+            log.error("--idle-timeout-s %g passed before the cluster was idle: %s", self._timeout_s, state)
+            self.exit_code = EXIT_TIMED_OUT
+            node.request_stop()
+            return
+        stats = self._report()
+        if stats["refused"] is not None:
+            log.error("%s", stats["refused"])
+            self.exit_code = EXIT_NOTHING_FETCHED
+        else:
+            self.exit_code = EXIT_DONE
+        if node.cluster.is_single:
+            node.request_stop()
+        else:
+            self.hand_off = True
+            self._lingering = LINGER_ROUNDS
+
+    def after_stop(self) -> None:
+        """Once the node stopped: a timed-out crawl's summary, with its own totals as they
+        ended (what was in flight stored)."""
+        if self._pending is None or self._pending[2] == "idle":
+            return
+        per_member, members, state = self._pending
+        per_member[self._node.node_id] = json_value(self._node.totals.snapshot())
+        self._report()
+
+    def _report(self) -> dict[str, Any]:
+        """Print the summary and write stats.json; returns it."""
+        assert self._pending is not None
+        per_member, members, state = self._pending
         totals = merge_json(per_member.values())
-        stats = summary(node.node_id, totals, members=members, state=state,
+        stats = summary(self._node.node_id, totals, members=members, state=state,
                         run_s=time.monotonic() - self._started, per_member=per_member)
         refused = refusal_line(totals) if state == "idle" else None
         if refused is None and state == "idle" and totals["lines"] == 0:
             refused = "nothing fetched: no URL was taken (every seed was invalid or out of scope: see the log)"
         stats["refused"] = refused
         print(summary_text(stats), flush=True)
-        path = write_stats(node.data_dir, stats)
+        path = write_stats(self._node.data_dir, stats)
         log.info("crawl summary written to %s", path)
-        if state != "idle":
-            log.error("--idle-timeout-s %g passed before the cluster was idle: %s", self._timeout_s, state)
-            self.exit_code = EXIT_TIMED_OUT
-        elif refused is not None:
-            log.error("%s", refused)
-            self.exit_code = EXIT_NOTHING_FETCHED
-        else:
-            self.exit_code = EXIT_DONE
-        if node.cluster.is_single or state != "idle":
-            node.request_stop()
-        else:
-            self.hand_off = True
-            self._lingering = LINGER_ROUNDS
+        return stats

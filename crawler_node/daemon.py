@@ -191,6 +191,8 @@ async def _serve(settings: Settings) -> int:
         log.info("stopping: returning unfinished work to the frontier and flushing the store")
     await node.stop(hand_off=idle_exit is not None and idle_exit.hand_off)
     await listener.close()
+    if idle_exit is not None:
+        idle_exit.after_stop()
     if isinstance(node.fatal_error, DiskFull):
         return 1  # said when it happened, in the one line an operator needs
     if node.fatal_error is not None:

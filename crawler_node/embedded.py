@@ -101,6 +101,7 @@ class Crawl:
         self._lock: DataDirLock | None = None
         self._watch: asyncio.Task[None] | None = None
         self._closing = False
+        self._error: BaseException | None = None  # why the crawl ended early (raised by the iterator)
         self.delivered = 0
 
     @property
@@ -148,6 +149,8 @@ class Crawl:
     async def __anext__(self) -> Page:
         page = await self._queue.get()
         if page is None:
+            if self._error is not None:
+                raise RuntimeError(f"the crawl stopped: {self._error!r}") from self._error
             raise StopAsyncIteration
         return page
 
@@ -165,10 +168,16 @@ class Crawl:
 
     async def _watch_idle(self) -> None:
         """The end: the node idle (nothing queued, leased or in flight, the store included)
-        once every page was taken; then the iterator's end mark."""
+        once every page was taken; then the iterator's end mark. A failure here, or a node
+        that stopped on a fatal error, ends the iteration with that error, never a hang."""
         node = self.node
-        while True:
-            await asyncio.sleep(IDLE_CHECK_S)
-            if self._queue.empty() and (await node.snapshot()).idle and self._queue.empty():
-                await self._queue.put(None)
-                return
+        try:
+            while node.fatal_error is None:
+                await asyncio.sleep(IDLE_CHECK_S)
+                if self._queue.empty() and (await node.snapshot()).idle and self._queue.empty():
+                    break
+            else:
+                self._error = node.fatal_error
+        except Exception as exc:  # noqa: BLE001 - handed to the iterator, raised there
+            self._error = exc
+        await self._queue.put(None)

@@ -150,6 +150,20 @@ def test_exit_when_idle_on_three_nodes_every_member_exits_0(start_testweb, tmp_p
     assert set(web.expected()) <= fetched
 
 
+def test_idle_timeout_ends_a_crawl_that_cannot_finish_with_exit_3(start_testweb, tmp_path):
+    # 400 pages of one host at the polite pace (one request a second): no run ends in 2 s
+    web = start_testweb(hosts=1, pages=400, seed=2)
+    data_dir = tmp_path / "slow"
+    code = run_to_exit([*crawl_command(data_dir, *roots(1), "--proxy", web.url, "--idle-timeout-s", "2"),
+                        "--pace", "polite"], tmp_path / "slow.out")
+    output = (tmp_path / "slow.out").read_text()
+    assert code == 3, output
+    stats = json.loads((data_dir / "stats.json").read_text())
+    assert stats["state"].startswith("timed out (crawling")
+    assert_totals_match(stats, [data_dir])
+    assert stats["totals"]["pages"] < len(web.expected())
+
+
 # --- the pure parts ----------------------------------------------------------------------------
 
 
