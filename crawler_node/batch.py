@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +44,9 @@ _FIXES = {"not_allowed": "give --allow-private to crawl private or loopback addr
 
 
 def refusal_line(totals: dict[str, Any]) -> str | None:
-    """Why a crawl fetched nothing, in one line; None when it fetched something (an answer
-    with a status came back) or was never refused."""
-    if sum(totals.get("status_codes", {}).values()) or not totals.get("refused"):
+    """Why a crawl fetched nothing, in one line; None when it fetched something (a page had an
+    answer, whatever its status; robots.txt's do not count) or was never refused."""
+    if totals.get("answered") or not totals.get("refused"):
         return None
     reasons = totals.get("refusal_reasons") or {}
     outcomes = totals.get("outcomes") or {}
@@ -76,7 +77,6 @@ def summary(node_id: str, totals: dict[str, Any], *, members: list[str], state: 
 def _span_s(first: str | None, last: str | None) -> float:
     if not first or not last:
         return 0.0
-    from datetime import datetime
     try:
         return max(0.0, (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds())
     except ValueError:

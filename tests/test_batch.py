@@ -180,13 +180,18 @@ def test_totals_count_lines_and_merge_across_members():
         one.add_line(line)
     two.add_line(_line("not_allowed", None, host="b.test", size=0, error="b.test is not a public address"))
     merged = merge_json([json_value(one.snapshot()), json_value(two.snapshot())])  # type: ignore[list-item]
-    assert merged["lines"] == 6 and merged["pages"] == 2 and merged["retries"] == 1
+    assert merged["lines"] == 6 and merged["pages"] == 2 and merged["retries"] == 1 and merged["answered"] == 3
     assert merged["attempts"] == 5  # the robots_disallowed line is no request
     assert merged["robots_fetches"] == 1 and merged["robots_refused"] == 1 and merged["refused"] == 2
     assert merged["status_codes"] == {"200": 2, "404": 1, "503": 1}
     assert merged["refusal_reasons"]["not_allowed"] == "b.test is not a public address"
     assert refusal_line(merged) is None  # something was answered
     assert "not_allowed x1" in (refusal_line(json_value(two.snapshot())) or "")  # type: ignore[arg-type]
+    # robots.txt answered, and forbade every page: nothing fetched, said with the reason
+    robots_only = CrawlTotals()
+    robots_only.add_line(_line("ok", 200, kind="robots"))
+    robots_only.add_line(_line("robots_disallowed", None, size=0))
+    assert "robots_disallowed x1" in (refusal_line(json_value(robots_only.snapshot())) or "")  # type: ignore[arg-type]
 
 
 def test_per_host_entries_are_bounded():

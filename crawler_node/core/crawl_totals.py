@@ -65,6 +65,7 @@ class TotalsSnapshot:
                                         "directory's first (durable: rebuilt from crawl.log at start)"))
     attempts: int  # lines that are a request sent (or tried): not the URLs ended unfetched
     pages: int  # attempts answered 200 ok (pages, robots.txt and sitemaps)
+    answered: int  # attempts of pages and sitemaps (not robots.txt) that got an HTTP answer, any status
     bytes: int  # body bytes received, as crawl.log's "bytes" adds up
     retries: int  # attempts past a URL's first (attempt > 1)
     robots_fetches: int  # robots.txt requests
@@ -87,7 +88,7 @@ class CrawlTotals:
 
     def __init__(self, *, hosts_tracked: int = HOSTS_TRACKED) -> None:
         self._hosts_tracked = hosts_tracked
-        self.lines = self.attempts = self.pages = self.bytes = self.retries = 0
+        self.lines = self.attempts = self.pages = self.answered = self.bytes = self.retries = 0
         self.robots_fetches = self.robots_refused = self.refused = 0
         self.outcomes: Counter[str] = Counter()
         self.status_codes: Counter[str] = Counter()
@@ -127,6 +128,8 @@ class CrawlTotals:
                 self.retries += 1
             if kind == "robots":
                 self.robots_fetches += 1
+            elif status is not None:
+                self.answered += 1
             if outcome == FetchOutcome.OK:
                 self.pages += 1
         entry = self.hosts.get(host)
@@ -209,7 +212,8 @@ class CrawlTotals:
         refusing = heapq.nsmallest(top, ((host, entry.refused) for host, entry in self.hosts.items()
                                          if entry.refused), key=lambda item: (-item[1], item[0]))
         return TotalsSnapshot(
-            lines=self.lines, attempts=self.attempts, pages=self.pages, bytes=self.bytes, retries=self.retries,
+            lines=self.lines, attempts=self.attempts, pages=self.pages, answered=self.answered, bytes=self.bytes,
+            retries=self.retries,
             robots_fetches=self.robots_fetches, robots_refused=self.robots_refused, refused=self.refused,
             outcomes=dict(self.outcomes), status_codes=dict(self.status_codes), kinds=dict(self.kinds),
             refusal_reasons=dict(self.reasons),
@@ -219,11 +223,10 @@ class CrawlTotals:
             hosts_untracked=self.hosts_untracked, first_at=self.first_at, last_at=self.last_at)
 
 
-_SUMMED_STATE = ("lines", "attempts", "pages", "bytes", "retries", "robots_fetches", "robots_refused", "refused",
-                 "hosts_untracked")
+_SUMMED_STATE = ("lines", "attempts", "pages", "answered", "bytes", "retries", "robots_fetches", "robots_refused",
+                 "refused", "hosts_untracked")
 _SCALAR_STATE = (*_SUMMED_STATE, "first_at", "last_at")
-_SUMMED = ("lines", "attempts", "pages", "bytes", "retries", "robots_fetches", "robots_refused", "refused",
-           "hosts_untracked")
+_SUMMED = _SUMMED_STATE
 _COUNTED = ("outcomes", "status_codes", "kinds")
 
 
