@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawler_node.api.status import cluster_status, node_status
+from crawler_node.api.status import cluster_status, node_activity, node_status
+from crawler_node.cluster.activity import Check, idle_check, view_of
 from crawler_node.core.crawl_totals import merge_json
 from crawler_node.core.stats import json_value
 from crawler_node.datadir_layout import STATS_FILENAME
@@ -141,6 +142,12 @@ class IdleExit:
         timed_out = self._timeout_s > 0 and time.monotonic() - self._started >= self._timeout_s
         if not local["idle"] and not timed_out:
             return
+        if not node.cluster.is_single and not timed_out:
+            # A peer whose heartbeat says it is busy makes the cluster busy: no need to read
+            # every member's status each round (cluster.activity), only when all say idle.
+            view = view_of(node_activity(node), node.cluster.peer_activity())
+            if idle_check(view, None) is Check.BUSY:
+                return
         status = await cluster_status(node, local)  # a node alone: its own, with crawl_state
         idle = status.get("crawl_state") == "idle"
         if not idle and not timed_out:
