@@ -241,14 +241,18 @@ def test_exit_when_idle_on_three_nodes_after_a_member_is_killed_and_restarted(st
             node.wait_healthy()
         victim = nodes["n2"]
         wait_until(lambda: len(read_crawl_log(victim.data_dir)) >= 10, 60, "n2's first fetches")
-        before = _progress(nodes["n1"])
+        seen = [_progress(nodes["n1"])]
         kill_and_reap(victim)
         victim.stop()
         # while n2 is down with work, nobody decides, and the progress n1 shows does not go back
-        wait_until(lambda: next(m for m in nodes["n1"].status()["members"] if m["id"] == "n2")["state"] == "down",
-                   30, "n2 seen down")
-        during = _progress(nodes["n1"])
-        assert during[0] >= before[0] and during[1] >= before[1], (before, during)
+        # (n2's last heartbeat still counts). Not asserted: the handback when n2 returns, which
+        # moves rows between members and can still lower the sum for a moment.
+        for _ in range(400):  # bounded: n2 seen down, then a few more looks
+            seen.append(_progress(nodes["n1"]))
+            if next(m for m in nodes["n1"].status()["members"] if m["id"] == "n2")["state"] == "down":
+                break
+        seen += [_progress(nodes["n1"]) for _ in range(10)]
+        backwards = [(a, b) for a, b in zip(seen, seen[1:], strict=False) if b[0] < a[0] or b[1] < a[1]]
         assert nodes["n1"].proc is not None and nodes["n1"].proc.poll() is None
         nodes["n2"] = member("n2", "n2-again.log")
         nodes["n2"].start()
@@ -260,6 +264,7 @@ def test_exit_when_idle_on_three_nodes_after_a_member_is_killed_and_restarted(st
         for node in nodes.values():
             node.stop()
     assert codes == {"n1": 0, "n2": 0, "n3": 0}, "\n".join(node.log_tail() for node in nodes.values())
+    assert not backwards, backwards
     data_dirs = [tmp_path / node_id for node_id in ids]
     complete = [stats for stats in (json.loads((d / "stats.json").read_text()) for d in data_dirs)
                 if len(stats["member_totals"]) == 3]

@@ -92,18 +92,24 @@ async def cluster_status(node: Node, local: dict[str, Any] | None = None) -> dic
             member.update(member_summary(peers.get(member["id"])))
             if not member["reachable"]:
                 member.update(_remembered(node, member["id"]))
+            elif member.get("known") is not None:
+                node.cluster.heartbeats.last_read[member["id"]] = Activity(
+                    idle=bool(member["idle"]), fetched=int(member["fetched"]), known=int(member["known"]),
+                    paused=bool(member.get("paused")), finished=int(member["finished"]))
     _decide_idle(status)
     return status
 
 
 def _remembered(node: Node, member_id: str) -> dict[str, Any]:
-    """What a silent member said of its work last (its last heartbeat's activity): its URLs
-    known and finished still count, so the cluster's progress does not go backwards while it
-    is down. Nothing when it never said."""
-    last = node.cluster.heartbeats.last_activity.get(member_id)
-    if last is None:
+    """What a silent member said of its work last (its last status read, or its last
+    heartbeat's activity, whichever says more): its URLs known and finished still count, so the
+    cluster's progress does not go backwards while it is down. Nothing when it never said."""
+    heartbeats = node.cluster.heartbeats
+    said = [a for a in (heartbeats.last_read.get(member_id), heartbeats.last_activity.get(member_id)) if a]
+    if not said:
         return {}
-    return {"fetched": last.fetched, "known": last.known, "finished": last.finished, "remembered": True}
+    return {"fetched": max(a.fetched for a in said), "known": max(a.known for a in said),
+            "finished": max(a.finished for a in said), "remembered": True}
 
 
 def _decide_idle(status: dict[str, Any]) -> None:

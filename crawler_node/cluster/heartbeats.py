@@ -171,6 +171,8 @@ class Heartbeats:
         # ... and the last one heard, kept when it goes silent: a member down with work still
         # knows and finished what it said last, so the cluster's progress does not go backwards.
         self.last_activity: dict[str, Activity] = {}
+        # ... and what a read of its status (api.status.cluster_status) said last, kept the same way
+        self.last_read: dict[str, Activity] = {}
 
     def watch_startup(self, hold: StartupHold) -> None:
         """Report answers and failures to a starting member's hold until it ends."""
