@@ -82,6 +82,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(settings, log_level=args.log_level)
 
 
+def cmd_crawl(args: argparse.Namespace) -> int:
+    """One node, these seeds, until the crawl is done: `run --exit-when-idle` with the seeds
+    given as arguments, listening on a free loopback port unless told otherwise."""
+    from crawler_node.daemon import run
+
+    if args.log_level.upper() not in LOG_LEVELS:
+        print(f"crawler-node crawl: error: --log-level {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}",
+              file=sys.stderr)
+        return 2
+    flags = _flags(args)
+    flags["seeds"] = [*flags.get("seeds", []), *args.seed_urls]
+    flags["exit_when_idle"] = True
+    if "listen" not in flags and "CRAWLER_LISTEN" not in os.environ:
+        flags["listen"] = "127.0.0.1:0"
+    try:
+        settings = load_settings(flags, config_path=args.config)
+    except SettingsError as exc:
+        print(f"crawler-node crawl: error: {exc}", file=sys.stderr)
+        return 2
+    if not settings.seeds:
+        print("crawler-node crawl: error: give at least one seed URL", file=sys.stderr)
+        return 2
+    if settings.peers or settings.peer_dns:
+        print("crawler-node crawl: error: crawl runs one node; for a cluster use run --exit-when-idle",
+              file=sys.stderr)
+        return 2
+    return run(settings, log_level=args.log_level)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from crawler_node.tools import client
 
@@ -353,6 +382,15 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Run a crawler node. No peers = a one-node cluster.")
     _add_settings_options(run)
     run.set_defaults(handler=cmd_run)
+
+    crawl = commands.add_parser(
+        "crawl", help="crawl from these seeds on one node until done, then print and write stats.json",
+        description="Run one node from these seeds until the crawl is done (run --exit-when-idle), print its "
+                    "summary and write it as stats.json in the data directory. Exit 0 when done, 3 after "
+                    "--idle-timeout-s, 4 when nothing was fetched because every URL was refused.")
+    crawl.add_argument("seed_urls", nargs="*", metavar="SEED", help="seed URLs (as --seed)")
+    _add_settings_options(crawl)
+    crawl.set_defaults(handler=cmd_crawl)
 
     submit = commands.add_parser("submit", help="add seed URLs through any node",
                                  description="Add seed URLs through any node of the cluster.")

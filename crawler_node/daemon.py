@@ -12,6 +12,7 @@ from typing import Any
 from crawler_node.api.app import make_app
 from crawler_node.api.listener import ApiListener
 from crawler_node.api.status import cluster_status, heard_status, node_activity, node_status
+from crawler_node.batch import IdleExit
 from crawler_node.cluster.activity import Check, View, idle_check, view_of
 from crawler_node.config import ConfigError, TestHooks
 from crawler_node.node.node import Node
@@ -174,6 +175,10 @@ async def _serve(settings: Settings) -> int:
     print(f"crawler-node {settings.node_id} listening on http://{host}:{bound_port}", flush=True)
     if settings.progress_interval_s:
         ProgressLog(node, interval_s=settings.progress_interval_s).start()
+    idle_exit = None
+    if settings.exit_when_idle:
+        idle_exit = IdleExit(node, timeout_s=settings.idle_timeout_s, has_seeds=bool(settings.seeds))
+        idle_exit.start()
 
     loop = asyncio.get_running_loop()
     # POST /v1/control/stop (api.control) calls the same request_stop: one way to stop.
@@ -184,15 +189,17 @@ async def _serve(settings: Settings) -> int:
         log.info("stopping: nothing more can be written; the pages not stored are fetched again next run")
     else:
         log.info("stopping: returning unfinished work to the frontier and flushing the store")
-    await node.stop()
+    await node.stop(hand_off=idle_exit is not None and idle_exit.hand_off)
     await listener.close()
+    if idle_exit is not None:
+        idle_exit.after_stop()
     if isinstance(node.fatal_error, DiskFull):
         return 1  # said when it happened, in the one line an operator needs
     if node.fatal_error is not None:
         log.error("node stopped after a fatal error: %r", node.fatal_error)
         return 1
     log.info("stopped cleanly")
-    return 0
+    return idle_exit.exit_code if idle_exit is not None and idle_exit.exit_code is not None else 0
 
 
 def run(settings: Settings, *, log_level: str = "INFO") -> int:

@@ -17,6 +17,8 @@ node, tools) and no layer has to import another one for a name.
     members.json                       members heard through --peer-dns (cluster.known_members)
     paused.json, control.json, dropped_hosts.json  an operator's pause, the last pause or resume,
                                        the hosts dropped (node.operator)
+    crawl_totals.json                  the rotated crawl.log files' tallies, a cache (store.crawl_totals)
+    stats.json                         the summary of a crawl that ended (batch: --exit-when-idle, crawl)
 
 A file written whole is written to `<name>.tmp` first and renamed over it; the torn tail that a
 kill left in an appended file is cut at start and kept in `<name>.torn`, never destroyed.
@@ -35,6 +37,8 @@ SQLITE_SIDE_SUFFIXES = ("-wal", "-shm")
 WATERMARK_FILENAME = "frontier.watermark"
 FRONTIER_LOST_PREFIX = "frontier-lost-"
 CRAWL_LOG_FILENAME = "crawl.log"
+CRAWL_TOTALS_FILENAME = "crawl_totals.json"
+STATS_FILENAME = "stats.json"
 WARC_DIRNAME = "warc"
 WARC_SUFFIX = ".warc.gz"
 CDXJ_SUFFIX = ".cdxj"

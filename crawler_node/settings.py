@@ -192,6 +192,9 @@ class Settings:
     handback_delay_s: float = default(ClusterConfig, "handback_delay_s")
     peer_dns: str | None = default(ClusterConfig, "peer_dns")
     peer_dns_interval_s: float = default(ClusterConfig, "peer_dns_interval_s")
+    # batch mode (crawler_node.batch): the daemon's own, not a stage's
+    exit_when_idle: bool = False  # exit 0 once the cluster-wide idle decision is made, with stats.json
+    idle_timeout_s: float = 0.0  # with exit_when_idle: give up (exit 3) after this long without it (0: never)
 
     def validate(self) -> Settings:
         """Check what the groups cannot check alone: the outside's own forms (ids, addresses,
@@ -233,6 +236,8 @@ class Settings:
             problems.append(f"pace must be one of {', '.join(PACES)}, got {self.pace!r}")
         if self.progress_interval_s < 0:
             problems.append(f"progress_interval_s must be >= 0, got {self.progress_interval_s}")
+        if self.idle_timeout_s < 0:
+            problems.append(f"idle_timeout_s must be >= 0, got {self.idle_timeout_s}")
         if self.api_read_timeout_s <= 0:
             problems.append("peer_dns_interval_s and api_read_timeout_s must be > 0")
         if self.event_loop not in EVENT_LOOPS:

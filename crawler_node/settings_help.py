@@ -44,6 +44,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "max_hops", "outbox_capacity", "forward_batch", "forward_linger_s", "ring_vnodes", "ring_weights",
         "ring_key_by", "handoff_on_exit", "handback_delay_s"),
     "logging": ("progress_interval_s",),
+    "batch mode": ("exit_when_idle", "idle_timeout_s"),
 }
 
 # Settings accepted but not advertised (none: the tests' hooks are config.TestHooks, not settings).
@@ -60,6 +61,10 @@ HELP: dict[str, str] = {
     "insecure_open_cluster": "start with peers but no --secret: the peer endpoints are open to anyone",
     "peer_dns": "NAME[:PORT] whose A/AAAA records are members to join (a compose service, a headless Service)",
     "peer_dns_interval_s": "seconds between lookups of --peer-dns",
+    "exit_when_idle": "exit 0 once the whole cluster is idle (never while a member is down with work), after "
+                      "printing the crawl's summary and writing it as stats.json in the data directory",
+    "idle_timeout_s": "with --exit-when-idle: seconds to wait for the cluster to be idle before giving up "
+                      "(exit 3, stats.json written; 0: no limit)",
     "data_dir": "directory for the frontier, WARC files, crawl.log and items",
     "api_read_timeout_s": "seconds an API client has to send a request's headers, and again its body",
     # what to crawl

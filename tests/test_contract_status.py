@@ -35,7 +35,14 @@ from crawler_node.tools.node_process import NodeProcess
 # "local PATH" / "cluster PATH" for a status key path (as the failure message spells it; a
 # listed map or list allows what is in it), "metrics FAMILY" for a metric family (with its
 # labels and samples), "metrics FAMILY label=NAME" or "metrics FAMILY sample=NAME" for a part.
-ADDED_SINCE_BASELINE: frozenset[str] = frozenset()
+ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
+    "local $.totals",  # issue 51: the durable crawl totals (core.crawl_totals), from crawl.log
+    "local $.frontier.dropped",  # issue 51: URLs drop-host deleted, counted in known/finished
+    "cluster $.totals", "cluster $.frontier.dropped",  # the same, in the cluster view
+    "cluster $.members[].remembered",  # issue 51: a silent member's last known/finished still count
+    "cluster $.members[].attempts_total",  # issue 51: crawl.log's attempts, durable, for the finished line
+    "metrics crawler_crawl_log_lines",  # issue 51: crawl.log lines, durable across restarts
+})
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:
 # each map's keys are replaced by the placeholder, so that two crawls compare by shape.
@@ -50,6 +57,10 @@ DATA_KEYED = {
     "$.cluster.heartbeats.failures": "<member>",  # cluster.heartbeats: by peer id
     "$.cluster.heartbeats.bad_answers": "<member>",
     "$.supervisor.failures": "<task>",  # runtime.supervisor: by task name
+    "$.totals.outcomes": "<outcome>",  # core.crawl_totals: crawl.log lines by outcome
+    "$.totals.status_codes": "<status>",
+    "$.totals.kinds": "<kind>",
+    "$.totals.refusal_reasons": "<outcome>",
 }
 # The stage maps (queues, and each member's queues and oldest_age_s in the cluster view) are
 # keyed by stage name, but their stages are a fixed set: they are schema, and kept.

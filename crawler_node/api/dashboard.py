@@ -147,8 +147,8 @@ function render(s){
   samples.push({t: Date.now(), fetched}); if (samples.length > HISTORY) samples.shift();
   let finished = 0, known = 0;
   members.forEach(m => { finished += m.finished || 0; known += m.known || 0; });
-  if (!s.members.length) { finished = (s.frontier.done || 0) + (s.frontier.failed || 0);
-    known = ["queued","leased","done","failed","deferred"].reduce((a, k) => a + (s.frontier[k] || 0), 0); }
+  if (!s.members.length) { finished = ["done","failed","dropped"].reduce((a, k) => a + (s.frontier[k] || 0), 0);
+    known = ["queued","leased","done","failed","deferred","dropped"].reduce((a, k) => a + (s.frontier[k] || 0), 0); }
   const bar = document.getElementById("progress"); bar.max = Math.max(1, known); bar.value = finished;
   document.getElementById("progress-text").textContent = `${finished} of ${known} known URLs finished`;
   document.getElementById("members").innerHTML =

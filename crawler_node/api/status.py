@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from crawler_node.node.node import Node
 
 _STATES = ("queued", "leased", "done", "failed", "deferred")  # a frontier row's, all of them
+# finished: done or failed, or deleted by an operator's drop-host (counted as dropped, so that
+# a drop never makes known or finished go backwards)
+_FINISHED = ("done", "failed", "dropped")
 
 
 def node_activity(node: Node) -> Activity:
@@ -33,9 +36,9 @@ def node_activity(node: Node) -> Activity:
     idle = bool(totals) and is_idle(int(totals["queued"]), int(totals["leased"]), int(totals.get("deferred", 0)),
                                     node.pipeline_idle())
     return Activity(idle=idle, fetched=node.store.counters.fetched,
-                    known=sum(int(totals.get(state, 0)) for state in _STATES),
+                    known=sum(int(totals.get(state, 0)) for state in (*_STATES, "dropped")),
                     paused=node.admission.operator_pause is not None,
-                    finished=int(totals.get("done", 0)) + int(totals.get("failed", 0)))
+                    finished=sum(int(totals.get(state, 0)) for state in _FINISHED))
 
 
 async def node_status(node: Node) -> dict[str, Any]:
@@ -52,14 +55,16 @@ def member_summary(status: dict[str, Any] | None) -> dict[str, Any]:
             "reachable": True,
             "idle": status["idle"],
             "fetched": status["counters"]["fetched"],
+            # fetch attempts in crawl.log, ever: durable across restarts (core.crawl_totals)
+            "attempts_total": (status.get("totals") or {}).get("attempts"),
             "fetched_per_s": status["rates"]["fetched_per_s"],
             "paused": status.get("paused", False),
             "pause_reason": (status.get("pause") or {}).get("reason"),
             "queues": {stage: queue["depth"] for stage, queue in status["queues"].items()},
             "oldest_age_s": {stage: queue.get("oldest_age_s") for stage, queue in status["queues"].items()},
             # progress: URLs finished (done or failed) of those this member knows
-            "finished": status["frontier"].get("done", 0) + status["frontier"].get("failed", 0),
-            "known": sum(status["frontier"].get(state, 0) for state in _STATES),
+            "finished": sum(status["frontier"].get(state, 0) for state in _FINISHED),
+            "known": sum(status["frontier"].get(state, 0) for state in (*_STATES, "dropped")),
             "admission": {"open": status["admission"].get("open"), "blocked_by": status["admission"].get("blocked_by")},
             "outbox_total": sum(m.get("outbox", 0) for m in status.get("members", [])),
         }
@@ -85,8 +90,26 @@ async def cluster_status(node: Node, local: dict[str, Any] | None = None) -> dic
             member.update(member_summary(status))
         else:
             member.update(member_summary(peers.get(member["id"])))
+            if not member["reachable"]:
+                member.update(_remembered(node, member["id"]))
+            elif member.get("known") is not None:
+                node.cluster.heartbeats.last_read[member["id"]] = Activity(
+                    idle=bool(member["idle"]), fetched=int(member["fetched"]), known=int(member["known"]),
+                    paused=bool(member.get("paused")), finished=int(member["finished"]))
     _decide_idle(status)
     return status
+
+
+def _remembered(node: Node, member_id: str) -> dict[str, Any]:
+    """What a silent member said of its work last (its last status read, or its last
+    heartbeat's activity, whichever says more): its URLs known and finished still count, so the
+    cluster's progress does not go backwards while it is down. Nothing when it never said."""
+    heartbeats = node.cluster.heartbeats
+    said = [a for a in (heartbeats.last_read.get(member_id), heartbeats.last_activity.get(member_id)) if a]
+    if not said:
+        return {}
+    return {"fetched": max(a.fetched for a in said), "known": max(a.known for a in said),
+            "finished": max(a.finished for a in said), "remembered": True}
 
 
 def _decide_idle(status: dict[str, Any]) -> None:

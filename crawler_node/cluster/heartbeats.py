@@ -168,6 +168,11 @@ class Heartbeats:
         self._digests: dict[str, str] = {}
         # Each peer's activity as its last answer gave it; gone once a heartbeat to it fails.
         self.activity: dict[str, Activity] = {}
+        # ... and the last one heard, kept when it goes silent: a member down with work still
+        # knows and finished what it said last, so the cluster's progress does not go backwards.
+        self.last_activity: dict[str, Activity] = {}
+        # ... and what a read of its status (api.status.cluster_status) said last, kept the same way
+        self.last_read: dict[str, Activity] = {}
 
     def watch_startup(self, hold: StartupHold) -> None:
         """Report answers and failures to a starting member's hold until it ends."""
@@ -248,7 +253,7 @@ class Heartbeats:
         if activity is None:
             self.activity.pop(node_id, None)
         else:
-            self.activity[node_id] = activity
+            self.activity[node_id] = self.last_activity[node_id] = activity
         if leaving:
             # Still answering while it drains, but its arc is already its successors'.
             if self._membership.observe_leave(node_id, now, drained=drained_of(answer)):

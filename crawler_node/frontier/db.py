@@ -48,6 +48,10 @@ class FrontierDb:
         self.clock = clock
         self.hosts = HostRecords(conn, resident_max=resident_hosts)
         self.totals = [0, 0, 0, 0, 0]  # rows per state, indexed by state
+        # URLs an operator's drop-host deleted, ever (kept in `meta`): still URLs this node knew
+        # and finished, so that known/finished never go backwards for a drop.
+        row = conn.execute("SELECT value FROM meta WHERE key = 'dropped'").fetchone()
+        self.dropped = int(row[0]) if row else 0
         # Every row in state LEASED: id -> (its host's record, lease_expires as stored).
         self.leases: dict[int, tuple[HostQueue, float]] = {}
         # URLs known to be rows of the frontier, the most recent ones only: most discovered
@@ -144,6 +148,15 @@ class FrontierDb:
         """`count` for a caller that holds the record (queued, leased or deferred rows)."""
         self.totals[state] += delta
         self.hosts.count(record, state, delta)
+
+    def add_dropped(self, count: int) -> None:
+        """``count`` rows deleted by a drop-host, in the open transaction."""
+        self.conn.execute("INSERT INTO meta (key, value) VALUES ('dropped', ?) ON CONFLICT(key) DO UPDATE "
+                          "SET value = CAST(value AS INTEGER) + ?", (str(count), count))
+
+        def counted() -> None:
+            self.dropped += count
+        self.after_commit(counted)
 
     def load_counts(self) -> None:
         """Rebuild the totals and the host records from the database."""

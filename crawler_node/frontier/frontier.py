@@ -322,6 +322,7 @@ class Frontier:
             "done": done,
             "failed": failed,
             "deferred": deferred,
+            "dropped": core.dropped,  # deleted by drop-host, ever
             "hosts": core.hosts.rows,
             "hosts_with_work": len(core.hosts.with_work),
             "parked_queued": core.hosts.parked_queued,  # queued rows of hosts waiting on disk
@@ -341,7 +342,7 @@ class Frontier:
             # not in totals(), which the shedding loop asks many times a second: an index
             # count, as long as the backlog of rows due
             recrawl_due=self.recrawl.due_count(core.clock()), hosts_in_memory=len(core.hosts.records),
-            recent_urls=len(core.recent))
+            recent_urls=len(core.recent), dropped=core.dropped)
         return FrontierSnapshot(totals=totals, shedding=ShedState(cut=self.shedding.cut, counts=self.shedding.counts()))
 
     def _oldest_queued_age_s(self) -> float:

@@ -34,6 +34,8 @@ class FrontierTotals:
     hosts_in_memory: int = field(metadata=gauge("crawler_frontier_active_hosts",
                                                 "Hosts with work the frontier keeps in memory"))
     recent_urls: int
+    # URLs deleted by an operator's drop-host, ever (durable): known and finished count them
+    dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,5 +129,7 @@ class FrontierControl:
                 if count:
                     core.count(host, state, -count)  # from its record, or from the parked rows
                     dropped[_STATE_NAMES[state]] = count
+            if dropped:
+                core.add_dropped(sum(dropped.values()))
             core.forget_recent()  # rows are gone: their URLs are new again
         return dropped

@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
-from crawler_node import __version__
 from crawler_node.cluster.cluster import Cluster
 from crawler_node.cluster.fencing import FencedFetcher
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.config import NodeConfig
+from crawler_node.core.crawl_totals import CrawlTotals
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache
 from crawler_node.core.shed_policy import ShedPolicy
@@ -68,8 +68,10 @@ from crawler_node.runtime.frontier_guard import Watermark
 from crawler_node.runtime.malloctune import release_free_heap
 from crawler_node.runtime.supervisor import Supervisor, cut_short
 from crawler_node.runtime.wakeup import Wakeup
+from crawler_node.store.crawl_totals import count_crawl_logs
 from crawler_node.store.worker import StoreWorker
 from crawler_node.store.writer import CrawlInfo
+from crawler_node.version import __version__
 
 log = logging.getLogger("crawler_node.node")
 
@@ -94,6 +96,7 @@ class Node:
         work, pressure = Wakeup(), Wakeup()  # a host may be ready; a stage may have drained
         self._pressure = pressure
         self.supervisor = Supervisor(on_fatal=self._fatal)
+        self.totals = CrawlTotals()  # every crawl.log line's counts, ever: rebuilt at start
         self._build_frontier_and_hosts(work)
         self._build_pipeline(work, pressure)
 
@@ -132,7 +135,8 @@ class Node:
                          user_agent=fetch.user_agent, robots=f"obey (RFC 9309) as {config.politeness.robots_agent}")
         self.store = StoreStage(
             config=config.store,
-            worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info),
+            worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info,
+                               totals=self.totals),
             frontier=self.frontier, hosts=hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
             held=self.held, node_id=self.node_id, taken=pressure, clock=clock, recrawl=config.recrawl)
         # After the store: URLs that come in past their host's page cap get their lines there.
@@ -179,6 +183,8 @@ class Node:
         self.hosts.load(await self.frontier.hosts_with_work(), self._clock())
         await self.fetcher.start()
         await self.parse.start(self.supervisor)
+        # Before the store writes a line: the lines there are, counted once (store.crawl_totals).
+        await asyncio.to_thread(count_crawl_logs, self.data_dir, self.totals)
         await self.store.start(self.supervisor)
         restarted = (await self.frontier.totals())["hosts"] > 0  # before the seeds: they are not a past
         await self.cluster.start()
@@ -234,13 +240,14 @@ class Node:
     async def wait_stop_requested(self) -> None:
         await self._stop_requested.wait()
 
-    async def stop(self, *, grace_s: float = 10.0) -> None:
+    async def stop(self, *, grace_s: float = 10.0, hand_off: bool = False) -> None:
         """Ordered shutdown: stop leasing, let fetches finish (or hand them back), drain the
         parse and store stages, write back what was never attempted, close in reverse. On a full
         disk (before or while draining) fetches are cancelled and nothing is waited for or written
-        back: unstored pages keep their leases, which return to their queues at the next start."""
+        back: unstored pages keep their leases, which return to their queues at the next start.
+        ``hand_off``: leave the ring drained as --handoff-on-exit does (batch mode's end)."""
         self.request_stop()
-        if self.config.cluster.handoff_on_exit and not self.cluster.is_single:
+        if (hand_off or self.config.cluster.handoff_on_exit) and not self.cluster.is_single:
             await self._unless_disk_full(self._hand_everything_off(grace_s))
         await self._unless_disk_full(self.dispatcher.drain(grace_s))
         drained = await self._pressure.wait_until(
@@ -384,6 +391,7 @@ class Node:
                                    outbox_total=cluster.outbox_total, peer_dns=cluster.peer_dns),
             dns=self.resolver.snapshot() if self.resolver is not None else None,
             supervisor=self.supervisor.snapshot(), leases_expired=upkeep.leases_expired, fetches=fetch.fetches,
+            totals=self.totals.snapshot(),
             frontier_calls=self.frontier.call_snapshot(), start_time_s=round(now - uptime, 3), version=__version__)
 
     def pipeline_idle(self) -> bool:

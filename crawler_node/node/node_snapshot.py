@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from crawler_node.cluster.cluster_snapshot import ClusterCounters, ClusterEvent, MemberSnapshot
 from crawler_node.cluster.heartbeats import HeartbeatsSnapshot
 from crawler_node.cluster.peerdns import PeerDnsSnapshot
+from crawler_node.core.crawl_totals import TotalsSnapshot
 from crawler_node.core.histogram import HistogramSnapshot
 from crawler_node.core.shed_policy import ARRIVED_WHILE_SHEDDING, QUEUE_OVER_HIGH_WATER, ShedPolicySnapshot
 from crawler_node.core.stats import counter, gauge, histogram, info, stat
@@ -143,6 +144,8 @@ class NodeSnapshot:
     leases_expired: int
     # page fetches: durations, body sizes (histograms), answers by status class, bytes received
     fetches: FetchesSnapshot
+    # every crawl.log line of this data directory, counted: durable, cumulative across restarts
+    totals: TotalsSnapshot
     # the frontier's calls on the crawl's path (histograms), the wait for its thread included
     frontier_calls: Mapping[str, HistogramSnapshot] = field(metadata=histogram(
         "crawler_frontier_call_duration_seconds",

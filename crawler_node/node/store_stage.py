@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -116,6 +116,9 @@ class StoreStage:
         # crawl ended, or since when a node with work has made no progress.
         self.last_stored_at: float | None = None
         self.counters = StoreCounts()
+        # The Python API's hand-over (embedded.Crawl): awaited after each batch is committed, so
+        # a slow consumer holds this stage, and behind it the pipeline (rule 1). None: none.
+        self.deliver: Callable[[list[PageResult]], Awaitable[None]] | None = None
         self.turned_away: Counter[FetchOutcome] = Counter()  # URLs the scope or a trap guard ended, by outcome
 
     # ----------------------------------------------------------------- questions
@@ -208,6 +211,8 @@ class StoreStage:
         for host, count in retried.items():
             self._hosts.add_work(host, count, now)
         self._hosts.add_queued(result, now)
+        if self.deliver is not None:
+            await self.deliver(pages)
 
     def _outcomes(self, pages: list[PageResult]) -> tuple[FrontierBatch, Counter[str]]:
         batch = FrontierBatch()

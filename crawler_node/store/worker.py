@@ -16,13 +16,15 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from crawler_node.config import StoreConfig
+from crawler_node.core.crawl_totals import CrawlTotals
 from crawler_node.runtime.datadir import DataDirError, DiskFull, writing
 from crawler_node.runtime.workers import ProcessWorker, WorkerDied, make_worker
+from crawler_node.store.crawl_log import iso_utc
 from crawler_node.store.writer import CrawlInfo, FetchRecord, Store
 
 
@@ -68,10 +70,27 @@ def _drop_unwritten(store: Store) -> None:
             os.close(null)
 
 
+# Where a FetchRecord's fields are in the tuples handed to the worker (its fields, in order).
+_AT = {f.name: index for index, f in enumerate(fields(FetchRecord))}
+_HOST, _OUTCOME, _STATUS, _BODY, _ATTEMPT = _AT["host"], _AT["outcome"], _AT["status"], _AT["body"], _AT["attempt"]
+_KIND, _ELAPSED, _FETCHED_AT, _ERROR = _AT["kind"], _AT["elapsed_s"], _AT["fetched_at"], _AT["error"]
+
+
+def count_rows(totals: CrawlTotals, rows: Sequence[tuple[Any, ...]]) -> None:
+    """The crawl.log lines of ``rows`` (one each, as store.crawl_log writes them) added to ``totals``."""
+    for row in rows:
+        totals.add(host=row[_HOST], outcome=str(row[_OUTCOME]), status=row[_STATUS], size=len(row[_BODY]),
+                   attempt=row[_ATTEMPT], kind=row[_KIND], elapsed_ms=round(row[_ELAPSED] * 1000.0, 1),
+                   fetched_at=iso_utc(row[_FETCHED_AT]), error=row[_ERROR])
+
+
 class StoreWorker:
-    def __init__(self, data_dir: Path, *, node_id: str, config: StoreConfig, info: CrawlInfo | None = None) -> None:
+    def __init__(self, data_dir: Path, *, node_id: str, config: StoreConfig, info: CrawlInfo | None = None,
+                 totals: CrawlTotals | None = None) -> None:
         """The store's worker (its own process with ``config.store_in_process``) on ``data_dir``;
-        ``info``: what the warcinfo record says of the crawl."""
+        ``info``: what the warcinfo record says of the crawl; ``totals``: the crawl's durable
+        totals (core.crawl_totals), to which every line written is added once written."""
+        self.totals = totals if totals is not None else CrawlTotals()
         options = {"warc_max_bytes": config.warc_max_bytes, "crawl_log_max_bytes": config.crawl_log_max_bytes,
                    "dedup_max_entries": config.dedup_max_entries, "items_max_bytes": config.items_max_bytes}
         self._worker = make_worker("store", in_process=config.store_in_process, init=_open,
@@ -97,6 +116,7 @@ class StoreWorker:
         except DiskFull as exc:
             self._full = exc
             raise
+        count_rows(self.totals, rows)
 
     async def close(self, *, write_nothing: bool = False) -> None:
         """``write_nothing``: the disk is full (a write here or elsewhere failed): close as

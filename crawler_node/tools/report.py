@@ -244,5 +244,8 @@ def finished_log_line(status: dict[str, Any]) -> str:
     finished = sum(member.get("finished") or 0 for member in members)
     known = sum(member.get("known") or 0 for member in members)
     fetched = sum(member.get("fetched") or 0 for member in members)
+    # crawl.log's attempts, across restarts; "since this start" alone once said 163 of 312
+    attempts = sum(member.get("attempts_total") or member.get("fetched") or 0 for member in members)
     return (f"crawl finished: the cluster is idle; {_share(finished, known)} finished of the URLs known, "
-            f"{fetched} fetches by {len(members)} member{'s' if len(members) != 1 else ''}")
+            f"{attempts} fetch attempts in all ({fetched} since the members' last start) by {len(members)} "
+            f"member{'s' if len(members) != 1 else ''}")
