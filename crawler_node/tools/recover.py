@@ -190,8 +190,13 @@ def frontier_problem(data_dir: Path) -> str | None:
     try:
         with closing(sqlite3.connect(path)) as conn:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            # Every page, offline (O(size)): garbage in the middle of the file is found here,
+            # not by the node's start, which reads only what the guard needs.
+            verdict = conn.execute("PRAGMA quick_check(1)").fetchone()
     except sqlite3.DatabaseError as exc:
         return f"not a database SQLite can read: {exc}"
+    if verdict and verdict[0] != "ok":
+        return f"damaged ({verdict[0]})"
     return None
 
 
