@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from crawler_node.api.app import make_app
@@ -21,6 +22,7 @@ from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
 from crawler_node.runtime.eventloop import loop_factory
 from crawler_node.runtime.frontier_guard import rebuild_hint
 from crawler_node.runtime.gctune import tune_for_throughput
+from crawler_node.runtime.identity import Identity, claim_identity, read_identity_or_none
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, SettingsError, listen_address
 from crawler_node.tools.report import RateWindow, cluster_members, finished_log_line, progress_log_line
@@ -143,9 +145,23 @@ async def serve(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     try:
+        if (refusal := _claim_identity(settings)) is not None:
+            log.error("%s", refusal)
+            return 2
         return await _serve(settings)
     finally:
         lock.release()
+
+
+def _claim_identity(settings: Settings) -> str | None:
+    data_dir = Path(settings.data_dir)
+    before = read_identity_or_none(data_dir)
+    refusal = claim_identity(data_dir, Identity(settings.node_id, settings.crawl_name), rename=settings.rename_node,
+                             clustered=bool(settings.peers or settings.peer_dns))
+    if refusal is None and before is not None and before.node_id != settings.node_id:
+        log.warning("--rename-node: data directory %s renamed from node %r to %r", data_dir, before.node_id,
+                    settings.node_id)
+    return refusal
 
 
 async def _serve(settings: Settings) -> int:

@@ -79,6 +79,7 @@ class Settings:
     insecure_open_cluster: bool = False
     event_loop: str = "auto"  # runtime.eventloop: uvloop where it can be imported, else asyncio
     progress_interval_s: float = 30.0  # the daemon logs a progress line this often (0: never)
+    rename_node: bool = False  # runtime.identity: start a data directory under another --node-id
     # what to crawl (the scope: core.scope, core.traps)
     seeds: list[str] = field(default_factory=list)
     allow_hosts: list[str] = field(default_factory=list)

@@ -9,7 +9,7 @@ from __future__ import annotations
 GROUPS: dict[str, tuple[str, ...]] = {
     "identity and cluster": (
         "node_id", "listen", "advertise", "peers", "secret", "insecure_open_cluster", "peer_dns",
-        "peer_dns_interval_s", "data_dir", "api_read_timeout_s"),
+        "peer_dns_interval_s", "data_dir", "api_read_timeout_s", "rename_node"),
     "what to crawl": (
         "seeds", "allow_hosts", "max_depth", "user_agent", "robots_agent", "proxy", "allow_private",
         "sitemaps", "sitemap_max_urls", "sitemap_max_bytes", "max_redirects", "cookies"),
@@ -62,6 +62,8 @@ HELP: dict[str, str] = {
     "peer_dns_interval_s": "seconds between lookups of --peer-dns",
     "data_dir": "directory for the frontier, WARC files, crawl.log and items",
     "api_read_timeout_s": "seconds an API client has to send a request's headers, and again its body",
+    "rename_node": "start a data directory another --node-id started first, under this --node-id (a node alone "
+                   "only: not yet available in a cluster)",
     # what to crawl
     "seeds": "a URL to start from (repeatable)",
     "allow_hosts": "only crawl hosts matching this glob (repeatable; *.example.org includes example.org; "
