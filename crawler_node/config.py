@@ -253,6 +253,7 @@ class ParseConfig:
     # user pipelines: "module:callable" or an entry point name in the group crawler_node.pipelines
     pipelines: tuple[str, ...] = ()
     pipeline_budget_s: float = 2.0  # per pipeline per page; past it the pipeline is stopped, its output dropped
+    worker_deadline_s: float = 60.0  # a worker that answers nothing this long is killed and replaced
 
     def __post_init__(self) -> None:
         problems = _at_least(self, 1, "parse_queue", "max_links_per_page", "max_parse_bytes", "sitemap_max_urls",
@@ -263,6 +264,8 @@ class ParseConfig:
             problems.append("worker_nice must be between 0 and 19")
         if self.pipeline_budget_s <= 0:
             problems.append(f"pipeline_budget_s must be > 0, got {self.pipeline_budget_s}")
+        if self.worker_deadline_s <= 0:
+            problems.append(f"worker_deadline_s must be > 0, got {self.worker_deadline_s}")
         _raise_any(problems)
 
 
@@ -279,6 +282,7 @@ class StoreConfig:
     operator: str | None = None  # the warcinfo record's operator: who runs this crawl (a contact)
     store_in_process: bool = True  # WARC writing in its own process, off the event loop's GIL
     worker_nice: int = WORKER_NICE
+    worker_deadline_s: float = 60.0  # a worker that answers nothing this long is killed and replaced
 
     def __post_init__(self) -> None:
         problems = _at_least(self, 1, "store_queue", "warc_max_bytes", "crawl_log_max_bytes", "items_max_bytes")

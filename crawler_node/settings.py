@@ -175,6 +175,7 @@ class Settings:
     crawl_name: str = default(StoreConfig, "crawl_name")
     operator: str | None = default(StoreConfig, "operator")
     store_in_process: bool = default(StoreConfig, "store_in_process")
+    worker_deadline_s: float = default(StoreConfig, "worker_deadline_s")
     # cluster
     heartbeat_interval_s: float = default(ClusterConfig, "heartbeat_interval_s")
     heartbeat_timeout_s: float = default(ClusterConfig, "heartbeat_timeout_s")

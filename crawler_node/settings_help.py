@@ -33,7 +33,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lease_timeout_s",
         "host_idle_s", "host_memory_target", "active_hosts", "host_turn_s",
         "store_lag_s", "pipeline_max_bytes", "shed_high_water",
-        "shed_low_water", "shed_after_s"),
+        "shed_low_water", "shed_after_s", "worker_deadline_s"),
     "fetch-through API (--proxy to a scraping API)": ("api_limit_header", "api_limit_start", "api_quota_reset_s"),
     "archive and output": (
         "warc_max_bytes", "warc_metadata", "dedup_max_entries", "crawl_name", "operator", "crawl_log_max_bytes",
@@ -62,6 +62,8 @@ HELP: dict[str, str] = {
     "peer_dns_interval_s": "seconds between lookups of --peer-dns",
     "data_dir": "directory for the frontier, WARC files, crawl.log and items",
     "api_read_timeout_s": "seconds an API client has to send a request's headers, and again its body",
+    "worker_deadline_s": "seconds a parse or store worker process may leave a request unanswered (a stopped or "
+                         "stuck process): it is then killed and replaced, its work done again",
     "rename_node": "start a data directory another --node-id started first, under this --node-id (a node alone "
                    "only: not yet available in a cluster)",
     # what to crawl

@@ -35,7 +35,11 @@ from crawler_node.tools.node_process import NodeProcess
 # "local PATH" / "cluster PATH" for a status key path (as the failure message spells it; a
 # listed map or list allows what is in it), "metrics FAMILY" for a metric family (with its
 # labels and samples), "metrics FAMILY label=NAME" or "metrics FAMILY sample=NAME" for a part.
-ADDED_SINCE_BASELINE: frozenset[str] = frozenset()
+ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
+    # issue 52: store processes replaced after they died or stopped answering (store.worker)
+    "local $.counters.store_restarts", "cluster $.counters.store_restarts", "metrics crawler_store_restarts",
+    "metrics crawler_store_restarts sample=crawler_store_restarts_total",
+})
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:
 # each map's keys are replaced by the placeholder, so that two crawls compare by shape.

@@ -244,7 +244,8 @@ class Node:
             await self._unless_disk_full(self._hand_everything_off(grace_s))
         await self._unless_disk_full(self.dispatcher.drain(grace_s))
         drained = await self._pressure.wait_until(
-            lambda: self._disk_full.is_set() or (self.parse.idle() and self.store.idle()), grace_s + 30)
+            lambda: self._disk_full.is_set() or (self.parse.idle() and self.store.idle())
+            or not self.supervisor.running("store"), grace_s + 30)  # a dead store drains nothing
         if self._disk_full.is_set():
             await self.dispatcher.drain(0)  # cancelled: their pages could not be stored
         elif not drained:
