@@ -88,10 +88,15 @@ class FetchConfig:
     dns_server: str | None = None  # HOST[:PORT] of the resolver for direct fetches (default: the system's)
     dns_cache_hosts: int = 10_000  # names whose answers are cached (each for its TTL, at most dns_cache_s)
     dns_cache_s: float = 300.0
+    # Seconds c-ares waits for the DNS server's answer, per try (2 tries): glibc's resolver
+    # waits 5 s (resolv.conf `timeout:5`, `attempts:2`), so a name the system resolves, slowly,
+    # resolves here too. c-ares' own default (2 s, newer versions) and the 3 s used before gave
+    # up on a server answering in ~5 s: its hosts were never crawled.
+    dns_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         problems = _at_least(self, 1, "global_inflight", "max_body_bytes", "dns_cache_hosts")
-        problems += [f"{name} must be > 0" for name in ("connect_timeout_s", "fetch_timeout_s")
+        problems += [f"{name} must be > 0" for name in ("connect_timeout_s", "fetch_timeout_s", "dns_timeout_s")
                      if getattr(self, name) <= 0]
         problems += _not_negative(self, "max_redirects", "keepalive_hosts", "robots_max_bytes", "dns_cache_s")
         if self.sitemaps not in SITEMAP_MODES:

@@ -106,6 +106,7 @@ class Settings:
     dns_server: str | None = default(FetchConfig, "dns_server")
     dns_cache_hosts: int = default(FetchConfig, "dns_cache_hosts")
     dns_cache_s: float = default(FetchConfig, "dns_cache_s")
+    dns_timeout_s: float = default(FetchConfig, "dns_timeout_s")
     # politeness: the pace, a preset of the host limits and delay (PACES)
     pace: str = DEFAULT_PACE
     host_limit_start: int = default(PolitenessConfig, "host_limit_start")

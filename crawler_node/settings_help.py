@@ -23,7 +23,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "robots_cache_bytes", "ip_inflight_limit", "ip_limit_per_node"),
     "fetching": (
         "global_inflight", "keepalive_hosts", "connect_timeout_s", "fetch_timeout_s", "max_body_bytes",
-        "max_parse_bytes", "ca_bundle", "dns_server", "dns_cache_hosts", "dns_cache_s"),
+        "max_parse_bytes", "ca_bundle", "dns_server", "dns_cache_hosts", "dns_cache_s",
+        "dns_timeout_s"),
     "retries and backoff": (
         "retry_budget", "retry_base_s", "retry_cap_s", "retry_after_cap_s", "host_backoff_after",
         "host_backoff_initial_s", "host_backoff_cap_s", "host_backoff_forgive_s", "latency_rise_factor",
@@ -122,6 +123,7 @@ HELP: dict[str, str] = {
     "dns_server": "HOST[:PORT] of the DNS resolver for direct fetches (none: the system's)",
     "dns_cache_hosts": "names whose DNS answers are kept, each for its TTL",
     "dns_cache_s": "seconds a DNS answer is kept at most, whatever its TTL",
+    "dns_timeout_s": "seconds the DNS server has to answer, per try (2 tries); glibc's resolver waits 5",
     # retries and backoff
     "retry_budget": "attempts after the first for a URL that failed in a way worth retrying",
     "retry_base_s": "seconds before the first retry (doubling, jittered)",

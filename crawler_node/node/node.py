@@ -120,7 +120,8 @@ class Node:
         config, clock, hosts, fetch = self.config, self._clock, self.hosts, self.config.fetch
         # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
         self.resolver = None if fetch.proxy else Resolver(server=fetch.dns_server, allow_private=fetch.allow_private,
-                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s)
+                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s,
+                                                          timeout_s=fetch.dns_timeout_s)
         ip_gates = build_ip_gates(config, resolver=self.resolver, wake=lambda states: hosts.wake(states, clock()))
         self.cluster = Cluster(config=config.cluster, frontier=self.frontier, supervisor=self.supervisor,
                                on_change=self._membership_changed, on_taken=self._taken, outbox_space=pressure,
