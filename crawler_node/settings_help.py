@@ -15,7 +15,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "sitemaps", "sitemap_max_urls", "sitemap_max_bytes", "max_redirects", "cookies"),
     "trap guards": (
         "max_path_repeats", "max_path_depth", "max_query_params", "allow_urls", "deny_urls", "max_pages_per_host",
-        "max_links_per_page"),
+        "max_links_per_page", "max_future_years"),
     "politeness and robots.txt": (
         "pace", "host_limit_start", "host_limit_floor", "host_limit_ceiling", "min_host_delay_s", "max_crawl_delay_s",
         "robots_ttl_s",
@@ -92,6 +92,8 @@ HELP: dict[str, str] = {
                  "(repeatable)",
     "max_pages_per_host": "URLs of one host this node's frontier accepts; the rest end as host_page_cap (0 = no cap)",
     "max_links_per_page": "links taken from one page, at most",
+    "max_future_years": "a URL dated (/2031/07, 2031-07-14, in its path or query) more than this many years after "
+                        "this one is a calendar trap: outcome calendar_trap (0 = no limit)",
     # politeness and robots.txt
     "pace": "per-host pace preset for the settings below not given: polite (1 in flight, 1 s apart) or adaptive "
             "(AIMD from 2 up to 8, no delay; for your own sites and testweb)",

@@ -39,6 +39,8 @@ ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
     # issue 52: store processes replaced after they died or stopped answering (store.worker)
     "local $.counters.store_restarts", "cluster $.counters.store_restarts", "metrics crawler_store_restarts",
     "metrics crawler_store_restarts sample=crawler_store_restarts_total",
+    # issue 52: URLs a calendar trap's dates turned away (core.traps, --max-future-years)
+    "local $.counters.calendar_trap", "cluster $.counters.calendar_trap",
 })
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:

@@ -89,6 +89,7 @@ class StoreSnapshot(Indexed):
     too_many_query_params: int = field(metadata=_turned_away(FetchOutcome.TOO_MANY_QUERY_PARAMS))
     denied_url: int = field(metadata=_turned_away(FetchOutcome.DENIED_URL))
     host_page_cap: int = field(metadata=_turned_away(FetchOutcome.HOST_PAGE_CAP))  # past --max-pages-per-host
+    calendar_trap: int = field(default=0, metadata=_turned_away(FetchOutcome.CALENDAR_TRAP))  # --max-future-years
     store_restarts: int = field(default=0, metadata=counter(
         "crawler_store_restarts", "Store processes replaced after they died or stopped answering"))
 
@@ -142,7 +143,7 @@ class StoreStage:
             path_too_deep=turned_away[FetchOutcome.PATH_TOO_DEEP],
             too_many_query_params=turned_away[FetchOutcome.TOO_MANY_QUERY_PARAMS],
             denied_url=turned_away[FetchOutcome.DENIED_URL], host_page_cap=turned_away[FetchOutcome.HOST_PAGE_CAP],
-            store_restarts=self._worker.restarts)
+            calendar_trap=turned_away[FetchOutcome.CALENDAR_TRAP], store_restarts=self._worker.restarts)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
