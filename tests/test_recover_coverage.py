@@ -5,6 +5,7 @@ page while it was queued from its own is fetched after the recovery, not counted
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -143,4 +144,33 @@ def test_a_malformed_frontier_is_a_one_line_refusal_and_recover_rebuilds_it(star
     restarted = start_node(proxy=web.url, data_dir=data, default_scope=True)
     restarted.wait_idle(timeout_s=120)
     assert expected - {line["url"] for line in read_crawl_log(data)} == set()
+    assert max(n for url, n in web.stats()["urls"].items() if not url.endswith("/robots.txt")) == 1
+
+
+def test_a_torn_crawl_log_tail_is_rebuilt_from_the_warc_records_at_start(start_testweb, start_node):
+    # A kill in the middle of a batch's lines: the WARC records are written, their lines are not
+    # (or half). The node's start puts them back, so that recover, later, sees those pages.
+    web = start_testweb(hosts=2, pages=20, seed=55, extra_args=["--tree-only"])
+    expected = set(web.expected())
+    node = start_node(proxy=web.url, seeds=roots(2), default_scope=True)
+    node.wait_idle(timeout_s=60)
+    node.stop(timeout_s=30)
+    data = Path(node.data_dir)
+    log = data / "crawl.log"
+    text = log.read_bytes()
+    lines = text.split(b"\n")[:-1]
+    archived = [i for i, line in enumerate(lines) if b'"warc_file":"' in line]
+    cut = archived[-3]  # the third-last archived line is torn in its middle; the rest are gone
+    kept = b"".join(line + b"\n" for line in lines[:cut]) + lines[cut][: len(lines[cut]) // 2]
+    log.write_bytes(kept)
+    lost = {json.loads(line)["url"] for line in lines[cut:] if b'"warc_file":"' in line}
+    assert len(lost) >= 3 and lost <= expected
+
+    restarted = start_node(proxy=web.url, data_dir=data, default_scope=True)
+    restarted.wait_idle(timeout_s=60)
+    entries = read_crawl_log(data, everything=True)
+    rebuilt = {line["url"] for line in entries if "rebuilt" in (line.get("error") or "")}
+    assert lost <= rebuilt, sorted(lost - rebuilt)
+    assert expected <= {line["url"] for line in entries}
+    assert (data / "crawl.log.torn").exists()
     assert max(n for url, n in web.stats()["urls"].items() if not url.endswith("/robots.txt")) == 1

@@ -36,6 +36,7 @@ from crawler_node.core.restart_budget import RestartBudget
 from crawler_node.runtime.datadir import DataDirError, DiskFull, writing
 from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker, process_state
 from crawler_node.store.crawl_log import iso_utc
+from crawler_node.store.rebuild import REBUILT
 from crawler_node.store.writer import CrawlInfo, FetchRecord, Store
 
 log = logging.getLogger("crawler_node.store")
@@ -61,7 +62,10 @@ def _write_unrecorded(store: Store, rows: Sequence[tuple[Any, ...]]) -> int:
     """After a store died mid-write: write the ``rows`` crawl.log has no line of yet; returns
     how many it had (stored whole before the death)."""
     logged = _recent_lines(store, tail_bytes=max(1 << 20, 4096 * len(rows)))
-    missing = [row for row in rows if (row[0], row[3], iso_utc(row[4])) not in logged]
+    # A line the new store rebuilt from a record (store.rebuild) is that record's line: no
+    # attempt nor time of its own to match, the URL says it.
+    missing = [row for row in rows
+               if (row[0], row[3], iso_utc(row[4])) not in logged and (row[0], -1, "") not in logged]
     if missing:
         _write(store, missing)
     return len(rows) - len(missing)
@@ -83,6 +87,8 @@ def _recent_lines(store: Store, *, tail_bytes: int) -> set[tuple[str, int, str]]
             try:
                 entry = json.loads(line)
                 keys.add((entry["url"], int(entry["attempt"]), entry["fetched_at"]))
+                if entry.get("error") == REBUILT:
+                    keys.add((entry["url"], -1, ""))
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line: its record is written again
     return keys
