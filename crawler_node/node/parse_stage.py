@@ -114,7 +114,10 @@ class ParseStage:
         self._replacing = asyncio.Lock()
         self._budget = RestartBudget()
         self._spent: WorkerDied | None = None  # the death past the restart budget
-        self._deadline_s = config.worker_deadline_s
+        # A batch with pipelines may rightly take its pipelines' budgets, page after page: never
+        # a reason to kill the parser.
+        self._deadline_s = max(config.worker_deadline_s,
+                               2 * PARSE_BATCH * config.pipeline_budget_s * len(config.pipelines))
         self._busy = 0
         self._idle = taken
         self.counters = ParseCounts()
