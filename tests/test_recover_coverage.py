@@ -53,7 +53,8 @@ def _damage(data: Path, damage: str) -> None:
 
 
 def _refused_then_recovered(data: Path, proxy: str, scope: list[str]) -> str:
-    refused = subprocess.run([sys.executable, "-m", "crawler_node", "run", "--data-dir", str(data),
+    refused = subprocess.run([sys.executable, "-m", "crawler_node", "run", "--node-id", "node-1",
+                              "--data-dir", str(data),
                               "--listen", "127.0.0.1:0", "--proxy", proxy, *scope],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr[-3000:]
@@ -131,7 +132,8 @@ def test_a_malformed_frontier_is_a_one_line_refusal_and_recover_rebuilds_it(star
     with open(db, "r+b") as handle:
         handle.seek(int(size * where) // 4096 * 4096)
         handle.write(bytes(range(256)) * 16)
-    started = subprocess.run([sys.executable, "-m", "crawler_node", "run", "--data-dir", str(data),
+    started = subprocess.run([sys.executable, "-m", "crawler_node", "run", "--node-id", "node-1",
+                              "--data-dir", str(data),
                               "--listen", "127.0.0.1:0", "--proxy", web.url],
                              capture_output=True, text=True, timeout=60)
     assert started.returncode == 2, started.stderr[-3000:]

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import read_crawl_log, roots, wait_until
 
+from crawler_node.tools.client import NodeError
+
 HOSTS, PAGES = 3, 60
 DEADLINE = ["--worker-deadline-s", "2"]
 
@@ -99,8 +101,8 @@ def test_the_status_says_stopping_not_crawling_while_the_node_stops(start_testwe
     while time.monotonic() < deadline and node.proc.poll() is None:
         try:
             states.add(node.status(timeout=2)["crawl_state"])
-        except OSError:
-            break
+        except (OSError, NodeError):
+            break  # the node's last moments: its frontier closed, or its listener (seen, not fixed here)
         time.sleep(0.1)
     assert "crawling" not in states and "stopping" in states, states
 
