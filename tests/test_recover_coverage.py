@@ -149,7 +149,8 @@ def test_a_malformed_frontier_is_a_one_line_refusal_and_recover_rebuilds_it(star
     assert max(n for url, n in web.stats()["urls"].items() if not url.endswith("/robots.txt")) == 1
 
 
-def test_a_torn_crawl_log_tail_is_rebuilt_from_the_warc_records_at_start(start_testweb, start_node):
+@pytest.mark.parametrize("then", ["restart", "recover"])
+def test_a_torn_crawl_log_tail_is_rebuilt_from_the_warc_records_at_start(start_testweb, start_node, then):
     # A kill in the middle of a batch's lines: the WARC records are written, their lines are not
     # (or half). The node's start puts them back, so that recover, later, sees those pages.
     web = start_testweb(hosts=2, pages=20, seed=55, extra_args=["--tree-only"])
@@ -167,6 +168,10 @@ def test_a_torn_crawl_log_tail_is_rebuilt_from_the_warc_records_at_start(start_t
     log.write_bytes(kept)
     lost = {json.loads(line)["url"] for line in lines[cut:] if b'"warc_file":"' in line}
     assert len(lost) >= 3 and lost <= expected
+    if then == "recover":  # the frontier lost too: recover rebuilds the lines, and counts those pages done
+        (data / "frontier.sqlite3").write_bytes(b"")
+        report = _refused_then_recovered(data, web.url, [])
+        assert f"{len(lost)} crawl.log lines a kill had cut rebuilt" in report, report
 
     restarted = start_node(proxy=web.url, data_dir=data, default_scope=True)
     restarted.wait_idle(timeout_s=60)

@@ -47,6 +47,9 @@ from crawler_node.frontier import InboundBatch, UrlEntry
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
 from crawler_node.runtime.frontier_guard import FrontierLost, check_frontier, highest_url_id, write_watermark
+from crawler_node.runtime.identity import read_identity_or_none
+from crawler_node.store.crawl_log import CrawlLog
+from crawler_node.store.rebuild import missing_lines
 
 # The outcomes the retry policy tries again: their URL is queued again, not finished.
 RETRIED = frozenset({FetchOutcome.TIMEOUT, FetchOutcome.CONNECTION, FetchOutcome.THROTTLED,
@@ -66,6 +69,7 @@ class Recovered:
     links: int = 0
     ended: int = 0  # seen only out of scope from another host's page, linked in scope nowhere
     unknown: int = 0  # lines that cannot be read, outcomes not known: their URLs queued again
+    rebuilt_lines: int = 0  # crawl.log lines a kill cut, rebuilt from their WARC records
     moved_to: Path | None = None
     skipped_lines: int = 0
     unreadable_files: list[str] = field(default_factory=list)
@@ -118,6 +122,15 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
             damaged.rename(aside / damaged.name)
             recovered.moved_to = aside
 
+    # The lines a kill cut (or never wrote) after their WARC records, rebuilt first, as a node's
+    # start would (store.rebuild): those pages are done, not unknown.
+    identity = read_identity_or_none(data_dir)
+    lost_lines = missing_lines(layout.warc_dir, layout.crawl_log, identity.node_id if identity else "recovered")
+    if lost_lines:
+        log_file = CrawlLog(layout.crawl_log)  # cuts a torn tail first (kept in crawl.log.torn)
+        log_file.append_lines(lost_lines)
+        log_file.close()
+        recovered.rebuilt_lines = len(lost_lines)
     last: dict[str, dict[str, Any]] = {}  # URL -> its last line of its own (the outcome that counts)
     contextual: set[str] = set()  # URLs with an out_of_scope line from another host's page
     for entry in crawl_log_lines(data_dir, recovered):
@@ -229,7 +242,8 @@ def main(data_dir: Path, scope: Scope, *, force: bool = False) -> int:
           f"cannot be rebuilt: submit them again. {WATERMARK_FILENAME} now matches the rebuilt frontier.")
     print(f"report: recovered {recovered.done}, requeued {recovered.requeued + recovered.links}, "
           f"ended {recovered.ended} (out of scope from another host's page, linked in scope from none), "
-          f"unknown {recovered.unknown} (unreadable lines or outcomes; their URLs queued again)")
+          f"unknown {recovered.unknown} (unreadable lines or outcomes; their URLs queued again); "
+          f"{recovered.rebuilt_lines} crawl.log lines a kill had cut rebuilt from their WARC records")
     if recovered.skipped_lines or recovered.unreadable_files:
         print(f"  skipped {recovered.skipped_lines} unreadable crawl.log lines; WARC files read in part: "
               f"{'; '.join(recovered.unreadable_files) or 'none'}")
