@@ -88,10 +88,15 @@ class FetchConfig:
     dns_server: str | None = None  # HOST[:PORT] of the resolver for direct fetches (default: the system's)
     dns_cache_hosts: int = 10_000  # names whose answers are cached (each for its TTL, at most dns_cache_s)
     dns_cache_s: float = 300.0
+    # Seconds c-ares waits for the DNS server's answer, per try (2 tries): glibc's resolver
+    # waits 5 s (resolv.conf `timeout:5`, `attempts:2`), so a name the system resolves, slowly,
+    # resolves here too. c-ares' own default (2 s, newer versions) and the 3 s used before gave
+    # up on a server answering in ~5 s: its hosts were never crawled.
+    dns_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         problems = _at_least(self, 1, "global_inflight", "max_body_bytes", "dns_cache_hosts")
-        problems += [f"{name} must be > 0" for name in ("connect_timeout_s", "fetch_timeout_s")
+        problems += [f"{name} must be > 0" for name in ("connect_timeout_s", "fetch_timeout_s", "dns_timeout_s")
                      if getattr(self, name) <= 0]
         problems += _not_negative(self, "max_redirects", "keepalive_hosts", "robots_max_bytes", "dns_cache_s")
         if self.sitemaps not in SITEMAP_MODES:
@@ -253,6 +258,7 @@ class ParseConfig:
     # user pipelines: "module:callable" or an entry point name in the group crawler_node.pipelines
     pipelines: tuple[str, ...] = ()
     pipeline_budget_s: float = 2.0  # per pipeline per page; past it the pipeline is stopped, its output dropped
+    worker_deadline_s: float = 60.0  # a worker that answers nothing this long is killed and replaced
 
     def __post_init__(self) -> None:
         problems = _at_least(self, 1, "parse_queue", "max_links_per_page", "max_parse_bytes", "sitemap_max_urls",
@@ -263,6 +269,8 @@ class ParseConfig:
             problems.append("worker_nice must be between 0 and 19")
         if self.pipeline_budget_s <= 0:
             problems.append(f"pipeline_budget_s must be > 0, got {self.pipeline_budget_s}")
+        if self.worker_deadline_s <= 0:
+            problems.append(f"worker_deadline_s must be > 0, got {self.worker_deadline_s}")
         _raise_any(problems)
 
 
@@ -279,6 +287,7 @@ class StoreConfig:
     operator: str | None = None  # the warcinfo record's operator: who runs this crawl (a contact)
     store_in_process: bool = True  # WARC writing in its own process, off the event loop's GIL
     worker_nice: int = WORKER_NICE
+    worker_deadline_s: float = 60.0  # a worker that answers nothing this long is killed and replaced
 
     def __post_init__(self) -> None:
         problems = _at_least(self, 1, "store_queue", "warc_max_bytes", "crawl_log_max_bytes", "items_max_bytes")

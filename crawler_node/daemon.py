@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from crawler_node.api.app import make_app
@@ -15,10 +17,13 @@ from crawler_node.api.status import cluster_status, heard_status, node_activity,
 from crawler_node.batch import IdleExit
 from crawler_node.cluster.activity import Check, View, idle_check, view_of
 from crawler_node.config import ConfigError, TestHooks
+from crawler_node.datadir_layout import FRONTIER_FILENAME
 from crawler_node.node.node import Node
 from crawler_node.runtime.datadir import DataDirError, DiskFull, claim_data_dir
 from crawler_node.runtime.eventloop import loop_factory
+from crawler_node.runtime.frontier_guard import rebuild_hint
 from crawler_node.runtime.gctune import tune_for_throughput
+from crawler_node.runtime.identity import Identity, claim_identity, read_identity_or_none
 from crawler_node.runtime.malloctune import keep_heap_for_reuse
 from crawler_node.settings import Settings, SettingsError, listen_address
 from crawler_node.tools.report import RateWindow, cluster_members, finished_log_line, progress_log_line
@@ -141,9 +146,23 @@ async def serve(settings: Settings) -> int:
         log.error("%s", exc)
         return 2
     try:
+        if (refusal := _claim_identity(settings)) is not None:
+            log.error("%s", refusal)
+            return 2
         return await _serve(settings)
     finally:
         lock.release()
+
+
+def _claim_identity(settings: Settings) -> str | None:
+    data_dir = Path(settings.data_dir)
+    before = read_identity_or_none(data_dir)
+    refusal = claim_identity(data_dir, Identity(settings.node_id, settings.crawl_name), rename=settings.rename_node,
+                             clustered=bool(settings.peers or settings.peer_dns))
+    if refusal is None and before is not None and before.node_id != settings.node_id:
+        log.warning("--rename-node: data directory %s renamed from node %r to %r", data_dir, before.node_id,
+                    settings.node_id)
+    return refusal
 
 
 async def _serve(settings: Settings) -> int:
@@ -163,6 +182,16 @@ async def _serve(settings: Settings) -> int:
             log.error("%s", exc)
         await node.stop()
         return 1 if isinstance(exc, DiskFull) else 2
+    except sqlite3.DatabaseError as exc:
+        # A page of the frontier the start-up guard did not read is damaged (garbage written
+        # into the middle of the file): one line that says how to go on, not a traceback.
+        log.error("the frontier %s is damaged: %s. %s", node.data_dir / FRONTIER_FILENAME, exc,
+                  rebuild_hint(node.data_dir))
+        try:
+            await node.stop()
+        except Exception as stop_error:  # noqa: BLE001 - the stop meets the same damage: said once above
+            log.debug("stop after a damaged frontier: %r", stop_error)
+        return 2
     host, port = listen_address(settings.listen)
     listener = ApiListener(app=make_app(node), host=host, port=port, read_timeout_s=settings.api_read_timeout_s)
     try:

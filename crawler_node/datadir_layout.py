@@ -7,6 +7,7 @@ package, so the names sit below every layer that uses them (runtime, store, fron
 node, tools) and no layer has to import another one for a name.
 
     node.lock                          the claim of the process running on it (runtime.datadir)
+    identity.json                      the node id and crawl name of its first start (runtime.identity)
     frontier.sqlite3 (-wal, -shm)      the durable frontier (frontier.schema)
     frontier.watermark                 the highest URL id it committed (runtime.frontier_guard)
     frontier-lost-<stamp>/             a damaged frontier, moved aside by `crawler-node recover`
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_FILENAME = "node.lock"
+IDENTITY_FILENAME = "identity.json"
 FRONTIER_FILENAME = "frontier.sqlite3"
 # SQLite's files beside a database in WAL mode: what it committed since the last checkpoint,
 # and the index of that (SQLite names them so; listed here so that a move takes all three).
@@ -90,6 +92,10 @@ class DataDirLayout:
     @property
     def lock(self) -> Path:
         return self.root / LOCK_FILENAME
+
+    @property
+    def identity(self) -> Path:
+        return self.root / IDENTITY_FILENAME
 
     @property
     def frontier(self) -> Path:

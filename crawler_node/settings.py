@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -79,6 +80,7 @@ class Settings:
     insecure_open_cluster: bool = False
     event_loop: str = "auto"  # runtime.eventloop: uvloop where it can be imported, else asyncio
     progress_interval_s: float = 30.0  # the daemon logs a progress line this often (0: never)
+    rename_node: bool = False  # runtime.identity: start a data directory under another --node-id
     # what to crawl (the scope: core.scope, core.traps)
     seeds: list[str] = field(default_factory=list)
     allow_hosts: list[str] = field(default_factory=list)
@@ -105,6 +107,7 @@ class Settings:
     dns_server: str | None = default(FetchConfig, "dns_server")
     dns_cache_hosts: int = default(FetchConfig, "dns_cache_hosts")
     dns_cache_s: float = default(FetchConfig, "dns_cache_s")
+    dns_timeout_s: float = default(FetchConfig, "dns_timeout_s")
     # politeness: the pace, a preset of the host limits and delay (PACES)
     pace: str = DEFAULT_PACE
     host_limit_start: int = default(PolitenessConfig, "host_limit_start")
@@ -158,6 +161,7 @@ class Settings:
     parse_queue: int = default(ParseConfig, "parse_queue")
     worker_nice: int = default(ParseConfig, "worker_nice")
     max_links_per_page: int = default(ParseConfig, "max_links_per_page")
+    max_future_years: int = 2  # core.traps: a URL dated further ahead is a calendar trap (0 = no limit)
     max_parse_bytes: int = default(ParseConfig, "max_parse_bytes")
     sitemap_max_urls: int = default(ParseConfig, "sitemap_max_urls")
     sitemap_max_bytes: int = default(ParseConfig, "sitemap_max_bytes")
@@ -174,6 +178,7 @@ class Settings:
     crawl_name: str = default(StoreConfig, "crawl_name")
     operator: str | None = default(StoreConfig, "operator")
     store_in_process: bool = default(StoreConfig, "store_in_process")
+    worker_deadline_s: float = default(StoreConfig, "worker_deadline_s")
     # cluster
     heartbeat_interval_s: float = default(ClusterConfig, "heartbeat_interval_s")
     heartbeat_timeout_s: float = default(ClusterConfig, "heartbeat_timeout_s")
@@ -277,7 +282,8 @@ class Settings:
         """The trap guards: limits, and the user's URL patterns (compiled by re2 here, so a bad
         one is said before the node starts)."""
         problems = [f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}"
-                    for name in ("max_path_repeats", "max_path_depth", "max_query_params", "max_pages_per_host")
+                    for name in ("max_path_repeats", "max_path_depth", "max_query_params", "max_pages_per_host",
+                                 "max_future_years")
                     if getattr(self, name) < 0]
         for name in ("allow_urls", "deny_urls"):
             for pattern in getattr(self, name):
@@ -349,7 +355,8 @@ class Settings:
         return Scope(allow_hosts=self.allow_hosts, max_depth=self.max_depth,
                      traps=TrapRules(max_path_repeats=self.max_path_repeats, max_path_depth=self.max_path_depth,
                                      max_query_params=self.max_query_params, allow_urls=self.allow_urls,
-                                     deny_urls=self.deny_urls))
+                                     deny_urls=self.deny_urls, max_future_years=self.max_future_years,
+                                     this_year=time.gmtime().tm_year))
 
     def peer_map(self) -> dict[str, str]:
         peers: dict[str, str] = {}

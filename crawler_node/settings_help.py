@@ -9,13 +9,13 @@ from __future__ import annotations
 GROUPS: dict[str, tuple[str, ...]] = {
     "identity and cluster": (
         "node_id", "listen", "advertise", "peers", "secret", "insecure_open_cluster", "peer_dns",
-        "peer_dns_interval_s", "data_dir", "api_read_timeout_s"),
+        "peer_dns_interval_s", "data_dir", "api_read_timeout_s", "rename_node"),
     "what to crawl": (
         "seeds", "allow_hosts", "max_depth", "user_agent", "robots_agent", "proxy", "allow_private",
         "sitemaps", "sitemap_max_urls", "sitemap_max_bytes", "max_redirects", "cookies"),
     "trap guards": (
         "max_path_repeats", "max_path_depth", "max_query_params", "allow_urls", "deny_urls", "max_pages_per_host",
-        "max_links_per_page"),
+        "max_links_per_page", "max_future_years"),
     "politeness and robots.txt": (
         "pace", "host_limit_start", "host_limit_floor", "host_limit_ceiling", "min_host_delay_s", "max_crawl_delay_s",
         "robots_ttl_s",
@@ -23,7 +23,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "robots_cache_bytes", "ip_inflight_limit", "ip_limit_per_node"),
     "fetching": (
         "global_inflight", "keepalive_hosts", "connect_timeout_s", "fetch_timeout_s", "max_body_bytes",
-        "max_parse_bytes", "ca_bundle", "dns_server", "dns_cache_hosts", "dns_cache_s"),
+        "max_parse_bytes", "ca_bundle", "dns_server", "dns_cache_hosts", "dns_cache_s",
+        "dns_timeout_s"),
     "retries and backoff": (
         "retry_budget", "retry_base_s", "retry_cap_s", "retry_after_cap_s", "host_backoff_after",
         "host_backoff_initial_s", "host_backoff_cap_s", "host_backoff_forgive_s", "latency_rise_factor",
@@ -33,7 +34,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "lease_timeout_s",
         "host_idle_s", "host_memory_target", "active_hosts", "host_turn_s",
         "store_lag_s", "pipeline_max_bytes", "shed_high_water",
-        "shed_low_water", "shed_after_s"),
+        "shed_low_water", "shed_after_s", "worker_deadline_s"),
     "fetch-through API (--proxy to a scraping API)": ("api_limit_header", "api_limit_start", "api_quota_reset_s"),
     "archive and output": (
         "warc_max_bytes", "warc_metadata", "dedup_max_entries", "crawl_name", "operator", "crawl_log_max_bytes",
@@ -67,6 +68,10 @@ HELP: dict[str, str] = {
                       "(exit 3, stats.json written; 0: no limit)",
     "data_dir": "directory for the frontier, WARC files, crawl.log and items",
     "api_read_timeout_s": "seconds an API client has to send a request's headers, and again its body",
+    "worker_deadline_s": "seconds a parse or store worker process may leave a request unanswered (a stopped or "
+                         "stuck process): it is then killed and replaced, its work done again",
+    "rename_node": "start a data directory another --node-id started first, under this --node-id (a node alone "
+                   "only: not yet available in a cluster)",
     # what to crawl
     "seeds": "a URL to start from (repeatable)",
     "allow_hosts": "only crawl hosts matching this glob (repeatable; *.example.org includes example.org; "
@@ -92,6 +97,8 @@ HELP: dict[str, str] = {
                  "(repeatable)",
     "max_pages_per_host": "URLs of one host this node's frontier accepts; the rest end as host_page_cap (0 = no cap)",
     "max_links_per_page": "links taken from one page, at most",
+    "max_future_years": "a URL dated (/2031/07, 2031-07-14, in its path or query) more than this many years after "
+                        "this one is a calendar trap: outcome calendar_trap (0 = no limit)",
     # politeness and robots.txt
     "pace": "per-host pace preset for the settings below not given: polite (1 in flight, 1 s apart) or adaptive "
             "(AIMD from 2 up to 8, no delay; for your own sites and testweb)",
@@ -123,6 +130,7 @@ HELP: dict[str, str] = {
     "dns_server": "HOST[:PORT] of the DNS resolver for direct fetches (none: the system's)",
     "dns_cache_hosts": "names whose DNS answers are kept, each for its TTL",
     "dns_cache_s": "seconds a DNS answer is kept at most, whatever its TTL",
+    "dns_timeout_s": "seconds the DNS server has to answer, per try (2 tries); glibc's resolver waits 5",
     # retries and backoff
     "retry_budget": "attempts after the first for a URL that failed in a way worth retrying",
     "retry_base_s": "seconds before the first retry (doubling, jittered)",

@@ -76,7 +76,7 @@ def start_node(tmp_path: Path):
 
 
 UNFETCHED_OUTCOMES = ("robots_disallowed", "robots_unavailable", "out_of_scope", "repeated_segments", "path_too_deep",
-                      "too_many_query_params", "denied_url", "host_page_cap", "host_dropped")
+                      "too_many_query_params", "denied_url", "host_page_cap", "host_dropped", "calendar_trap")
 
 
 def read_crawl_log(data_dir: Path, *, everything: bool = False) -> list[dict]:

@@ -42,6 +42,11 @@ ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
     "cluster $.members[].remembered",  # issue 51: a silent member's last known/finished still count
     "cluster $.members[].attempts_total",  # issue 51: crawl.log's attempts, durable, for the finished line
     "metrics crawler_crawl_log_lines",  # issue 51: crawl.log lines, durable across restarts
+    # issue 52: store processes replaced after they died or stopped answering (store.worker)
+    "local $.counters.store_restarts", "cluster $.counters.store_restarts", "metrics crawler_store_restarts",
+    "metrics crawler_store_restarts sample=crawler_store_restarts_total",
+    # issue 52: URLs a calendar trap's dates turned away (core.traps, --max-future-years)
+    "local $.counters.calendar_trap", "cluster $.counters.calendar_trap",
 })
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:

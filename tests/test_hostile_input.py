@@ -402,6 +402,20 @@ def test_numeric_ipv4_spellings_are_fetched_where_private_addresses_are_allowed(
 
 
 async def test_connections_past_the_bound_get_a_503_and_the_open_ones_keep_working():
+    await _past_the_bound()
+
+
+def test_past_the_bound_the_503_is_answered_under_uvloop_too():
+    # uvloop's transports are no asyncio.Transport subclass: an isinstance assertion failed on
+    # each connection past the bound, which was reset, with a traceback in the log (issue 52).
+    import asyncio
+
+    uvloop = pytest.importorskip("uvloop")
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_past_the_bound())
+
+
+async def _past_the_bound():
     import asyncio
 
     from aiohttp import web

@@ -5,6 +5,7 @@ URL turned away left in crawl.log, with its outcome and counter."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -16,7 +17,7 @@ from site_helpers import serving
 from crawler_node.testweb.graph import TRAP_ENTRY
 
 TRAP_OUTCOMES = ("out_of_scope", "repeated_segments", "path_too_deep", "too_many_query_params", "denied_url",
-                 "host_page_cap")
+                 "host_page_cap", "calendar_trap")
 
 
 def unfetched(data_dir: Path) -> dict[str, list[dict]]:
@@ -48,6 +49,25 @@ def test_by_default_a_seed_s_links_to_other_hosts_are_logged_not_fetched(start_t
     assert all(line["status"] is None and line["attempt"] == 0 and line["error"] for line in outside)
     assert {line["host"] for line in outside} <= {"site-1.test", "site-2.test", "site-3.test"}
     assert status["counters"]["out_of_scope"] == len(outside)
+
+
+@pytest.mark.timeout(150)
+def test_a_calendar_trap_is_caught_by_its_dates_before_any_cap(start_testweb, start_node) -> None:
+    # No --max-pages-per-host, no --max-depth: the calendar (each month links to the next, without
+    # end) is stopped by the date guard, --max-future-years (2) after this year.
+    web = start_testweb(hosts=1, pages=10, seed=5, extra_args=["--cross-link-prob", "0", "--images", "2"],
+                        profile={"site-0.test": {"trap": True}})
+    node = start_node("dated", proxy=web.url, seeds=["http://site-0.test/"], default_scope=True)
+    status = node.wait_idle(timeout_s=120)
+    latest = time.gmtime().tm_year + 2
+    calendar = [url for url in web.stats()["urls"] if "/calendar/" in url]
+    assert f"http://site-0.test{TRAP_ENTRY}" in calendar
+    years = {int(url.split("/calendar/")[1][:4]) for url in calendar}
+    assert max(years) <= latest, sorted(years)
+    assert len(calendar) <= 2 * 12 * (latest - 2026 + 1) + 2  # a month and its day page, per month
+    trapped = unfetched(node.data_dir)["calendar_trap"]
+    assert trapped and all(int(line["url"].split("/calendar/")[1][:4]) == latest + 1 for line in trapped)
+    assert status["counters"]["calendar_trap"] == len(trapped)
 
 
 @pytest.mark.timeout(150)

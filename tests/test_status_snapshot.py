@@ -193,3 +193,14 @@ async def test_an_idle_answer_comes_from_a_build_begun_after_the_read(parts):
     assert builds.started == 3 and not late.done()
     builds.finish({"idle": False, "n": 3})
     assert (await late)["n"] == 3
+
+
+async def test_a_fresh_read_whose_build_fails_serves_the_last_status(parts):
+    # A node in the last moments of its stop: its frontier closed, its API still up (issue 52).
+    snapshots, builds, clock, _ = parts
+    await first(snapshots, builds, {"idle": False, "crawl_state": "stopping"})
+    clock.now += 1
+    reader = asyncio.create_task(snapshots.read(fresh=True))
+    await settle()
+    builds.fail(RuntimeError("the frontier service is not open"))
+    assert (await reader)["crawl_state"] == "stopping"

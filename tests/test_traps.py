@@ -255,3 +255,16 @@ def test_a_layout_3_file_gets_the_count_of_the_rows_it_has(tmp_path: Path, clock
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # migrated to the current layout
         assert dict(db.execute("SELECT host, accepted FROM hosts")) == {"a.test": 5, "b.test": 1}
+
+
+def test_a_url_dated_past_max_future_years_is_a_calendar_trap() -> None:
+    rules = TrapRules(max_future_years=2, this_year=2026)
+    assert rules.check("http://a.test/calendar/2028/12") is None
+    assert rules.check("http://a.test/calendar/2029/01") is Rejection.CALENDAR_TRAP
+    assert rules.check("http://a.test/events/2031-07-14/") is Rejection.CALENDAR_TRAP
+    assert rules.check("http://a.test/cal?month=2040-02") is Rejection.CALENDAR_TRAP
+    assert rules.check("http://a.test/archive/1998/05/") is None  # the past is never cut
+    assert rules.check("http://2099-01.test/") is None  # the host is not dated
+    assert rules.check("http://a.test/item/120301/2999") is None  # no year-month
+    assert TrapRules(this_year=2026).check("http://a.test/calendar/2999/01") is None  # 0: off
+    assert pickle.loads(pickle.dumps(rules)).check("http://a.test/calendar/2029/01") is Rejection.CALENDAR_TRAP

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -50,8 +51,9 @@ class _Refuse(asyncio.Protocol):
     """A connection past the bound: told so, and closed."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.write(_BUSY)
+        # A stream transport: uvloop's is no asyncio.Transport subclass (an isinstance check
+        # failed there, and each connection past the bound was reset with a traceback).
+        cast(asyncio.WriteTransport, transport).write(_BUSY)
         transport.close()
 
 

@@ -170,9 +170,11 @@ def status_snapshots(node: Node) -> tuple[Snapshots[NodeSnapshot], Snapshots[dic
 
 
 def crawl_state(status: dict[str, Any]) -> str:
-    """The cluster's state in words: "crawling", "paused (why)", "idle", or "idle, but n2 is
+    """The cluster's state in words: "stopping" (this node), "crawling", "paused (why)", "idle", or "idle, but n2 is
     down and its queue waits" when every member that answers is idle and one that may still
     hold work does not answer (its hosts' URLs wait for it, or for its successor)."""
+    if status.get("stopping"):
+        return "stopping"  # never "crawling" while it stops (a worker's death, a signal, the API)
     members = status.get("members") or []
     paused = [m for m in members if m.get("paused")] or ([status] if status.get("paused") else [])
     if paused:

@@ -110,9 +110,16 @@ class Snapshots(Generic[S]):
 
     async def _fresh(self) -> Snapshot[S]:
         asked_at = self._clock()
-        snapshot = await asyncio.shield(self._refresh())
-        if snapshot.started_at < asked_at:  # under way before the call: one more
+        try:
             snapshot = await asyncio.shield(self._refresh())
+            if snapshot.started_at < asked_at:  # under way before the call: one more
+                snapshot = await asyncio.shield(self._refresh())
+        except Exception:
+            # Logged by the build's callback. A node in its last moments of a stop (its frontier
+            # closed, its API still up) serves its last status, "stopping", not a 500.
+            if self._last is None:
+                raise
+            return self._last
         return snapshot
 
     def _refresh(self) -> asyncio.Task[Snapshot[S]]:

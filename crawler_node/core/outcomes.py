@@ -52,6 +52,7 @@ class FetchOutcome(enum.StrEnum):
     HOST_PAGE_CAP = "host_page_cap"  # its host already had --max-pages-per-host URLs accepted
     HOST_DROPPED = "host_dropped"  # an operator dropped its host (crawler-node drop-host): never fetched
     TOO_MANY_REDIRECTS = "too_many_redirects"  # a redirect past --max-redirects: its target is not followed
+    CALENDAR_TRAP = "calendar_trap"  # dated more than --max-future-years ahead (core.traps): never fetched
 
     @property
     def success(self) -> bool:
@@ -68,6 +69,7 @@ class Rejection(enum.StrEnum):
     PATH_TOO_DEEP = "path_too_deep"
     TOO_MANY_QUERY_PARAMS = "too_many_query_params"
     DENIED_URL = "denied_url"
+    CALENDAR_TRAP = "calendar_trap"
 
     @property
     def outcome(self) -> FetchOutcome | None:
@@ -82,6 +84,7 @@ _REJECTION_OUTCOMES: dict[Rejection, FetchOutcome | None] = {
     Rejection.PATH_TOO_DEEP: FetchOutcome.PATH_TOO_DEEP,
     Rejection.TOO_MANY_QUERY_PARAMS: FetchOutcome.TOO_MANY_QUERY_PARAMS,
     Rejection.DENIED_URL: FetchOutcome.DENIED_URL,
+    Rejection.CALENDAR_TRAP: FetchOutcome.CALENDAR_TRAP,
 }
 
 # The outcomes of URLs ended without a request because a scope rule or a trap guard turned
@@ -94,6 +97,7 @@ SCOPE_OUTCOMES: dict[FetchOutcome, str] = {
     FetchOutcome.TOO_MANY_QUERY_PARAMS: "its query has more parameters than --max-query-params",
     FetchOutcome.DENIED_URL: "it matches a --deny-url pattern, or no --allow-url pattern",
     FetchOutcome.HOST_PAGE_CAP: "its host has had --max-pages-per-host URLs accepted already",
+    FetchOutcome.CALENDAR_TRAP: "its path or query is dated more than --max-future-years ahead: a calendar trap",
 }
 
 

@@ -15,6 +15,7 @@ error, not a slow crawl.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,10 @@ from typing import Any
 import re2  # type: ignore[import-untyped]  # google-re2 ships no types
 
 from crawler_node.core.outcomes import Rejection
+
+# A date in a URL: year and month (and maybe a day) as path segments (/2031/07, /2031/07/14) or
+# in one segment or query value (2031-07, 2031-07-14); digits on neither side.
+_DATE = re.compile(r"(?<![0-9])([12][0-9]{3})[/-](0[1-9]|1[0-2])(?![0-9])")
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # RE2 would also print each bad pattern on stderr; the error says it once
@@ -62,13 +67,19 @@ class TrapRules:
     has ``a`` four times); ``max_path_depth``: at most this many ``/`` in the path;
     ``max_query_params``: at most this many ``&``-separated parameters in the query;
     ``deny_urls``: a URL that one of these matches (searched anywhere in the canonical URL:
-    anchor with ``^`` and ``$``) is out; ``allow_urls``: when given, a URL must match one."""
+    anchor with ``^`` and ``$``) is out; ``allow_urls``: when given, a URL must match one.
+    ``max_future_years`` (with ``this_year``, given: no clock here): a URL dated (a year and a
+    month in its path or query, see _DATE) more than this many years after ``this_year`` is a
+    calendar trap. A calendar links each month to the next one without end (testweb's went
+    past 9,000 pages in a minute); only the host page cap or the depth stopped it. No site has
+    pages about decades ahead; a blog's archive (the past) is never cut."""
 
     __slots__ = ("max_path_repeats", "max_path_depth", "max_query_params", "allow_urls", "deny_urls",
-                 "_allow", "_deny", "_plain_slashes")
+                 "max_future_years", "this_year", "_latest_year", "_allow", "_deny", "_plain_slashes")
 
     def __init__(self, *, max_path_repeats: int = 0, max_path_depth: int = 0, max_query_params: int = 0,
-                 allow_urls: Sequence[str] = (), deny_urls: Sequence[str] = ()) -> None:
+                 allow_urls: Sequence[str] = (), deny_urls: Sequence[str] = (), max_future_years: int = 0,
+                 this_year: int = 0) -> None:
         for name, value in (("max_path_repeats", max_path_repeats), ("max_path_depth", max_path_depth),
                             ("max_query_params", max_query_params)):
             if value < 0:
@@ -78,6 +89,11 @@ class TrapRules:
         self.max_path_repeats = max_path_repeats
         self.max_path_depth = max_path_depth
         self.max_query_params = max_query_params
+        if max_future_years < 0 or (max_future_years and this_year <= 0):
+            raise ValueError(f"max_future_years must be >= 0 (0: no limit), with this_year; got {max_future_years}")
+        self.max_future_years = max_future_years
+        self.this_year = this_year
+        self._latest_year = this_year + max_future_years if max_future_years else 0
         self.allow_urls = tuple(allow_urls)
         self.deny_urls = tuple(deny_urls)
         self._allow = _any_of(self.allow_urls)
@@ -85,21 +101,32 @@ class TrapRules:
         # A path with no more "/" than this breaks neither path rule: most links stop there.
         self._plain_slashes = min(limit for limit in (max_path_repeats, max_path_depth, 1 << 30) if limit)
 
-    def __reduce__(self) -> tuple[Callable[..., TrapRules], tuple[int, int, int, tuple[str, ...], tuple[str, ...]]]:
+    def __reduce__(self) -> tuple[Callable[..., TrapRules], tuple[Any, ...]]:
         # The rules travel to the parser processes as their settings; each process compiles them.
         return (_rebuild, (self.max_path_repeats, self.max_path_depth, self.max_query_params,
-                           self.allow_urls, self.deny_urls))
+                           self.allow_urls, self.deny_urls, self.max_future_years, self.this_year))
 
     @property
     def active(self) -> bool:
-        return bool(self.max_path_repeats or self.max_path_depth or self.max_query_params
+        return bool(self.max_path_repeats or self.max_path_depth or self.max_query_params or self._latest_year
                     or self._allow is not None or self._deny is not None)
+
+    def _far_future(self, url: str) -> bool:
+        latest = self._latest_year
+        if not latest:
+            return False
+        for match in _DATE.finditer(url, url.find("/", url.find("://") + 3) + 1 or len(url)):
+            if int(match.group(1)) > latest:
+                return True
+        return False
 
     def check(self, url: str) -> Rejection | None:
         """None when the canonical ``url`` passes every rule, else the first rule it breaks
         (the structural ones first: they are cheaper than a pattern)."""
         # The parser's hot path: a short path without a query passes the structural rules at
         # once ("/" in a canonical URL: the two of "://", then the path's; a query's only add).
+        if self._latest_year and self._far_future(url):
+            return Rejection.CALENDAR_TRAP
         if url.count("/") - 2 <= self._plain_slashes and "?" not in url:
             return self._patterns(url)
         start = url.find("/", url.find("://") + 3)
@@ -129,9 +156,10 @@ class TrapRules:
 
 
 def _rebuild(max_path_repeats: int, max_path_depth: int, max_query_params: int, allow_urls: tuple[str, ...],
-             deny_urls: tuple[str, ...]) -> TrapRules:
+             deny_urls: tuple[str, ...], max_future_years: int = 0, this_year: int = 0) -> TrapRules:
     return TrapRules(max_path_repeats=max_path_repeats, max_path_depth=max_path_depth,
-                     max_query_params=max_query_params, allow_urls=allow_urls, deny_urls=deny_urls)
+                     max_query_params=max_query_params, allow_urls=allow_urls, deny_urls=deny_urls,
+                     max_future_years=max_future_years, this_year=this_year)
 
 
 NO_TRAP_RULES = TrapRules()

@@ -127,7 +127,7 @@ class Resolver(AbstractResolver):
     query."""
 
     def __init__(self, *, server: str | None, allow_private: bool, cache_hosts: int, cache_s: float,
-                 negative_s: float = 30.0, timeout_s: float = 3.0, tries: int = 2,
+                 negative_s: float = 30.0, timeout_s: float = 5.0, tries: int = 2,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``server``: HOST[:PORT] (an IP address) of the one DNS server to ask; None for the
         system's configuration. ``timeout_s`` and ``tries`` are c-ares' per server; a lookup

@@ -153,7 +153,7 @@ class Fetcher:
         self._tls = tls_context(config.ca_bundle)  # made now: a bad bundle fails the node at its start
         if proxy is None and resolver is None:
             resolver = Resolver(server=None, allow_private=config.allow_private, cache_hosts=config.dns_cache_hosts,
-                                cache_s=config.dns_cache_s)
+                                cache_s=config.dns_cache_s, timeout_s=config.dns_timeout_s)
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
 

@@ -123,7 +123,8 @@ class Node:
         config, clock, hosts, fetch = self.config, self._clock, self.hosts, self.config.fetch
         # Direct fetches resolve through the node's resolver (fetch.dns); through a proxy, the proxy does.
         self.resolver = None if fetch.proxy else Resolver(server=fetch.dns_server, allow_private=fetch.allow_private,
-                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s)
+                                                          cache_hosts=fetch.dns_cache_hosts, cache_s=fetch.dns_cache_s,
+                                                          timeout_s=fetch.dns_timeout_s)
         ip_gates = build_ip_gates(config, resolver=self.resolver, wake=lambda states: hosts.wake(states, clock()))
         self.cluster = Cluster(config=config.cluster, frontier=self.frontier, supervisor=self.supervisor,
                                on_change=self._membership_changed, on_taken=self._taken, outbox_space=pressure,
@@ -251,7 +252,8 @@ class Node:
             await self._unless_disk_full(self._hand_everything_off(grace_s))
         await self._unless_disk_full(self.dispatcher.drain(grace_s))
         drained = await self._pressure.wait_until(
-            lambda: self._disk_full.is_set() or (self.parse.idle() and self.store.idle()), grace_s + 30)
+            lambda: self._disk_full.is_set() or (self.parse.idle() and self.store.idle())
+            or not self.supervisor.running("store"), grace_s + 30)  # a dead store drains nothing
         if self._disk_full.is_set():
             await self.dispatcher.drain(0)  # cancelled: their pages could not be stored
         elif not drained:

@@ -9,13 +9,16 @@ kills that one too is the culprit and is stored without links; every other page 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from crawler_node.config import NO_TEST_HOOKS, ParseConfig, TestHooks
 from crawler_node.core.outcomes import Rejection
+from crawler_node.core.restart_budget import RestartBudget
 from crawler_node.core.scope import Scope
 from crawler_node.core.stats import Indexed, counter, stat
 from crawler_node.frontier import UrlEntry
@@ -26,7 +29,7 @@ from crawler_node.node.stage_items import PageResult
 from crawler_node.parse.parser_worker import PageReport, ParseAnswer, ParseJob, new_context, parse_pages
 from crawler_node.runtime.supervisor import Supervisor
 from crawler_node.runtime.wakeup import Wakeup
-from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker
+from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker, process_state
 
 log = logging.getLogger("crawler_node.parse")
 
@@ -109,6 +112,12 @@ class ParseStage:
         self.queue: StageQueue[PageResult] = StageQueue("parse", config.parse_queue, taken=taken)
         self._parsers: list[Parser] = [self._new_parser(f"parse-{index}") for index in range(max(1, workers))]
         self._replacing = asyncio.Lock()
+        self._budget = RestartBudget()
+        self._spent: WorkerDied | None = None  # the death past the restart budget
+        # A batch with pipelines may rightly take its pipelines' budgets, page after page: never
+        # a reason to kill the parser.
+        self._deadline_s = max(config.worker_deadline_s,
+                               2 * PARSE_BATCH * config.pipeline_budget_s * len(config.pipelines))
         self._busy = 0
         self._idle = taken
         self.counters = ParseCounts()
@@ -145,6 +154,9 @@ class ParseStage:
         for index, parser in enumerate(self._parsers):
             for loop in range(BATCHES_PER_PARSER):
                 supervisor.stage(f"{parser.name}-loop-{loop}", self._parse_loop(index))
+        if self._in_process:
+            supervisor.recurring("parse-liveness", lambda: self.watch(time.monotonic()),
+                                 every_s=max(0.25, self._deadline_s / 4))
 
     async def close(self) -> None:
         for parser in self._parsers:
@@ -245,13 +257,43 @@ class ParseStage:
     async def _replace_parser(self, index: int, dead: Parser) -> None:
         # Several loops share a parser and all learn of its death: the first replaces it.
         async with self._replacing:
+            if self._spent is not None:
+                raise self._spent
             if self._parsers[index] is not dead:
                 return
-            replacement = self._new_parser(dead.name)
-            await replacement.start()
+            while True:
+                if not self._budget.allow(time.monotonic()):
+                    log.error("the parsers died %d times within %.0f s, their restart budget; stopping the node",
+                              self._budget.max_restarts + 1, self._budget.window_s)
+                    self._spent = WorkerDied(f"parser {dead.name}: the parsers' restart budget is spent")
+                    raise self._spent
+                replacement = self._new_parser(dead.name)
+                try:
+                    await replacement.start()
+                    break
+                except WorkerDied as exc:  # it died before it was ready: one more death
+                    log.error("%s; replacing it", exc)
             self._parsers[index] = replacement
             self.counters.parser_restarts += 1
             await dead.close()
+
+    async def watch(self, now: float) -> None:
+        """One liveness round (node.liveness): a parser dead while idle is replaced; one that
+        left a batch unanswered past the deadline (stopped, stuck) is killed (its batch is then
+        parsed again page by page, on a fresh parser); an idle one is pinged."""
+        if self._spent is not None:
+            return
+        for index, parser in enumerate(list(self._parsers)):
+            if parser.dead:
+                log.error("parser %s (pid %s) died while idle; replacing it", parser.name, parser.pid)
+                await self._replace_parser(index, parser)
+                continue
+            waited = parser.unanswered_for(now)
+            if waited > self._deadline_s:
+                parser.kill(f"no answer for {waited:.0f} s (the process is {process_state(parser.pid)})")
+            elif waited == 0.0:
+                with contextlib.suppress(WorkerDied, TimeoutError):
+                    await asyncio.wait_for(parser.ping(), min(1.0, self._deadline_s))  # left queued: timed above
 
     async def _parse_alone(self, jobs: list[ParseJob]) -> list[ParseAnswer]:
         """Each page on a worker of its own, so a death names the page that caused it."""

@@ -89,6 +89,9 @@ class StoreSnapshot(Indexed):
     too_many_query_params: int = field(metadata=_turned_away(FetchOutcome.TOO_MANY_QUERY_PARAMS))
     denied_url: int = field(metadata=_turned_away(FetchOutcome.DENIED_URL))
     host_page_cap: int = field(metadata=_turned_away(FetchOutcome.HOST_PAGE_CAP))  # past --max-pages-per-host
+    calendar_trap: int = field(default=0, metadata=_turned_away(FetchOutcome.CALENDAR_TRAP))  # --max-future-years
+    store_restarts: int = field(default=0, metadata=counter(
+        "crawler_store_restarts", "Store processes replaced after they died or stopped answering"))
 
 
 class StoreStage:
@@ -142,12 +145,16 @@ class StoreStage:
             repeated_segments=turned_away[FetchOutcome.REPEATED_SEGMENTS],
             path_too_deep=turned_away[FetchOutcome.PATH_TOO_DEEP],
             too_many_query_params=turned_away[FetchOutcome.TOO_MANY_QUERY_PARAMS],
-            denied_url=turned_away[FetchOutcome.DENIED_URL], host_page_cap=turned_away[FetchOutcome.HOST_PAGE_CAP])
+            denied_url=turned_away[FetchOutcome.DENIED_URL], host_page_cap=turned_away[FetchOutcome.HOST_PAGE_CAP],
+            calendar_trap=turned_away[FetchOutcome.CALENDAR_TRAP], store_restarts=self._worker.restarts)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
         await self._worker.start()
         supervisor.stage("store", self._store_loop())
+        worker = self._worker
+        supervisor.recurring("store-liveness", lambda: worker.watch(time.monotonic()),
+                             every_s=max(0.25, worker.deadline_s / 4))
 
     async def close(self, *, write_nothing: bool = False) -> None:
         """``write_nothing``: the disk is full; nothing more is written (store.worker)."""

@@ -43,18 +43,24 @@ def highest_url_id(db_path: Path) -> int | None:
     try:
         connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     except sqlite3.Error as exc:
-        raise FrontierLost(f"the frontier {db_path} cannot be opened: {exc}") from exc
+        raise FrontierLost(f"the frontier {db_path} cannot be opened: {exc}. {rebuild_hint(db_path.parent)}") from exc
     try:
         row = connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'urls'").fetchone()
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return 0  # nothing was ever inserted (or an empty file: SQLite reads it as a new database)
-        raise FrontierLost(f"the frontier {db_path} cannot be read: {exc}") from exc
+        raise FrontierLost(f"the frontier {db_path} cannot be read: {exc}. {rebuild_hint(db_path.parent)}") from exc
     except sqlite3.DatabaseError as exc:
-        raise FrontierLost(f"the frontier {db_path} is damaged: {exc}") from exc
+        raise FrontierLost(f"the frontier {db_path} is damaged: {exc}. {rebuild_hint(db_path.parent)}") from exc
     finally:
         connection.close()
     return int(row[0]) if row else 0
+
+
+def rebuild_hint(data_dir: Path) -> str:
+    """How to go on from a damaged frontier: the end of every refusal's line."""
+    return (f"Rebuild it from crawl.log and the WARC files with `crawler-node recover --data-dir {data_dir}` "
+            f"(the damaged files are moved aside, never deleted)")
 
 
 def read_watermark(data_dir: Path) -> int:

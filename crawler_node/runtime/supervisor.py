@@ -26,6 +26,7 @@ from typing import Any
 
 from crawler_node.core.stats import Indexed
 from crawler_node.runtime.datadir import disk_full
+from crawler_node.runtime.workers import WorkerDied
 
 log = logging.getLogger("crawler_node.supervisor")
 
@@ -108,7 +109,9 @@ class Supervisor:
             raise
         except BaseException as exc:
             full = disk_full(exc, path=None, what=f"the {name} stage's output")
-            if full is None:
+            if isinstance(exc, WorkerDied):  # said where it died, with its cause: no traceback
+                log.error("pipeline stage %s failed: %s; stopping the node", name, exc)
+            elif full is None:
                 log.error("pipeline stage %s failed; stopping the node", name, exc_info=exc)
             self._on_fatal(full or exc)
             return

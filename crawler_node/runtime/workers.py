@@ -20,10 +20,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import fcntl
 import pickle
+import signal
 import struct
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
@@ -81,6 +84,8 @@ class ProcessWorker:
         self._waiting: collections.deque[asyncio.Future[tuple[bool, Any]]] = collections.deque()
         self._reader: asyncio.Task[None] | None = None
         self._dead: WorkerDied | None = None
+        self._answered_at = time.monotonic()  # the last answer, or the first request after idling
+        self._killed_because = ""
 
     @property
     def pid(self) -> int | None:
@@ -109,6 +114,8 @@ class ProcessWorker:
         frame = encode(request)  # first: a request that cannot be pickled is never half-sent
         future: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         # Queued before the first await: answers come back in the order requests were written.
+        if not self._waiting:
+            self._answered_at = time.monotonic()  # the wait for an answer starts now
         self._waiting.append(future)
         # A worker that died broke its pipe, and the loop may have closed it before the reader
         # saw the exit: then the request is not written (uvloop raises RuntimeError on a write
@@ -133,11 +140,13 @@ class ProcessWorker:
                 (size,) = FRAME_HEADER.unpack(await stdout.readexactly(FRAME_HEADER.size))
                 answer = pickle.loads(await stdout.readexactly(size))
                 future = self._waiting.popleft()
+                self._answered_at = time.monotonic()
                 if not future.done():
                     future.set_result(answer)
         except asyncio.IncompleteReadError:
             code = await process.wait()
-            self._dead = WorkerDied(f"worker {self.name} (pid {process.pid}) exited with {code}")
+            self._dead = WorkerDied(f"worker {self.name} (pid {process.pid}) {exit_cause(code)}"
+                                    f"{self._killed_because}")
         except BaseException as exc:  # noqa: BLE001 - any failure here leaves the callers hanging
             self._dead = WorkerDied(f"worker {self.name}: lost its answers ({exc!r})")
             if not isinstance(exc, Exception):
@@ -149,6 +158,27 @@ class ProcessWorker:
                 future = self._waiting.popleft()
                 if not future.done():
                     future.set_exception(dead)
+
+    @property
+    def dead(self) -> bool:
+        return self._dead is not None
+
+    def unanswered_for(self, now: float) -> float:
+        """Seconds the oldest request has waited without any answer coming back (0 when none
+        waits): a worker that answers nothing for long is stopped or stuck."""
+        return now - self._answered_at if self._waiting else 0.0
+
+    async def ping(self) -> None:
+        """A request that does nothing: an idle worker that is stopped never answers it."""
+        await self.call(_ping)
+
+    def kill(self, because: str) -> None:
+        """SIGKILL the worker (a stopped one too): its reader then fails every waiting call
+        with WorkerDied, whose message ends with ``because``."""
+        if self._process is not None and self._process.returncode is None and self._dead is None:
+            self._killed_because = f"; killed by the node: {because}"
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
 
     async def close(self, finalize: Callable[[Any], Any] | None = None, *, timeout_s: float = 30.0) -> None:
         """Run `finalize(context)` in the worker if given, then let it exit (end of input)."""
@@ -167,6 +197,33 @@ class ProcessWorker:
                 await self._process.wait()
             if self._reader is not None:
                 await asyncio.gather(self._reader, return_exceptions=True)
+
+
+def _ping(context: Any) -> None:
+    return None
+
+
+def exit_cause(code: int) -> str:
+    """How a worker process ended, in words: "was killed by SIGKILL", "exited with 1"."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with {code}"
+
+
+def process_state(pid: int | None) -> str:
+    """The kernel's word for a process's state (Linux /proc): "stopped" for a SIGSTOPped one."""
+    if pid is None:
+        return "unknown"
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "unknown"
+    return {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped (traced)",
+            "Z": "a zombie"}.get(state, state)
 
 
 class SyncWorker:
@@ -201,6 +258,17 @@ class ThreadWorker:
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self._thread.call(fn, self._context, *args)
+
+    dead = False  # a thread does not die alone; it has no liveness of its own to watch
+
+    def unanswered_for(self, now: float) -> float:
+        return 0.0
+
+    async def ping(self) -> None:
+        return None
+
+    def kill(self, because: str) -> None:
+        return None
 
     async def close(self, finalize: Callable[[Any], Any] | None = None, *, timeout_s: float = 30.0) -> None:
         try:

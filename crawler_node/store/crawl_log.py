@@ -92,6 +92,14 @@ class CrawlLog:
             self._rotate()
         return len(records)
 
+    def append_lines(self, lines: Sequence[str]) -> None:
+        """Lines made elsewhere (store.rebuild), each ending in a newline, flushed."""
+        text = "".join(lines)
+        self._require_open().write(text)
+        self.bytes_written += len(text)
+        self._file_bytes += len(text)
+        self.flush()
+
     def _rotate(self) -> None:
         """The full file becomes crawl.log.<stamp>; the next line starts a new crawl.log. A
         kill between the two leaves the lines in the renamed file: nothing is lost."""

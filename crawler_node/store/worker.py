@@ -8,24 +8,39 @@ to the OS, which the frontier commit that follows relies on.
 A write that fails for want of space (a DiskFull) ends the store: later writes are refused,
 and closing writes nothing more (no CDXJ index for a file whose tail may be torn, no buffered
 bytes): the next start cuts the torn tail, sets it aside and indexes the file.
+
+A store process that dies (SIGKILL, the OOM killer) or stops answering (SIGSTOP: killed by the
+node past ``worker_deadline_s``) is replaced in place, within a restart budget
+(core.restart_budget): the new store cuts the torn tails as a start does, and the write in
+flight is done again, but only for the records crawl.log does not have yet (a line is the
+record's commit: the WARC record is written first), so nothing is stored twice in crawl.log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import logging
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from crawler_node.config import StoreConfig
 from crawler_node.core.crawl_totals import CrawlTotals
+from crawler_node.core.restart_budget import RestartBudget
 from crawler_node.runtime.datadir import DataDirError, DiskFull, writing
-from crawler_node.runtime.workers import ProcessWorker, WorkerDied, make_worker
+from crawler_node.runtime.workers import ProcessWorker, ThreadWorker, WorkerDied, make_worker, process_state
 from crawler_node.store.crawl_log import iso_utc
+from crawler_node.store.rebuild import REBUILT
 from crawler_node.store.writer import CrawlInfo, FetchRecord, Store
+
+log = logging.getLogger("crawler_node.store")
 
 
 def _open(data_dir: str, node_id: str, options: dict[str, Any], info: dict[str, Any]) -> Store:
@@ -42,6 +57,42 @@ def _open(data_dir: str, node_id: str, options: dict[str, Any], info: dict[str, 
 
 def _write(store: Store, rows: Sequence[tuple[Any, ...]]) -> None:
     store.write([FetchRecord(*row) for row in rows])
+
+
+def _write_unrecorded(store: Store, rows: Sequence[tuple[Any, ...]]) -> int:
+    """After a store died mid-write: write the ``rows`` crawl.log has no line of yet; returns
+    how many it had (stored whole before the death)."""
+    logged = _recent_lines(store, tail_bytes=max(1 << 20, 4096 * len(rows)))
+    # A line the new store rebuilt from a record (store.rebuild) is that record's line: no
+    # attempt nor time of its own to match, the URL says it.
+    missing = [row for row in rows
+               if (row[0], row[3], iso_utc(row[4])) not in logged and (row[0], -1, "") not in logged]
+    if missing:
+        _write(store, missing)
+    return len(rows) - len(missing)
+
+
+def _recent_lines(store: Store, *, tail_bytes: int) -> set[tuple[str, int, str]]:
+    """(url, attempt, fetched_at) of the lines at the end of crawl.log (and of the file rotated
+    last, for a write that straddled a rotation)."""
+    keys: set[tuple[str, int, str]] = set()
+    for path in [*store.layout.rotated_crawl_logs()[-1:], store.layout.crawl_log]:
+        try:
+            with open(path, "rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, size - tail_bytes))
+                lines = handle.read().split(b"\n")[1 if size > tail_bytes else 0:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                keys.add((entry["url"], int(entry["attempt"]), entry["fetched_at"]))
+                if entry.get("error") == REBUILT:
+                    keys.add((entry["url"], -1, ""))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line: its record is written again
+    return keys
 
 
 def _close(store: Store) -> None:
@@ -93,11 +144,20 @@ class StoreWorker:
         self.totals = totals if totals is not None else CrawlTotals()
         options = {"warc_max_bytes": config.warc_max_bytes, "crawl_log_max_bytes": config.crawl_log_max_bytes,
                    "dedup_max_entries": config.dedup_max_entries, "items_max_bytes": config.items_max_bytes}
-        self._worker = make_worker("store", in_process=config.store_in_process, init=_open,
-                                   init_args=(str(data_dir), node_id, options, asdict(info or CrawlInfo())),
-                                   nice=config.worker_nice)
+        self._make = partial(make_worker, "store", in_process=config.store_in_process, init=_open,
+                             init_args=(str(data_dir), node_id, options, asdict(info or CrawlInfo())),
+                             nice=config.worker_nice)
+        self._worker = self._make()
         self._full: DiskFull | None = None  # the write that ended the store
         self._open = False
+        self.budget = RestartBudget()
+        self.deadline_s = config.worker_deadline_s
+        self._replacing = asyncio.Lock()
+        self._spent: WorkerDied | None = None  # the death past the restart budget: the store is done with
+
+    @property
+    def restarts(self) -> int:
+        return self.budget.total
 
     async def start(self) -> None:
         try:
@@ -111,12 +171,68 @@ class StoreWorker:
         """Store FetchRecords given as the tuples of their fields, in order."""
         if self._full is not None:
             raise self._full
-        try:
-            await self._worker.call(_write, list(rows))
-        except DiskFull as exc:
-            self._full = exc
-            raise
+        rows = list(rows)
+        worker, again = self._worker, False
+        while True:
+            try:
+                if again:
+                    stored = await worker.call(_write_unrecorded, rows)
+                    log.warning("the new store wrote the %d records of the batch in flight that crawl.log lacked "
+                                "(%d it had were not written again)", len(rows) - stored, stored)
+                else:
+                    await worker.call(_write, rows)
+                break
+            except DiskFull as exc:
+                self._full = exc
+                raise
+            except WorkerDied as exc:
+                worker, again = await self._replace(worker, exc), True
+        # Every row is in crawl.log once now (a dead worker's lines are not written again).
         count_rows(self.totals, rows)
+
+    async def _replace(self, dead: ProcessWorker | ThreadWorker, why: WorkerDied) -> ProcessWorker | ThreadWorker:
+        """The store in place of ``dead`` (several callers learn of one death: one replaces),
+        or ``why`` raised when the restart budget is spent."""
+        async with self._replacing:
+            if self._spent is not None:
+                raise self._spent
+            if self._worker is not dead:
+                return self._worker
+            while True:
+                if not self.budget.allow(time.monotonic()):
+                    log.error("%s: the store died %d times within %.0f s, its restart budget; stopping the node",
+                              why, self.budget.max_restarts + 1, self.budget.window_s)
+                    self._spent = WorkerDied(f"{why}; the store's restart budget is spent")
+                    raise self._spent
+                log.error("%s; replacing it (restart %d), its write in flight done again", why, self.budget.total)
+                replacement = self._make()
+                try:
+                    await replacement.start()
+                    break
+                except WorkerDied as exc:  # it died before it was open: one more death
+                    why = exc
+            self._worker = replacement
+            with contextlib.suppress(WorkerDied):
+                await dead.close(timeout_s=1.0)
+            return replacement
+
+    async def watch(self, now: float) -> None:
+        """One liveness round (node.liveness): a store dead while idle is replaced; one that
+        has left a request unanswered past the deadline (stopped, stuck) is killed, which
+        fails its calls, and the write in flight replaces it; an idle one is pinged."""
+        worker = self._worker
+        if not self._open or self._full is not None or self._spent is not None:
+            return
+        if worker.dead:
+            with contextlib.suppress(WorkerDied):
+                await self._replace(worker, WorkerDied(f"worker store (pid {worker.pid}) died while idle"))
+            return
+        waited = worker.unanswered_for(now)
+        if waited > self.deadline_s:
+            worker.kill(f"no answer for {waited:.0f} s (the process is {process_state(worker.pid)})")
+        elif waited == 0.0:
+            with contextlib.suppress(WorkerDied, TimeoutError):
+                await asyncio.wait_for(worker.ping(), min(1.0, self.deadline_s))  # left queued: timed above
 
     async def close(self, *, write_nothing: bool = False) -> None:
         """``write_nothing``: the disk is full (a write here or elsewhere failed): close as

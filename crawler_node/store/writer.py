@@ -27,6 +27,7 @@ from crawler_node.store.crawl_log import CrawlLog, Location, _drop_torn_tail, is
 from crawler_node.store.digests import DigestIndex
 from crawler_node.store.fetch_records import SOFTWARE, CrawlInfo, FetchRecord
 from crawler_node.store.items import ItemWriter
+from crawler_node.store.rebuild import missing_lines
 from crawler_node.store.warc_files import WarcWriter, exchange_records, stored_payload
 
 __all__ = ["SOFTWARE", "CrawlInfo", "CrawlLog", "FetchRecord", "Location", "Store",
@@ -47,6 +48,8 @@ class Store:
         self.data_dir = data_dir
         self.layout = DataDirLayout(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything repairs or opens a file: the records a kill left without their line.
+        lost_lines = missing_lines(self.layout.warc_dir, self.layout.crawl_log, node_id)
         load_libraries()
         self.digests = (DigestIndex(self.layout.digests, max_entries=dedup_max_entries)
                         if dedup_max_entries > 0 else None)
@@ -63,6 +66,10 @@ class Store:
         self.warc = WarcWriter(warc_dir, node_id=node_id, max_file_bytes=warc_max_bytes,
                                digests=self.digests, info=info)
         self.crawl_log = CrawlLog(self.layout.crawl_log, max_file_bytes=crawl_log_max_bytes)
+        if lost_lines:
+            self.crawl_log.append_lines(lost_lines)
+            log.warning("%d crawl.log lines were lost or torn by a kill: rebuilt from their WARC records",
+                        len(lost_lines))
         self.items = ItemWriter(self.layout.items_dir, node_id=node_id, max_file_bytes=items_max_bytes)
         self.records_written = 0  # fetch attempts logged (with or without an HTTP exchange)
 

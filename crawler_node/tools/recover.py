@@ -4,12 +4,21 @@ The frontier is the one copy of the crawl's queue. When it is lost (the node ref
 runtime.frontier_guard), what the crawl did is still on disk: crawl.log has a line for every
 attempt, and the WARC metadata records list every parsed page's links. From them:
 
-- every URL with a final line (fetched, or ended without a request: robots, scope, traps) is
-  recorded as seen and done, never fetched again;
+- a URL counts as done only when its OWN last outcome says so: fetched, or ended without a
+  request for a reason of its own (robots, a trap guard, the host's page cap). It is recorded
+  as seen and done, never fetched again;
 - a URL whose last attempt failed in a way that is retried (timeout, connection, throttled,
-  server error, DNS) is queued again, its retry budget fresh;
+  server error, DNS), or whose outcome cannot be read, is queued again, its retry budget fresh;
+- an `out_of_scope` line is no outcome of the URL's own: it says a page of ANOTHER host linked
+  to it (the default scope keeps a link on its page's host), while the URL may be queued from a
+  page of its own host. Such a URL is never counted done; it is queued again when an archived
+  page links to it in scope, and otherwise stays ended, as it was in the crawl;
 - the links of the pages fetched (metadata records' outlinks) and redirect targets
-  (crawl.log's location) that are in scope and not yet seen are queued, one step deeper.
+  (crawl.log's location) that are in scope and not yet done are queued, one step deeper.
+
+It ends with a report: URLs recovered (done), requeued, ended (seen only out of scope from
+another host's page, linked in scope from no archived page) and unknown (lines that cannot be
+read, outcomes it does not know: those URLs are queued again, never taken as done).
 
 The damaged files are moved aside (`frontier-lost-<stamp>/`), never deleted. What was queued
 but never reached crawl.log, and never linked from an archived page (seeds not yet fetched,
@@ -38,6 +47,9 @@ from crawler_node.frontier import InboundBatch, UrlEntry
 from crawler_node.frontier.frontier import Frontier
 from crawler_node.runtime.datadir import DataDirError, claim_data_dir
 from crawler_node.runtime.frontier_guard import FrontierLost, check_frontier, highest_url_id, write_watermark
+from crawler_node.runtime.identity import read_identity_or_none
+from crawler_node.store.crawl_log import CrawlLog
+from crawler_node.store.rebuild import missing_lines
 
 # The outcomes the retry policy tries again: their URL is queued again, not finished.
 RETRIED = frozenset({FetchOutcome.TIMEOUT, FetchOutcome.CONNECTION, FetchOutcome.THROTTLED,
@@ -46,11 +58,18 @@ RETRIED = frozenset({FetchOutcome.TIMEOUT, FetchOutcome.CONNECTION, FetchOutcome
 BATCH = 5000
 
 
+# Not an outcome of the URL's own: a page of another host linked to it (see the docstring).
+CONTEXTUAL = frozenset({FetchOutcome.OUT_OF_SCOPE})
+
+
 @dataclass
 class Recovered:
     done: int = 0
     requeued: int = 0
     links: int = 0
+    ended: int = 0  # seen only out of scope from another host's page, linked in scope nowhere
+    unknown: int = 0  # lines that cannot be read, outcomes not known: their URLs queued again
+    rebuilt_lines: int = 0  # crawl.log lines a kill cut, rebuilt from their WARC records
     moved_to: Path | None = None
     skipped_lines: int = 0
     unreadable_files: list[str] = field(default_factory=list)
@@ -103,21 +122,37 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
             damaged.rename(aside / damaged.name)
             recovered.moved_to = aside
 
-    last: dict[str, dict[str, Any]] = {}  # URL -> its last line (the outcome that counts)
+    # The lines a kill cut (or never wrote) after their WARC records, rebuilt first, as a node's
+    # start would (store.rebuild): those pages are done, not unknown.
+    identity = read_identity_or_none(data_dir)
+    lost_lines = missing_lines(layout.warc_dir, layout.crawl_log, identity.node_id if identity else "recovered")
+    if lost_lines:
+        log_file = CrawlLog(layout.crawl_log)  # cuts a torn tail first (kept in crawl.log.torn)
+        log_file.append_lines(lost_lines)
+        log_file.close()
+        recovered.rebuilt_lines = len(lost_lines)
+    last: dict[str, dict[str, Any]] = {}  # URL -> its last line of its own (the outcome that counts)
+    contextual: set[str] = set()  # URLs with an out_of_scope line from another host's page
     for entry in crawl_log_lines(data_dir, recovered):
         if entry.get("kind", "page") == "robots":
             continue
-        last[entry["url"]] = entry
+        if entry.get("outcome") in CONTEXTUAL:
+            contextual.add(entry["url"])
+        else:
+            last[entry["url"]] = entry
+    recovered.unknown = recovered.skipped_lines
     with Frontier(db, lease_timeout_s=lease_timeout_s) as frontier:
         done: list[UrlEntry] = []
         again: list[UrlEntry] = []
         for url, entry in last.items():
+            item = UrlEntry(url, entry.get("host") or host_of(url), int(entry.get("depth") or 0), 0, 0, 0,
+                            entry.get("via"))
             try:
                 outcome = FetchOutcome(str(entry.get("outcome")))
             except ValueError:
-                outcome = FetchOutcome.OK
-            item = UrlEntry(url, entry.get("host") or host_of(url), int(entry.get("depth") or 0), 0, 0, 0,
-                            entry.get("via"))
+                recovered.unknown += 1  # at least once: an outcome not understood is no proof
+                again.append(item)
+                continue
             (again if outcome in RETRIED else done).append(item)
         for start in range(0, len(done), BATCH):
             batch = done[start:start + BATCH]
@@ -135,6 +170,7 @@ def recover(data_dir: Path, *, scope: Scope, lease_timeout_s: float = 120.0) -> 
                                    redirect=True)
         for start in range(0, len(found), BATCH):
             recovered.links += len(frontier.add(found[start:start + BATCH]).accepted)
+        recovered.ended = len(contextual - last.keys() - {entry.url for entry in found})
     highest = highest_url_id(db) or 0
     write_watermark(data_dir, highest)
     return recovered
@@ -167,8 +203,13 @@ def frontier_problem(data_dir: Path) -> str | None:
     try:
         with closing(sqlite3.connect(path)) as conn:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            # Every page, offline (O(size)): garbage in the middle of the file is found here,
+            # not by the node's start, which reads only what the guard needs.
+            verdict = conn.execute("PRAGMA quick_check(1)").fetchone()
     except sqlite3.DatabaseError as exc:
         return f"not a database SQLite can read: {exc}"
+    if verdict and verdict[0] != "ok":
+        return f"damaged ({verdict[0]})"
     return None
 
 
@@ -199,6 +240,10 @@ def main(data_dir: Path, scope: Scope, *, force: bool = False) -> int:
           f"{recovered.requeued} queued again to retry, {recovered.links} links queued (from the WARC metadata "
           f"records and redirects){where}. URLs queued but never fetched nor linked from an archived page "
           f"cannot be rebuilt: submit them again. {WATERMARK_FILENAME} now matches the rebuilt frontier.")
+    print(f"report: recovered {recovered.done}, requeued {recovered.requeued + recovered.links}, "
+          f"ended {recovered.ended} (out of scope from another host's page, linked in scope from none), "
+          f"unknown {recovered.unknown} (unreadable lines or outcomes; their URLs queued again); "
+          f"{recovered.rebuilt_lines} crawl.log lines a kill had cut rebuilt from their WARC records")
     if recovered.skipped_lines or recovered.unreadable_files:
         print(f"  skipped {recovered.skipped_lines} unreadable crawl.log lines; WARC files read in part: "
               f"{'; '.join(recovered.unreadable_files) or 'none'}")

@@ -14,7 +14,8 @@ def format_status(status: dict[str, Any]) -> str:
     cluster_idle = status["idle"]
     own_idle = status.get("node_idle", cluster_idle)
     lines = [
-        f"node {status['node_id']} ({status.get('url', '')}) — {'idle' if own_idle else 'crawling'}"
+        f"node {status['node_id']} ({status.get('url', '')}) — "
+        f"{'stopping' if status.get('stopping') else 'idle' if own_idle else 'crawling'}"
         + (f"; cluster {'idle' if cluster_idle else 'busy'}" if "node_idle" in status else "")
         + (f" — {status['crawl_state']}" if status.get("crawl_state") else ""),
         f"  fetched {counters['fetched']}  done {counters['pages_done']}  failed {counters['failed']}  "
