@@ -4,16 +4,26 @@ never read as a challenge: a normal 403 page, an article about captchas, a 503 f
 
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass
+
 import pytest
 
+from crawler_node.core.backoff import NO_BACKOFF, BackoffState, HostBackoffPolicy, RetryPolicy
+from crawler_node.core.limiter import Outcome
+from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.refusals import (
     MARKERS,
+    Refusal,
     RefusalKind,
     RefusalRules,
     SoftBlockHistory,
     classify_refusal,
     small_body_digest,
 )
+from crawler_node.core.response import FetchResult
+from crawler_node.core.signals import LatencyLevel
+from crawler_node.core.verdict import Pause, RefusalPolicy, ResponseRules, RetryAction, Verdict, judge_page
 
 RULES = RefusalRules()
 ARTICLE = ("<html><head><title>News</title></head><body><article><h1>A long read</h1>"
@@ -185,3 +195,71 @@ def test_no_soft_block_on_a_tiny_site_or_the_same_url() -> None:
 def test_rules_check_themselves() -> None:
     with pytest.raises(ValueError):
         RefusalRules(soft_block_urls=0)
+
+
+# --- routing: what a refusal's verdict does (core.verdict) ------------------------------------
+
+def _rules(**policy: float) -> ResponseRules:
+    backoff = HostBackoffPolicy(initial_s=60.0, cap_s=86_400.0, forgive_after_s=1_800.0, jitter=0.1,
+                                rng=random.Random(3))
+    return ResponseRules(retry=RetryPolicy(rng=random.Random(3)), host_backoff=HostBackoffPolicy(),
+                         host_backoff_after=2, retry_after_cap_s=300.0, latency=None, through_api=False,
+                         refusals=RefusalPolicy(backoff=backoff, url_budget=int(policy.get("url_budget", 3))))
+
+
+@dataclass
+class _Host:
+    crawl_delay: float = 0.0
+    throttle_streak: int = 0
+    backoff: BackoffState = NO_BACKOFF
+    latency: LatencyLevel | None = None
+
+
+CHALLENGE = Refusal(RefusalKind.CHALLENGE, "cloudflare cf-mitigated: challenge (HTTP 403)")
+
+
+def _judge(refusal: Refusal, *, now: float, backoff: BackoffState = NO_BACKOFF, url_refusals: int = 0,
+           rules: ResponseRules | None = None) -> Verdict:
+    return judge_page(_Host(), FetchResult(url=URL, status=403), attempt=1, in_current_round=True, now=now,
+                      rules=rules or _rules(), refusal=refusal, url_refusals=url_refusals, refusal_backoff=backoff)
+
+
+def test_a_challenge_cuts_the_host_pauses_it_and_keeps_the_url() -> None:
+    verdict = _judge(CHALLENGE, now=1000.0)
+    assert verdict.signal.outcome is FetchOutcome.BLOCKED_CHALLENGE and verdict.limiter is Outcome.THROTTLED
+    assert verdict.retry is RetryAction.POSTPONE and verdict.pause is Pause.REFUSAL and verdict.refusal_incident
+    assert 1054.0 <= verdict.next_eligible == verdict.retry_at <= 1066.0  # 60 s +-10%
+    # Answers to requests sent before the pause began are the same incident: no doubling.
+    echo = _judge(CHALLENGE, now=1001.0, backoff=verdict.refusal_backoff)
+    assert not echo.refusal_incident and echo.refusal_backoff == verdict.refusal_backoff
+    # After the pause, a new refusal doubles it.
+    again = _judge(CHALLENGE, now=verdict.next_eligible + 1, backoff=verdict.refusal_backoff)
+    assert again.refusal_incident and again.refusal_backoff.level == 2
+    assert 108.0 <= again.next_eligible - (verdict.next_eligible + 1) <= 132.0
+
+
+def test_the_pause_is_capped_and_forgiven_after_a_quiet_spell() -> None:
+    backoff, now = NO_BACKOFF, 0.0
+    for _ in range(20):
+        verdict = _judge(CHALLENGE, now=now, backoff=backoff)
+        backoff, now = verdict.refusal_backoff, verdict.next_eligible
+        assert verdict.next_eligible - verdict.refusal_backoff.last_throttle <= 86_400.0
+    assert backoff.level == 20
+    forgiven = _judge(CHALLENGE, now=now + 1_801.0, backoff=backoff)
+    assert forgiven.refusal_backoff.level == 1
+
+
+def test_a_url_that_keeps_meeting_refusals_ends_blocked() -> None:
+    captcha = Refusal(RefusalKind.CAPTCHA, "recaptcha form on an empty page (HTTP 200)")
+    assert _judge(captcha, now=0.0, url_refusals=1).retry is RetryAction.POSTPONE
+    last = _judge(captcha, now=0.0, url_refusals=2)
+    assert (last.retry, last.signal.outcome) == (RetryAction.GIVE_UP, FetchOutcome.BLOCKED_CAPTCHA)
+
+
+@pytest.mark.parametrize(("kind", "outcome"), [(RefusalKind.LOGIN_WALL, FetchOutcome.LOGIN_WALL),
+                                               (RefusalKind.REFUSAL, FetchOutcome.REFUSED)])
+def test_a_login_wall_or_a_plain_403_ends_the_url_without_a_pause(kind: RefusalKind, outcome: FetchOutcome) -> None:
+    verdict = _judge(Refusal(kind, "x"), now=0.0)
+    assert (verdict.signal.outcome, verdict.retry, verdict.pause, verdict.limiter) == (
+        outcome, RetryAction.DONE, Pause.NONE, Outcome.NEUTRAL)
+    assert verdict.refusal_backoff is None and verdict.next_eligible == 0.0

@@ -36,6 +36,7 @@ from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
+from crawler_node.node.refusal_check import RefusalCheck
 from crawler_node.node.robots_txt import may_be_text_sitemap, redirect_target, robots_pages, sitemap_entries
 from crawler_node.node.stage_items import PageResult
 
@@ -51,13 +52,15 @@ class FetchStage:
     def __init__(self, *, config: FetchConfig, fetcher: PageFetcher, hosts: HostTable, admission: FetchAdmission,
                  rules: ResponseRules, held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope,
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], refusals: RefusalCheck | None = None) -> None:
         """``on_api_paused``: the API's quota was just spent (the lease buffers go back);
         ``returned``: a lease whose request was cancelled before its answer, to give back.
         From ``config``: ``max_redirects``, redirects a chain may follow (the answer that would
         take one more ends it: outcome too_many_redirects, its target not queued);
         ``cookies``, the fetcher keeps the cookies sites set, so a redirect back into its own
-        chain is worth following (see _redirect_target); ``robots_max_bytes`` and ``sitemaps``."""
+        chain is worth following (see _redirect_target); ``robots_max_bytes`` and ``sitemaps``.
+        ``refusals``: tells the site's refusals from its pages (None: not looked for)."""
+        self._refusals = refusals
         self._max_redirects = config.max_redirects
         self._cookies = config.cookies
         self._fetcher = fetcher
@@ -95,11 +98,14 @@ class FetchStage:
             raise
         now = self._clock()
         self._observe(result)
+        refusal = self._refusals.judge(state, result) if self._refusals is not None else None
         verdict = judge_page(state, result, attempt=lease.attempts, now=now, rules=self._rules,
-                             in_current_round=state.limiter.is_current(permit.host_ticket))
+                             in_current_round=state.limiter.is_current(permit.host_ticket), refusal=refusal,
+                             url_refusals=state.url_refusals(lease.url) if refusal else 0,
+                             refusal_backoff=state.refusal_backoff)
         # The host's slot and the global ones are given back together, before any await.
         self._release(state, permit, verdict.signal, now)
-        self._hosts.finish_page(state, permit.host_ticket, verdict, now)
+        self._hosts.finish_page(state, permit.host_ticket, verdict, now, lease.url)
         self._count(state, verdict)
         page = PageResult(lease=lease, fetch=result, verdict=verdict)
         outcome = verdict.signal.outcome
@@ -137,6 +143,11 @@ class FetchStage:
             counters.retries += 1
         elif retry is RetryAction.GIVE_UP and verdict.reason is not None:
             self.gave_up[verdict.reason] += 1
+        if verdict.refusal_incident:
+            log.warning("%s refuses the crawler (%s: %s): paused until %.1f (level %d)", state.host,
+                        verdict.refusal.kind if verdict.refusal else "?",
+                        verdict.refusal.evidence if verdict.refusal else "", state.next_eligible,
+                        state.refusal_backoff.level)
         if verdict.pause is Pause.BACKOFF:
             counters.host_backoffs += 1
             log.info("%s keeps answering 429 without Retry-After: paused until %.1f (level %d)",

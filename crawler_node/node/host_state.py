@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState
 from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.core.refusals import Refusal, SoftBlockHistory
 from crawler_node.core.robots import AuthorityRobots, RobotsStatus
 from crawler_node.core.signals import LatencyLevel
 from crawler_node.core.verdict import Pause, RetryAction, Verdict
@@ -20,6 +21,10 @@ from crawler_node.node.host_snapshot import AuthorityRobotsSnapshot, HostSnapsho
 
 if TYPE_CHECKING:
     from crawler_node.node.admission import IpGate
+
+
+# URLs whose refusals a host remembers (their per-URL budget); past it a URL's count starts at 0.
+_REFUSED_URLS_KEPT = 4096
 
 
 class Place(enum.Enum):
@@ -73,8 +78,18 @@ class HostState:
     backoffs: int = 0
     latency_rises: int = 0
     api_refused: int = 0  # attempts the fetch-through API refused (never reached the host)
+    # Refusals (core.refusals): the pause lives in paused_until, durable with the politeness
+    refusal_backoff: BackoffState = NO_BACKOFF  # challenge/captcha/soft-block incidents not yet forgiven
+    soft_block: SoftBlockHistory | None = None  # made on the host's first small page
+    refused_urls: dict[str, int] | None = None  # URL -> refusals it met here (bounded)
+    last_refusal: Refusal | None = None
+    refusals: int = 0  # answers that were a refusal of any kind
+    refusal_pauses: int = 0  # new pauses for a challenge, captcha or soft block
 
-    def learn(self, verdict: Verdict) -> bool:
+    def url_refusals(self, url: str) -> int:
+        return self.refused_urls.get(url, 0) if self.refused_urls else 0
+
+    def learn(self, verdict: Verdict, url: str | None = None) -> bool:
         """Count a page's verdict and take its backoff and pause; True when what is kept on
         disk of the host (its politeness) changed. The next-eligible time is the table's."""
         if not verdict.reached_host:
@@ -92,6 +107,8 @@ class HostState:
         self.latency = verdict.latency
         self.throttle_streak = verdict.throttle_streak
         durable = False
+        if verdict.refusal is not None:
+            self._learn_refusal(verdict, url)
         if verdict.backoff is not self.backoff:
             self.backoff = verdict.backoff
             durable = True
@@ -101,6 +118,24 @@ class HostState:
             self.paused_until = max(self.paused_until, verdict.next_eligible)
             durable = True
         return durable
+
+    def _learn_refusal(self, verdict: Verdict, url: str | None) -> None:
+        refusal = verdict.refusal
+        assert refusal is not None
+        self.refusals += 1
+        self.last_refusal = refusal
+        if verdict.refusal_backoff is not None:
+            self.refusal_backoff = verdict.refusal_backoff
+        if verdict.refusal_incident:
+            self.refusal_pauses += 1
+        if not refusal.kind.pauses or url is None:
+            return
+        if self.refused_urls is None:
+            self.refused_urls = {}
+        if verdict.retry is RetryAction.GIVE_UP:
+            self.refused_urls.pop(url, None)
+        elif url in self.refused_urls or len(self.refused_urls) < _REFUSED_URLS_KEPT:
+            self.refused_urls[url] = self.refused_urls.get(url, 0) + 1
 
     def has_work(self) -> bool:
         return self.queued > 0 or bool(self.buffer)

@@ -312,11 +312,12 @@ class HostTable:
         return returned
 
     # ----------------------------------------------------------------- outcomes
-    def finish_page(self, state: HostState, ticket: int, verdict: Verdict, now: float) -> None:
+    def finish_page(self, state: HostState, ticket: int, verdict: Verdict, now: float, url: str | None = None) -> None:
         """Apply a page's verdict: the limiter learns, the politeness times move, the counters
-        count. The caller releases the global slots (admission) itself."""
+        count. The caller releases the global slots (admission) itself. ``url``: the page's
+        (a refusal is counted against it)."""
         state.limiter.release(ticket, verdict.limiter)
-        if state.learn(verdict):
+        if state.learn(verdict, url):
             self.unsaved.mark(state)
         if verdict.reached_host and verdict.next_eligible > state.next_eligible:
             self._rotation.delay(state, verdict.next_eligible, now)
