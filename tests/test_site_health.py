@@ -6,7 +6,13 @@ itself saw, and the crawl.log."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 from conftest import read_crawl_log
+from warcio.archiveiterator import ArchiveIterator
 
 REFUSER = "site-0.test"
 HEALTHY = ["site-1.test", "site-2.test", "site-3.test"]
@@ -61,3 +67,63 @@ def test_a_challenging_site_is_paused_alone_and_every_page_is_fetched(start_test
     fetched = {line["url"] for line in lines if line["status"] == 200 and line["outcome"] == "ok"}
     assert fetched == expected
     assert not [line for line in lines if line["outcome"].startswith("blocked_") and line["url"] not in fetched]
+
+
+ARCHIVE_PROFILE = {
+    "site-*.test": {"latency_ms": 20},
+    "site-1.test": {"captcha": 0.3},
+    "site-2.test": {"login_wall": 0.3},
+    "site-3.test": {"soft_block_after": 8, "refusal_for_s": 2},
+    "site-4.test": {"forbidden": 0.3},
+}
+KINDS = {"blocked_captcha": "site-1.test", "login_wall": "site-2.test", "blocked_soft": "site-3.test",
+         "refused": "site-4.test"}
+
+
+def test_each_refusal_is_logged_annotated_and_left_out_of_the_index(start_testweb, start_node):
+    web = start_testweb(hosts=5, pages=25, seed=9, profile=ARCHIVE_PROFILE)
+    node = start_node("n1", proxy=web.url, seeds=[f"http://site-{i}.test/" for i in range(5)],
+                      extra_args=["--refusal-pause-initial-s", "0.5", "--refusal-forgive-s", "0",
+                                  "--refusal-url-budget", "2"])
+    node.wait_idle(timeout_s=90)
+    assert node.stop(timeout_s=30) == 0
+    lines = read_crawl_log(node.data_dir)
+    served = web.stats()["hosts"]
+
+    # crawl.log: each kind, on its host only, with its evidence
+    for outcome, host in KINDS.items():
+        mine = [line for line in lines if line["outcome"] == outcome]
+        assert mine and {line["host"] for line in mine} == {host}, outcome
+        assert all(line["refusal"] and line["warc_file"] for line in mine), mine[0]
+    assert sum(served["site-1.test"]["refused"].values()) == sum(
+        line["outcome"] == "blocked_captcha" for line in lines)
+    # a captcha URL met the refusal twice (its budget), then ended blocked, never as a page
+    captcha_urls = {line["url"] for line in lines if line["outcome"] == "blocked_captcha"}
+    assert not captcha_urls & {line["url"] for line in lines if line["outcome"] == "ok"}
+
+    # the WARC: a metadata record names the refusal beside each refused response
+    annotated: dict[str, list[str]] = {}
+    for path in sorted((node.data_dir / "warc").glob("*.warc.gz")):
+        with open(path, "rb") as handle:
+            for record in ArchiveIterator(handle):
+                if record.rec_type == "metadata":
+                    block = record.content_stream().read().decode()
+                    if "refusal:" in block:
+                        annotated.setdefault(record.rec_headers.get_header("WARC-Target-URI"), []).append(block)
+    refused_lines = [line for line in lines if line.get("refusal")]
+    assert {line["url"] for line in refused_lines} == set(annotated)
+    assert all("refusalEvidence:" in block for blocks in annotated.values() for block in blocks)
+
+    # the CDXJ index: no refused response is the page's capture
+    indexed = set()
+    for path in (node.data_dir / "warc").glob("*.cdxj"):
+        for row in path.read_text().splitlines():
+            fields = json.loads(row.split(" ", 2)[2])
+            indexed.add((fields["filename"], int(fields["offset"])))
+    assert indexed
+    assert not {(line["warc_file"], line["warc_offset"]) for line in refused_lines} & indexed
+
+    files = [str(path) for path in (node.data_dir / "warc").glob("*.warc.gz")]
+    checked = subprocess.run([str(Path(sys.executable).with_name("warcio")), "check", *files],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
