@@ -35,7 +35,29 @@ from crawler_node.tools.node_process import NodeProcess
 # "local PATH" / "cluster PATH" for a status key path (as the failure message spells it; a
 # listed map or list allows what is in it), "metrics FAMILY" for a metric family (with its
 # labels and samples), "metrics FAMILY label=NAME" or "metrics FAMILY sample=NAME" for a part.
-ADDED_SINCE_BASELINE: frozenset[str] = frozenset()
+ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
+    # issue 47, site health: refusals by kind and refusal pauses (node.fetch_stage), hosts by
+    # health state (node.hosts), and each busiest host's health, score, reasons and refusals
+    "local $.counters.refusal_pauses",
+    "local $.counters.refusals",
+    "local $.host_table.health",
+    "local $.hosts[].health",
+    "local $.hosts[].health_reasons",
+    "local $.hosts[].health_score",
+    "local $.hosts[].refusal_pauses",
+    "local $.hosts[].refusals",
+    "cluster $.counters.refusal_pauses",
+    "cluster $.counters.refusals",
+    "cluster $.host_table.health",
+    "cluster $.hosts[].health",
+    "cluster $.hosts[].health_reasons",
+    "cluster $.hosts[].health_score",
+    "cluster $.hosts[].refusal_pauses",
+    "cluster $.hosts[].refusals",
+    "metrics crawler_refusals",
+    "metrics crawler_refusal_pauses",
+    "metrics crawler_hosts_health",
+})
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:
 # each map's keys are replaced by the placeholder, so that two crawls compare by shape.

@@ -17,6 +17,7 @@ from typing import Protocol
 from crawler_node.config import FetchConfig
 from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.refusals import RefusalKind
 from crawler_node.core.response import FetchResult, PageFetcher
 from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
 from crawler_node.core.scope import Scope
@@ -80,6 +81,7 @@ class FetchStage:
         self.counters = FetchCounts()
         self.api_signals: Counter[ApiSignal] = Counter()  # answers the API itself gave, robots.txt's too
         self.gave_up: Counter[str] = Counter()
+        self.refusals: Counter[RefusalKind] = Counter()
         # What page fetches cost and answered (/metrics histograms): one observation per
         # answer judged here; robots.txt requests add only to the bytes received.
         self.fetch_seconds = CountingHistogram(FETCH_SECONDS_BOUNDS)
@@ -136,6 +138,9 @@ class FetchStage:
             counters.api_postponed += 1
             return
         counters.host_attempts += 1
+        if verdict.refusal is not None:
+            self.refusals[verdict.refusal.kind] += 1
+            counters.refusal_pauses += verdict.refusal_incident
         retry = verdict.retry
         if retry is RetryAction.DONE:
             return
@@ -285,7 +290,9 @@ class FetchStage:
                 retries=retries, retry_ratio=ratio, robots_fetched=counters.robots_fetched,
                 robots_given_up=counters.robots_given_up,
                 too_many_redirects=self.outcomes.get(FetchOutcome.TOO_MANY_REDIRECTS, 0),
-                outcomes={str(outcome): count for outcome, count in self.outcomes.items()}),
+                outcomes={str(outcome): count for outcome, count in self.outcomes.items()},
+                refusals={str(kind): self.refusals[kind] for kind in RefusalKind},
+                refusal_pauses=counters.refusal_pauses),
             retries=RetrySnapshot(total=retries, host_attempts=attempts, ratio=ratio,
                                   api_postponed=counters.api_postponed, host_backoffs=counters.host_backoffs,
                                   gave_up=dict(self.gave_up)),
@@ -303,6 +310,7 @@ class FetchCounts:
     host_backoffs: int = 0
     robots_fetched: int = 0
     robots_given_up: int = 0
+    refusal_pauses: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +326,11 @@ class FetchCounters:
     too_many_redirects: int
     outcomes: Mapping[str, int] = field(metadata=counter("crawler_fetch_outcomes", "Fetch attempts by outcome",
                                                          labels=("outcome",)))
+    refusals: Mapping[str, int] = field(default_factory=dict, metadata=counter(
+        "crawler_refusals", "Answers that were the site refusing the crawler, by kind (core.refusals)",
+        labels=("kind",)))
+    refusal_pauses: int = field(default=0, metadata=counter(
+        "crawler_refusal_pauses", "Host pauses for a challenge, captcha or soft block"))
 
 
 @dataclass(frozen=True, slots=True)

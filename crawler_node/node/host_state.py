@@ -7,14 +7,18 @@ Only the host table writes these fields; everyone else reads them, or asks the t
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crawler_node.core.backoff import NO_BACKOFF, BackoffState
 from crawler_node.core.limiter import AimdLimiter, Outcome
+from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.refusals import Refusal, SoftBlockHistory
 from crawler_node.core.robots import AuthorityRobots, RobotsStatus
 from crawler_node.core.signals import LatencyLevel
+from crawler_node.core.site_health import HEALTHY, Health, HealthState, HealthWindow, judge_health
+from crawler_node.core.site_health import Signal as HealthSignal
 from crawler_node.core.verdict import Pause, RetryAction, Verdict
 from crawler_node.frontier import HostPoliteness, Lease
 from crawler_node.node.host_snapshot import AuthorityRobotsSnapshot, HostSnapshot
@@ -25,6 +29,11 @@ if TYPE_CHECKING:
 
 # URLs whose refusals a host remembers (their per-URL budget); past it a URL's count starts at 0.
 _REFUSED_URLS_KEPT = 4096
+
+
+_FAILED = {FetchOutcome.THROTTLED: HealthSignal.THROTTLED, FetchOutcome.TIMEOUT: HealthSignal.TIMEOUT,
+           FetchOutcome.SERVER_ERROR: HealthSignal.FAILED, FetchOutcome.CONNECTION: HealthSignal.FAILED,
+           FetchOutcome.DNS: HealthSignal.FAILED, FetchOutcome.TLS: HealthSignal.FAILED}
 
 
 class Place(enum.Enum):
@@ -85,6 +94,7 @@ class HostState:
     last_refusal: Refusal | None = None
     refusals: int = 0  # answers that were a refusal of any kind
     refusal_pauses: int = 0  # new pauses for a challenge, captcha or soft block
+    health_window: HealthWindow | None = None  # what its answers said lately (core.site_health)
 
     def url_refusals(self, url: str) -> int:
         return self.refused_urls.get(url, 0) if self.refused_urls else 0
@@ -137,6 +147,39 @@ class HostState:
         elif url in self.refused_urls or len(self.refused_urls) < _REFUSED_URLS_KEPT:
             self.refused_urls[url] = self.refused_urls.get(url, 0) + 1
 
+    def observe_health(self, verdict: Verdict, now: float, *, halved: bool) -> None:
+        """Count one answer in the host's health window."""
+        if not verdict.reached_host:
+            return
+        if self.health_window is None:
+            self.health_window = HealthWindow()
+        signals = [HealthSignal.ANSWER]
+        outcome = verdict.signal.outcome
+        if verdict.refusal is not None:
+            signals.append(HealthSignal.BLOCKED if verdict.refusal.kind.pauses else HealthSignal.FORBIDDEN)
+        elif outcome in _FAILED:
+            signals.append(_FAILED[outcome])
+        if verdict.latency_rise:
+            signals.append(HealthSignal.LATENCY_RISE)
+        if halved:
+            signals.append(HealthSignal.HALVED)
+        self.health_window.add(now, *signals)
+
+    def health(self, now: float) -> Health:
+        """The host's one judgment now (``now``: the clock its pauses are kept in)."""
+        paused_for = None
+        if now < self.paused_until:
+            refusal = self.last_refusal
+            if refusal is not None and self.refusal_backoff.eligible_at >= self.paused_until:
+                paused_for = f"{refusal.kind} for {self.paused_until - now:.0f} s more ({refusal.evidence})"
+            else:
+                paused_for = f"throttled (Retry-After or 429 backoff) for {self.paused_until - now:.0f} s more"
+        if self.health_window is None and paused_for is None:
+            return HEALTHY
+        counts = self.health_window.counts(now) if self.health_window is not None else [0] * len(HealthSignal)
+        return judge_health(counts, paused_for=paused_for,
+                            last_refusal=self.last_refusal.evidence if self.last_refusal else None)
+
     def has_work(self) -> bool:
         return self.queued > 0 or bool(self.buffer)
 
@@ -155,8 +198,8 @@ class HostState:
         return HostPoliteness(host=self.host, next_eligible=self.paused_until, crawl_delay=self.crawl_delay,
                               backoff_level=self.backoff.level, last_throttle=self.backoff.last_throttle)
 
-    def snapshot(self) -> HostSnapshot:
-        limiter = self.limiter
+    def snapshot(self, now: float = 0.0) -> HostSnapshot:
+        limiter, health = self.limiter, self.health(now)
         return HostSnapshot(
             host=self.host, in_flight=limiter.in_flight, limit=limiter.limit, limit_decreases=limiter.decreases,
             queued=self.queued + len(self.buffer), fetched=self.fetched, throttled=self.throttled, errors=self.errors,
@@ -167,7 +210,8 @@ class HostState:
             api_refused=self.api_refused, ip=self.ip_gate.address if self.ip_gate else None, place=self.place.value,
             next_eligible=self.next_eligible,
             robots={scheme: robots_snapshot(robots) for scheme, robots in self.robots.items()} if self.robots else {},
-            held=self.held_reason())
+            held=self.held_reason(), health=health.state.value, health_score=health.score,
+            health_reasons=health.reasons, refusals=self.refusals, refusal_pauses=self.refusal_pauses)
 
     def held_reason(self) -> str | None:
         """Why the host's URLs wait or end unfetched, when robots.txt is the reason (DNS and TLS
@@ -180,6 +224,19 @@ class HostState:
             if robots.failures and robots.status is not RobotsStatus.READY:
                 return f"{scheme} robots.txt unavailable ({robots.last_error}), attempt {robots.failures}: waiting"
         return None
+
+
+def tally(states: Iterable[HostState], now: float) -> tuple[dict[str, int], dict[str, int]]:
+    """Hosts by scheduling place and by health state (every state named, for steady series)."""
+    places: dict[str, int] = {}
+    health = dict.fromkeys(HealthState, 0)
+    for state in states:
+        places[state.place.value] = places.get(state.place.value, 0) + 1
+        if state.health_window is not None or state.paused_until > now:
+            health[state.health(now).state] += 1
+        else:
+            health[HealthState.HEALTHY] += 1
+    return places, {str(name): count for name, count in health.items()}
 
 
 def robots_snapshot(robots: AuthorityRobots) -> AuthorityRobotsSnapshot:

@@ -357,7 +357,8 @@ class Node:
         uptime = time.monotonic() - self.started_at
         totals, shed = frontier.totals, frontier.shedding
         store, fetch, intake = self.store.snapshot(), self.fetch.snapshot(), self.intake.snapshot()
-        upkeep, cluster, hosts = self.upkeep.snapshot(), self.cluster.snapshot(), self.hosts.snapshot(TOP_HOSTS)
+        upkeep, cluster = self.upkeep.snapshot(), self.cluster.snapshot()
+        hosts = self.hosts.snapshot(TOP_HOSTS, now=self._clock())
         admission = self.admission.snapshot(now)
         deferred = dict(shed.counts)
         restored = deferred.pop("restored", 0)

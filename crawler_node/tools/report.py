@@ -127,6 +127,9 @@ def format_hosts(answer: dict[str, Any]) -> str:
         lines.append(f"  {row['host']:<32} {row['member']:<10} {row['queued']:>7} {row['leased']:>6} "
                      f"{row['deferred']:>8} {row['in_flight']:>6} {limit:>5} {_age(row['next_eligible_in_s']):>9}  "
                      f"{row['state']}" + (f" ({row['held']})" if row.get("held") else ""))
+        if row.get("health", "healthy") != "healthy":
+            lines.append(f"  {'':<32} health: {row['health']} ({row.get('health_score')}/100): "
+                         + "; ".join(row.get("health_reasons") or ()))
     return "\n".join(lines)
 
 
