@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import read_crawl_log
+from conftest import read_crawl_log, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
 REFUSER = "site-0.test"
@@ -32,10 +32,20 @@ def _page_requests(history: list[list]) -> list[tuple[float, int]]:
 
 
 def test_a_challenging_site_is_paused_alone_and_every_page_is_fetched(start_testweb, start_node):
-    web = start_testweb(hosts=4, pages=40, seed=5, profile=PROFILE, extra_args=["--history", "2000"])
+    web = start_testweb(hosts=4, pages=30, seed=5, profile=PROFILE, extra_args=["--history", "2000"])
     expected = set(web.expected())
     node = start_node("n1", proxy=web.url, seeds=[f"http://site-{i}.test/" for i in range(4)],
                       extra_args=NODE_ARGS)
+
+    # while it is paused, `hosts --unhealthy` shows it, with the challenge as the reason
+    def unhealthy() -> str | None:
+        shown = subprocess.run([sys.executable, "-m", "crawler_node", "hosts", "--node", node.url, "--unhealthy"],
+                               capture_output=True, text=True, timeout=30).stdout
+        return shown if REFUSER in shown and "challenge" in shown else None
+
+    shown = wait_until(unhealthy, 60, "the refusing host among the unhealthy ones")
+    assert "health: paused" in shown or "health: refusing" in shown, shown
+    assert not any(host in shown for host in HEALTHY), shown
     status = node.wait_idle(timeout_s=90)
     stats = web.stats(history=True)
     lines = read_crawl_log(node.data_dir)
