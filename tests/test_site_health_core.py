@@ -37,6 +37,8 @@ def test_paused_wins_and_refusals_weigh_most() -> None:
     assert paused.state is HealthState.PAUSED and paused.reasons[0].startswith("paused: challenge")
     throttled = judge_health(_window((5.0, 10, ()), (6.0, 10, (Signal.THROTTLED,))).counts(7.0))
     assert paused.score < throttled.score
+    refusing = judge_health(counts, paused_for="challenge for 60 s more", refusal_pause=True)
+    assert refusing.state is HealthState.REFUSING and refusing.reasons == paused.reasons
 
 
 def test_a_few_403s_are_not_refusing_but_most_answers_403_are() -> None:

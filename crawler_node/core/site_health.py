@@ -2,10 +2,11 @@
 them, from what its answers said over a sliding window. Pure: the host table feeds each verdict
 in with the time (node.host_state), status and metrics read :func:`judge_health`.
 
-The states, worst first, are the first that holds:
+The states are the first that holds:
 
-    paused      the host sends nothing until a pause ends (Retry-After, 429 backoff, a refusal)
-    refusing    challenges, captchas or soft blocks in the window, or mostly 401/403/login walls
+    refusing    paused for a refusal, challenges, captchas or soft blocks in the window, or
+                mostly 401/403/login walls
+    paused      the host sends nothing until a pause ends (Retry-After, 429 backoff)
     throttling  429/503 answers (or a Retry-After) above a small share
     failing     timeouts, 5xx, connection, DNS or TLS failures above a share
     slow        its latency rose well above its own baseline (core.signals.LatencyModel)
@@ -91,9 +92,12 @@ class Health:
 HEALTHY = Health(HealthState.HEALTHY, 100, ())
 
 
-def judge_health(counts: list[int], *, paused_for: str | None = None, last_refusal: str | None = None) -> Health:
+def judge_health(counts: list[int], *, paused_for: str | None = None, last_refusal: str | None = None,
+                 refusal_pause: bool = False) -> Health:
     """``counts``: :meth:`HealthWindow.counts`; ``paused_for``: why the host is paused now (None:
-    it is not); ``last_refusal``: the evidence of its last refusal, for the reasons."""
+    it is not); ``refusal_pause``: the pause is for a refusal, so the host is ``refusing`` (the
+    pause first among its reasons: what the operator must know is who fights us, not that a
+    pause runs); ``last_refusal``: the evidence of its last refusal, for the reasons."""
     answers = counts[Signal.ANSWER]
     blocked, forbidden = counts[Signal.BLOCKED], counts[Signal.FORBIDDEN]
     throttled, timeouts, failed = counts[Signal.THROTTLED], counts[Signal.TIMEOUT], counts[Signal.FAILED]
@@ -122,9 +126,9 @@ def judge_health(counts: list[int], *, paused_for: str | None = None, last_refus
         reasons.append(f"latency above its baseline {rises} times")
     if halved:
         reasons.append(f"limit halved {halved} times")
-    if paused_for:
+    if paused_for and not refusal_pause:
         state = HealthState.PAUSED
-    elif blocked or (forbidden >= 3 and refused_ratio >= 0.5):
+    elif refusal_pause or blocked or (forbidden >= 3 and refused_ratio >= 0.5):
         state = HealthState.REFUSING
     elif throttled >= 2 and ratio(throttled) >= 0.05:
         state = HealthState.THROTTLING

@@ -167,17 +167,18 @@ class HostState:
 
     def health(self, now: float) -> Health:
         """The host's one judgment now (``now``: the clock its pauses are kept in)."""
-        paused_for = None
+        paused_for, refusal_pause = None, False
         if now < self.paused_until:
             refusal = self.last_refusal
             if refusal is not None and self.refusal_backoff.eligible_at >= self.paused_until:
                 paused_for = f"{refusal.kind} for {self.paused_until - now:.0f} s more ({refusal.evidence})"
+                refusal_pause = True
             else:
                 paused_for = f"throttled (Retry-After or 429 backoff) for {self.paused_until - now:.0f} s more"
         if self.health_window is None and paused_for is None:
             return HEALTHY
         counts = self.health_window.counts(now) if self.health_window is not None else [0] * len(HealthSignal)
-        return judge_health(counts, paused_for=paused_for,
+        return judge_health(counts, paused_for=paused_for, refusal_pause=refusal_pause,
                             last_refusal=self.last_refusal.evidence if self.last_refusal else None)
 
     def has_work(self) -> bool:
