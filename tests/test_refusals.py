@@ -14,6 +14,7 @@ from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import FetchOutcome
 from crawler_node.core.refusals import (
     MARKERS,
+    PAGE_GATE,
     Refusal,
     RefusalKind,
     RefusalRules,
@@ -154,6 +155,12 @@ def test_every_marker_has_evidence_and_a_condition() -> None:
     for marker in MARKERS:
         assert marker.evidence
         assert marker.header or marker.body, marker
+
+
+def test_every_body_marker_a_page_may_carry_passes_the_gate() -> None:
+    for marker in MARKERS:
+        if marker.body and (not marker.statuses or any(status < 300 for status in marker.statuses)):
+            assert all(any(word in needle for word in PAGE_GATE) for needle in marker.body), marker
 
 
 def test_only_the_head_of_the_body_is_read() -> None:

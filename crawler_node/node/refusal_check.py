@@ -5,7 +5,14 @@ pages the host served. The host's refusal state itself is the host table's (node
 from __future__ import annotations
 
 from crawler_node.core.encoding import decode_body
-from crawler_node.core.refusals import Refusal, RefusalRules, SoftBlockHistory, classify_refusal, small_body_digest
+from crawler_node.core.refusals import (
+    PAGE_GATE_BYTES,
+    Refusal,
+    RefusalRules,
+    SoftBlockHistory,
+    classify_refusal,
+    small_body_digest,
+)
 from crawler_node.core.response import FetchResult
 from crawler_node.node.host_state import HostState
 
@@ -14,19 +21,24 @@ _PAGE_TYPES = frozenset({None, "text/html", "application/xhtml+xml", "text/plain
 
 
 class RefusalCheck:
-    __slots__ = ("_rules", "_limit")
+    __slots__ = ("_rules", "_page_limit", "_limit")
 
     def __init__(self, *, rules: RefusalRules) -> None:
         self._rules = rules
-        # Enough to tell an interstitial from a page by its size (core.refusals reads its head).
-        self._limit = max(rules.body_head_bytes, rules.soft_block_bytes, rules.interstitial_bytes) + 1
+        # Of a 2xx (most answers: pages), only as much as a soft block's page may have, and one
+        # byte more to know it is larger: the start core.refusals' gate and markers read, not
+        # a whole page inflated twice (the parser inflates it anyway). Of another answer, the
+        # head the markers read.
+        self._page_limit = max(rules.soft_block_bytes, PAGE_GATE_BYTES) + 1
+        self._limit = rules.body_head_bytes + 1
 
     def judge(self, state: HostState, result: FetchResult) -> Refusal | None:
         status = result.status
         if status is None:
             return None
         typed_page = result.content_type in _PAGE_TYPES
-        body = decode_body(result.body, result.content_encoding, self._limit).body if typed_page else b""
+        limit = self._page_limit if status < 300 else self._limit
+        body = decode_body(result.body, result.content_encoding, limit).body if typed_page else b""
         history = state.soft_block
         if history is None and status == 200 and typed_page:
             history = state.soft_block = SoftBlockHistory()
