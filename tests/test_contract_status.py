@@ -54,6 +54,8 @@ ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
     "cluster $.hosts[].health_score",
     "cluster $.hosts[].refusal_pauses",
     "cluster $.hosts[].refusals",
+    "local $.host_table.worst",
+    "cluster $.host_table.worst",
     "metrics crawler_refusals",
     "metrics crawler_refusal_pauses",
     "metrics crawler_hosts_health",
@@ -68,6 +70,7 @@ DATA_KEYED = {
     "$.shedding.deferred_by_reason": "<reason>",  # frontier.shedding's counts
     "$.retries.gave_up": "<reason>",  # a retry verdict's reason -> URLs given up
     "$.hosts[].robots": "<scheme>",  # node.host_state: a host's robots.txt, by scheme
+    "$.host_table.worst[].robots": "<scheme>",
     "$.host_table.places": "<place>",  # node.hosts: hosts by the place they are in
     "$.cluster.heartbeats.failures": "<member>",  # cluster.heartbeats: by peer id
     "$.cluster.heartbeats.bad_answers": "<member>",

@@ -7,6 +7,7 @@ itself saw, and the crawl.log."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,12 @@ from pathlib import Path
 from conftest import read_crawl_log, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - the test extra installs it
+    sync_playwright = None
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REFUSER = "site-0.test"
 HEALTHY = ["site-1.test", "site-2.test", "site-3.test"]
 PAUSE_S = 2.0
@@ -46,6 +53,23 @@ def test_a_challenging_site_is_paused_alone_and_every_page_is_fetched(start_test
     shown = wait_until(unhealthy, 60, "the refusing host among the unhealthy ones")
     assert "health: paused" in shown or "health: refusing" in shown, shown
     assert not any(host in shown for host in HEALTHY), shown
+    # ... the status lists it among the worst hosts, and the dashboard shows it with its reason
+    worst = node.status(fresh=True)["host_table"]["worst"]
+    assert worst and worst[0]["host"] == REFUSER and worst[0]["health"] == "refusing", worst
+    assert any("cf-mitigated" in reason for reason in worst[0]["health_reasons"]), worst
+    if sync_playwright is not None and CHROMIUM is not None:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                                 args=["--no-sandbox", "--disable-gpu", "--no-proxy-server"])
+            try:
+                page = browser.new_page()
+                page.goto(node.url + "/", wait_until="load")
+                page.wait_for_function(f"document.querySelector('#worst').innerText.includes('{REFUSER}')",
+                                       timeout=15_000)
+                text = page.inner_text("#worst")
+                assert "refusing" in text and "challenge" in text, text
+            finally:
+                browser.close()
     status = node.wait_idle(timeout_s=90)
     stats = web.stats(history=True)
     lines = read_crawl_log(node.data_dir)

@@ -86,3 +86,5 @@ class HostTableSnapshot(Indexed):
     busiest: tuple[HostSnapshot, ...] = field(metadata=stat(json=False, scrape=False))
     health: Mapping[str, int] = field(default_factory=dict, metadata=gauge(
         "crawler_hosts_health", "Hosts in memory by health state (core.site_health)", labels=("state",)))
+    # The unhealthy hosts with the lowest health scores, worst first (the dashboard's worst hosts)
+    worst: tuple[HostSnapshot, ...] = field(default=(), metadata=stat(scrape=False))

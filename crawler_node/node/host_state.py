@@ -7,6 +7,7 @@ Only the host table writes these fields; everyone else reads them, or asks the t
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -227,17 +228,22 @@ class HostState:
         return None
 
 
-def tally(states: Iterable[HostState], now: float) -> tuple[dict[str, int], dict[str, int]]:
-    """Hosts by scheduling place and by health state (every state named, for steady series)."""
+def tally(states: Iterable[HostState], now: float,
+          worst: int = 10) -> tuple[dict[str, int], dict[str, int], tuple[HostSnapshot, ...]]:
+    """Hosts by scheduling place and by health state (every state named, for steady series),
+    and the ``worst`` unhealthy hosts, lowest score first."""
     places: dict[str, int] = {}
     health = dict.fromkeys(HealthState, 0)
+    unhealthy: list[tuple[int, str, HostState]] = []
     for state in states:
         places[state.place.value] = places.get(state.place.value, 0) + 1
-        if state.health_window is not None or state.paused_until > now:
-            health[state.health(now).state] += 1
-        else:
-            health[HealthState.HEALTHY] += 1
-    return places, {str(name): count for name, count in health.items()}
+        judged = state.health(now) if state.health_window is not None or state.paused_until > now else HEALTHY
+        health[judged.state] += 1
+        if judged.state is not HealthState.HEALTHY:
+            unhealthy.append((judged.score, state.host, state))
+    lowest = heapq.nsmallest(worst, unhealthy, key=lambda item: item[:2])
+    return (places, {str(name): count for name, count in health.items()},
+            tuple(state.snapshot(now) for _, _, state in lowest))
 
 
 def robots_snapshot(robots: AuthorityRobots) -> AuthorityRobotsSnapshot:

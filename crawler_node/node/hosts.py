@@ -93,13 +93,13 @@ class HostTable:
         return heapq.nlargest(n, self._hosts.values(), key=lambda s: (s.limiter.in_flight, s.queued))
 
     def snapshot(self, top: int = 20, *, now: float = 0.0) -> HostTableSnapshot:
-        places, health = tally(self._hosts.values(), now)  # ``now``: the clock the pauses are in
+        places, health, worst = tally(self._hosts.values(), now)  # ``now``: the clock the pauses are in
         held = [(state.host, reason) for state in self._hosts.values()
                 if state.robots is not None and (reason := state.held_reason()) is not None]
         return HostTableSnapshot(
             in_memory=len(self._hosts), collected=self.collected, places=places, robots_cache=self._robots.snapshot(),
             held=HeldHosts(count=len(held), hosts=tuple(HeldHost(host, reason) for host, reason in held[:top])),
-            busiest=tuple(state.snapshot(now) for state in self.busiest(top)), health=health)
+            busiest=tuple(state.snapshot(now) for state in self.busiest(top)), health=health, worst=worst)
 
     # ----------------------------------------------------------------- work
     def drop(self, host: str) -> None:
