@@ -15,6 +15,8 @@ from pathlib import Path
 from conftest import read_crawl_log, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
+from crawler_node.store.cdxj import index_missing
+
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:  # pragma: no cover - the test extra installs it
@@ -156,6 +158,16 @@ def test_each_refusal_is_logged_annotated_and_left_out_of_the_index(start_testwe
             indexed.add((fields["filename"], int(fields["offset"])))
     assert indexed
     assert not {(line["warc_file"], line["warc_offset"]) for line in refused_lines} & indexed
+    # nor when a file is indexed again (one a killed node left unindexed): cdxj-indexer's lines
+    for path in (node.data_dir / "warc").glob("*.cdxj"):
+        path.unlink()
+    assert index_missing(node.data_dir / "warc")
+    reindexed = set()
+    for path in (node.data_dir / "warc").glob("*.cdxj"):
+        for row in path.read_text().splitlines():
+            fields = json.loads(row.split(" ", 2)[2])
+            reindexed.add((fields["filename"], int(fields["offset"])))
+    assert reindexed == indexed
 
     files = [str(path) for path in (node.data_dir / "warc").glob("*.warc.gz")]
     checked = subprocess.run([str(Path(sys.executable).with_name("warcio")), "check", *files],

@@ -184,9 +184,11 @@ class WarcWriter:
 
 
 def _dedupable(record: FetchRecord) -> bool:
-    """A payload another response may stand in for: a complete, non-empty 2xx body."""
+    """A payload another response may stand in for: a complete, non-empty 2xx body, not a
+    refusal's (evidence, left out of the index: no revisit may point at it)."""
     status = record.status
-    return status is not None and 200 <= status < 300 and not record.truncated and bool(record.body)
+    return (status is not None and 200 <= status < 300 and not record.truncated and bool(record.body)
+            and record.refusal is None)
 
 
 def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
