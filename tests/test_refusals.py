@@ -23,8 +23,17 @@ from crawler_node.core.refusals import (
     small_body_digest,
 )
 from crawler_node.core.response import FetchResult
+from crawler_node.core.robots import RobotsStatus
 from crawler_node.core.signals import LatencyLevel
-from crawler_node.core.verdict import Pause, RefusalPolicy, ResponseRules, RetryAction, Verdict, judge_page
+from crawler_node.core.verdict import (
+    Pause,
+    RefusalPolicy,
+    ResponseRules,
+    RetryAction,
+    Verdict,
+    judge_page,
+    judge_robots,
+)
 
 RULES = RefusalRules()
 ARTICLE = ("<html><head><title>News</title></head><body><article><h1>A long read</h1>"
@@ -270,3 +279,11 @@ def test_a_login_wall_or_a_plain_403_ends_the_url_without_a_pause(kind: RefusalK
     assert (verdict.signal.outcome, verdict.retry, verdict.pause, verdict.limiter) == (
         outcome, RetryAction.DONE, Pause.NONE, Outcome.NEUTRAL)
     assert verdict.refusal_backoff is None and verdict.next_eligible == 0.0
+
+
+def test_a_challenged_robots_txt_is_asked_again_not_read_as_no_restrictions() -> None:
+    answer = FetchResult(url="https://a.test/robots.txt", status=403,
+                         headers=[("cf-mitigated", "challenge"), ("Server", "cloudflare")], body=CF_JUST_A_MOMENT)
+    assert judge_robots(answer, now=0.0, rules=_rules()).ready  # a 403 alone: no restrictions (RFC 9309)
+    refused = judge_robots(answer, now=0.0, rules=_rules(), refused=True)
+    assert not refused.ready and refused.status is RobotsStatus.UNKNOWN and refused.next_eligible > 0.0

@@ -276,12 +276,15 @@ class RobotsAnswer:
         return self.status is RobotsStatus.READY
 
 
-def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failures: int = 0) -> RobotsAnswer:
+def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failures: int = 0,
+                 refused: bool = False) -> RobotsAnswer:
     """The final answer of a robots.txt fetch (after its redirects). ``failures``: failed
     attempts in a row before this one. RFC 9309 2.3.1: a 2xx is obeyed, another 4xx means no
     restrictions, a 5xx, a 429 or no answer at all (network, DNS, TLS) means complete
     disallow for now, asked again with a doubling wait, and given up after
-    ``rules.robots.max_attempts`` such answers in a row."""
+    ``rules.robots.max_attempts`` such answers in a row. ``refused``: the answer is a challenge,
+    a captcha or a soft block (core.refusals): not the site's rules but its refusal, asked
+    again later like a 5xx, never read as a 4xx's "no restrictions"."""
     signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
     if signal.api is not ApiSignal.NONE:
         return RobotsAnswer(signal, Outcome.NEUTRAL, RobotsStatus.UNKNOWN, None, 0.0,
@@ -293,6 +296,8 @@ def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failu
         # A file cut at the size cap is read as far as it came (RFC 9309 2.5: at least 500 KiB
         # must be parsed); one cut by a timeout or a lost connection may have lost its rules.
         verdict = verdict_for_status(result.status if result.error is None or result.truncated == "length" else None)
+        if refused:
+            verdict = RobotsVerdict.RETRY_LATER
     if verdict is RobotsVerdict.RETRY_LATER:
         failures += 1
         error = f"HTTP {result.status}" if result.error is None else (result.error_detail or str(result.error))

@@ -223,7 +223,8 @@ class FetchStage:
             raise
         now = self._clock()
         # More than five redirects: the file counts as unavailable (a 3xx: no restrictions).
-        answer = judge_robots(result, now=now, rules=self._rules, failures=failures)
+        refused = self._refusals is not None and self._refusals.refuses_robots(result)
+        answer = judge_robots(result, now=now, rules=self._rules, failures=failures, refused=refused)
         self._release(state, permit, answer.signal, now)
         self._hosts.finish_robots(state, scheme, permit.host_ticket, answer, now)
         if answer.api_refused:

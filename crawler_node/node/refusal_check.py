@@ -32,6 +32,16 @@ class RefusalCheck:
         self._page_limit = max(rules.soft_block_bytes, PAGE_GATE_BYTES) + 1
         self._limit = rules.body_head_bytes + 1
 
+    def refuses_robots(self, result: FetchResult) -> bool:
+        """A robots.txt answered with a challenge, a captcha or a soft block's page: the site's
+        refusal, not its rules (no soft-block history: one file is no run of pages)."""
+        if result.status is None:
+            return False
+        body = decode_body(result.body, result.content_encoding, self._limit).body
+        refusal = classify_refusal(url=result.url, status=result.status, headers=result.headers, body=body,
+                                   history=None, rules=self._rules)
+        return refusal is not None and refusal.kind.pauses
+
     def judge(self, state: HostState, result: FetchResult) -> Refusal | None:
         status = result.status
         if status is None:
