@@ -59,6 +59,9 @@ def test_a_challenging_site_is_paused_alone_and_every_page_is_fetched(start_test
     worst = node.status(fresh=True)["host_table"]["worst"]
     assert worst and worst[0]["host"] == REFUSER and worst[0]["health"] == "refusing", worst
     assert any("cf-mitigated" in reason for reason in worst[0]["health_reasons"]), worst
+    said = subprocess.run([sys.executable, "-m", "crawler_node", "status", "--node", node.url],
+                          capture_output=True, text=True, timeout=30).stdout
+    assert "worst hosts" in said and f"{REFUSER:<28} refusing" in said, said
     if sync_playwright is not None and CHROMIUM is not None:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,

@@ -39,6 +39,13 @@ def format_status(status: dict[str, Any]) -> str:
         for host in status["hosts"][:10]:
             lines.append(f"    {host['host']:<28} {host['in_flight']:>3} {host['limit']:>3} {host['queued']:>7} "
                          f"{host['fetched']:>7} {host['throttled']:>5}")
+    worst = (status.get("host_table") or {}).get("worst") or []
+    if worst:
+        counts = (status.get("host_table") or {}).get("health") or {}
+        lines.append("  worst hosts (" + ", ".join(f"{state} {n}" for state, n in counts.items() if n) + "):")
+        for host in worst[:5]:
+            lines.append(f"    {host['host']:<28} {host['health']} {host['health_score']:>3}/100  "
+                         + "; ".join(host.get("health_reasons") or ()))
     lines.extend(_pressure_lines(status))
     return "\n".join(lines)
 
