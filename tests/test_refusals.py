@@ -287,3 +287,16 @@ def test_a_challenged_robots_txt_is_asked_again_not_read_as_no_restrictions() ->
     assert judge_robots(answer, now=0.0, rules=_rules()).ready  # a 403 alone: no restrictions (RFC 9309)
     refused = judge_robots(answer, now=0.0, rules=_rules(), refused=True)
     assert not refused.ready and refused.status is RobotsStatus.UNKNOWN and refused.next_eligible > 0.0
+
+
+def test_one_small_page_for_a_whole_directory_is_what_the_site_is() -> None:
+    # Link targets, placeholders: a directory whose URLs all get one small page never served
+    # anything else. A soft block answers it where the host served different pages.
+    history = SoftBlockHistory()
+    for index in range(5):
+        assert _serve(history, f"https://v.test/p/{index}", f"<p>page {index}</p>".encode()) is None
+    target = b"<html><body>a target</body></html>"
+    assert [_serve(history, f"https://v.test/t/{index}", target) for index in range(8)] == [None] * 8
+    block = b"<html><body>Please slow down.</body></html>"
+    kinds = [_serve(history, f"https://v.test/p/{index}", block) for index in range(5, 11)]
+    assert kinds[-1] is RefusalKind.SOFT_BLOCK

@@ -147,15 +147,28 @@ class RefusalRules:
 
 @dataclass(slots=True)
 class SoftBlockHistory:
-    """One host's recent small pages: the current run of one digest over distinct URLs, and how
-    many distinct pages came before it. Owned by the host's state; ``observe`` after each 200."""
+    """One host's recent small pages: the current run of one digest over distinct URLs, how
+    many distinct pages came before it, and which directories (a URL up to its last ``/``) have
+    served different pages. A run counts only URLs of such directories: a soft block answers
+    the one page where the host served several, while a directory whose URLs all get the same
+    small page (link targets, placeholders) is what the site is. Owned by the host's state;
+    ``observe`` after each 200 that is no refusal."""
 
     run_digest: bytes | None = None
     run_urls: set[str] = field(default_factory=set)
     pages_before: int = 0  # distinct pages served before the current run (capped)
+    # directory -> the last small digest it served (None: it served different pages)
+    directories: dict[str, bytes | None] = field(default_factory=dict)
 
     def observe(self, url: str, digest: bytes | None, rules: RefusalRules) -> None:
         """``digest``: the small body's (see :func:`small_body_digest`), None for any other page."""
+        directory = _directory(url)
+        known = self.directories.get(directory, _UNSEEN)
+        if known is _UNSEEN:
+            if len(self.directories) < _DIRECTORIES_KEPT:
+                self.directories[directory] = digest
+        elif known is not None and known != digest:
+            self.directories[directory] = None
         if digest is not None and digest == self.run_digest:
             if len(self.run_urls) < 4 * rules.soft_block_urls:  # enough to judge; bounded
                 self.run_urls.add(url)
@@ -168,10 +181,21 @@ class SoftBlockHistory:
         self.run_digest, self.run_urls = digest, ({url} if digest is not None else set())
 
     def same_page_urls(self, url: str, digest: bytes) -> int:
-        """Distinct URLs of the run this page would extend (itself included)."""
+        """Distinct URLs of the run this page would extend (itself included), of directories
+        that served different pages before."""
         if digest != self.run_digest:
             return 1
-        return len(self.run_urls) + (url not in self.run_urls)
+        varied = self.directories
+        count = sum(1 for seen in self.run_urls if varied.get(_directory(seen), _UNSEEN) is None)
+        return count + (url not in self.run_urls and varied.get(_directory(url), _UNSEEN) is None)
+
+
+_UNSEEN = b"unseen"  # a sentinel no digest equals (digests are 8 bytes)
+_DIRECTORIES_KEPT = 512
+
+
+def _directory(url: str) -> str:
+    return url.partition("?")[0].rpartition("/")[0]
 
 
 def small_body_digest(status: int | None, body: bytes, rules: RefusalRules) -> bytes | None:
