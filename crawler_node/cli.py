@@ -261,8 +261,10 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     from crawler_node.tools import client
     from crawler_node.tools.report import format_hosts
 
-    return _control_call(args, lambda: client.hosts(args.node, secret=_secret(args), sort=args.sort, order=args.order,
-                                                    limit=args.limit, offset=args.offset), format_hosts)
+    sort = args.sort or ("health" if args.unhealthy else None)
+    return _control_call(args, lambda: client.hosts(args.node, secret=_secret(args), sort=sort, order=args.order,
+                                                    limit=args.limit, offset=args.offset, unhealthy=args.unhealthy),
+                         format_hosts)
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
@@ -300,7 +302,11 @@ def _add_control_commands(commands: typing.Any) -> None:
     hosts = command("hosts", "list the cluster's hosts with work: queued, in flight, limit, next eligible, state",
                     cmd_hosts)
     hosts.add_argument("--json", action="store_true", help="print the raw JSON answer")
-    hosts.add_argument("--sort", choices=("queued", "inflight", "next_eligible", "host"), help="default queued")
+    hosts.add_argument("--sort", choices=("queued", "inflight", "next_eligible", "host", "health"),
+                       help="default queued (health: the lowest score first)")
+    hosts.add_argument("--unhealthy", action="store_true",
+                       help="only hosts that are not healthy (paused, refusing, throttling, failing, slow), "
+                            "worst first")
     hosts.add_argument("--order", choices=("asc", "desc"), help="default desc for counts, asc otherwise")
     hosts.add_argument("--limit", type=int, help="hosts shown (default 50, at most 1000)")
     hosts.add_argument("--offset", type=int, help="hosts skipped first (default 0)")

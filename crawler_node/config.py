@@ -15,6 +15,7 @@ built directly (as the tests build them) is checked as the node's are:
     ParseConfig      the parse stage (node.parse_stage)
     StoreConfig      the store stage and its worker (node.store_stage, store.worker)
     ClusterConfig    membership, routing and the outboxes (cluster.cluster)
+    SiteHealthConfig a site's refusals and how they are waited out (core.refusals, core.verdict)
     TestHooks        faults the tests stage in a real node: not settings (no flag, no key)
 
 A group's field has the flat setting's name, so a problem names what the user sets. A default
@@ -362,6 +363,29 @@ TEST_HOOKS_PREFIX = "CRAWLER_TEST_"  # settings_sources leaves CRAWLER_TEST_* al
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SiteHealthConfig:
+    """A site that refuses the crawler (challenge, captcha, soft block): the host pauses
+    (doubling per incident, capped, jittered, forgiven after a quiet spell), its URLs wait."""
+
+    refusal_pause_initial_s: float = 60.0
+    refusal_pause_cap_s: float = 86_400.0
+    refusal_forgive_s: float = 1_800.0  # without a new incident after the last pause ended
+    refusal_pause_jitter: float = 0.1  # each pause within +-10% of its nominal length
+    refusal_url_budget: int = 3  # refusals a URL may meet; the last one ends it (blocked_challenge, ...)
+    soft_block_urls: int = 4  # distinct URLs answered with one small page in a row: a soft block
+    soft_block_after_pages: int = 3  # distinct pages a host must have served before
+
+    def __post_init__(self) -> None:
+        problems = _not_negative(self, "refusal_forgive_s", "soft_block_after_pages")
+        problems += _at_least(self, 1, "refusal_url_budget", "soft_block_urls")
+        if not 0 < self.refusal_pause_initial_s <= self.refusal_pause_cap_s:
+            problems.append("need 0 < refusal_pause_initial_s <= refusal_pause_cap_s")
+        if not 0 <= self.refusal_pause_jitter < 1:
+            problems.append(f"refusal_pause_jitter must be in [0, 1), got {self.refusal_pause_jitter}")
+        _raise_any(problems)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TestHooks:
     """Faults the tests stage in a real node process. Not settings: no flag, no TOML key; read
     from the environment (``CRAWLER_TEST_PARSE_DELAY_S``, ``CRAWLER_TEST_PARSE_CRASH_URL``)."""
@@ -411,6 +435,19 @@ class NodeConfig:
     store: StoreConfig
     cluster: ClusterConfig
     hooks: TestHooks = NO_TEST_HOOKS
+    site_health: SiteHealthConfig = SiteHealthConfig()
+
+    def spanning_problems(self) -> list[str]:
+        """The rules between groups (Settings.validate says them)."""
+        problems = []
+        if self.frontier.lease_timeout_s <= self.fetch.fetch_timeout_s:
+            # A lease must outlive the slowest legitimate fetch, or live work gets handed out twice.
+            problems.append("lease_timeout_s must be larger than fetch_timeout_s")
+        if self.admission.api_limit_start > self.fetch.global_inflight:
+            problems.append("api_limit_start must be between 0 and global_inflight")
+        if self.hooks.parse_crash_url and self.parse.parse_workers == 0:
+            problems.append("parse_crash_url needs parser processes (parse_workers > 0)")
+        return problems
 
 
 def default(group: type[Any], name: str) -> Any:

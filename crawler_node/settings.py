@@ -29,6 +29,7 @@ from crawler_node.config import (
     ParseConfig,
     PolitenessConfig,
     RetryConfig,
+    SiteHealthConfig,
     StoreConfig,
     TestHooks,
     default,
@@ -200,6 +201,14 @@ class Settings:
     # batch mode (crawler_node.batch): the daemon's own, not a stage's
     exit_when_idle: bool = False  # exit 0 once the cluster-wide idle decision is made, with stats.json
     idle_timeout_s: float = 0.0  # with exit_when_idle: give up (exit 3) after this long without it (0: never)
+    # site health: refusals
+    refusal_pause_initial_s: float = default(SiteHealthConfig, "refusal_pause_initial_s")
+    refusal_pause_cap_s: float = default(SiteHealthConfig, "refusal_pause_cap_s")
+    refusal_forgive_s: float = default(SiteHealthConfig, "refusal_forgive_s")
+    refusal_pause_jitter: float = default(SiteHealthConfig, "refusal_pause_jitter")
+    refusal_url_budget: int = default(SiteHealthConfig, "refusal_url_budget")
+    soft_block_urls: int = default(SiteHealthConfig, "soft_block_urls")
+    soft_block_after_pages: int = default(SiteHealthConfig, "soft_block_after_pages")
 
     def validate(self) -> Settings:
         """Check what the groups cannot check alone: the outside's own forms (ids, addresses,
@@ -307,7 +316,7 @@ class Settings:
                             advertise_url=self.advertise_url, secret=self.secret,
                             clustered=bool(self.peers or self.peer_dns), api_read_timeout_s=self.api_read_timeout_s,
                             scope=scope, recrawl=recrawl, hooks=hooks, **groups)
-        if spanning := _spanning_problems(config):
+        if spanning := config.spanning_problems():
             raise SettingsError("; ".join(spanning))
         return config
 
@@ -334,6 +343,7 @@ class Settings:
                            warc_metadata=self.warc_metadata != "off", pipelines=tuple(self.pipelines)),
             "store": group(StoreConfig),
             "cluster": self._cluster_config(group),
+            "site_health": group(SiteHealthConfig),
         }
         return groups, problems
 
@@ -396,16 +406,3 @@ def listen_address(value: str) -> tuple[str, int]:
 
 def settings_fields() -> list[dataclasses.Field[Any]]:
     return list(fields(Settings))
-
-
-def _spanning_problems(config: NodeConfig) -> list[str]:
-    """The rules between groups."""
-    problems = []
-    if config.frontier.lease_timeout_s <= config.fetch.fetch_timeout_s:
-        # A lease must outlive the slowest legitimate fetch, or live work gets handed out twice.
-        problems.append("lease_timeout_s must be larger than fetch_timeout_s")
-    if config.admission.api_limit_start > config.fetch.global_inflight:
-        problems.append("api_limit_start must be between 0 and global_inflight")
-    if config.hooks.parse_crash_url and config.parse.parse_workers == 0:
-        problems.append("parse_crash_url needs parser processes (parse_workers > 0)")
-    return problems

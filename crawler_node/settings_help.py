@@ -46,6 +46,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "ring_key_by", "handoff_on_exit", "handback_delay_s"),
     "logging": ("progress_interval_s",),
     "batch mode": ("exit_when_idle", "idle_timeout_s"),
+    "site health (refusals)": (
+        "refusal_pause_initial_s", "refusal_pause_cap_s", "refusal_forgive_s", "refusal_pause_jitter",
+        "refusal_url_budget", "soft_block_urls", "soft_block_after_pages"),
 }
 
 # Settings accepted but not advertised (none: the tests' hooks are config.TestHooks, not settings).
@@ -131,6 +134,16 @@ HELP: dict[str, str] = {
     "dns_cache_hosts": "names whose DNS answers are kept, each for its TTL",
     "dns_cache_s": "seconds a DNS answer is kept at most, whatever its TTL",
     "dns_timeout_s": "seconds the DNS server has to answer, per try (2 tries); glibc's resolver waits 5",
+    # site health (refusals)
+    "refusal_pause_initial_s": "seconds a host pauses after its first challenge, captcha or soft block (doubling per "
+                               "new incident)",
+    "refusal_pause_cap_s": "the longest refusal pause of a host, in seconds",
+    "refusal_forgive_s": "seconds without a new refusal (after the last pause ended) before the pauses start over",
+    "refusal_pause_jitter": "each refusal pause is drawn within +- this fraction of its length",
+    "refusal_url_budget": "refusals one URL may meet; the last ends it as blocked_challenge, blocked_captcha or "
+                          "blocked_soft (its retry budget is not spent on them)",
+    "soft_block_urls": "distinct URLs answered with the same small page, in a row, that make a soft block",
+    "soft_block_after_pages": "distinct pages a host must have served before a run of one page can be a soft block",
     # retries and backoff
     "retry_budget": "attempts after the first for a URL that failed in a way worth retrying",
     "retry_base_s": "seconds before the first retry (doubling, jittered)",

@@ -47,6 +47,29 @@ ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
     "metrics crawler_store_restarts sample=crawler_store_restarts_total",
     # issue 52: URLs a calendar trap's dates turned away (core.traps, --max-future-years)
     "local $.counters.calendar_trap", "cluster $.counters.calendar_trap",
+    # issue 47, site health: refusals by kind and refusal pauses (node.fetch_stage), hosts by
+    # health state (node.hosts), and each busiest host's health, score, reasons and refusals
+    "local $.counters.refusal_pauses",
+    "local $.counters.refusals",
+    "local $.host_table.health",
+    "local $.hosts[].health",
+    "local $.hosts[].health_reasons",
+    "local $.hosts[].health_score",
+    "local $.hosts[].refusal_pauses",
+    "local $.hosts[].refusals",
+    "cluster $.counters.refusal_pauses",
+    "cluster $.counters.refusals",
+    "cluster $.host_table.health",
+    "cluster $.hosts[].health",
+    "cluster $.hosts[].health_reasons",
+    "cluster $.hosts[].health_score",
+    "cluster $.hosts[].refusal_pauses",
+    "cluster $.hosts[].refusals",
+    "local $.host_table.worst",
+    "cluster $.host_table.worst",
+    "metrics crawler_refusals",
+    "metrics crawler_refusal_pauses",
+    "metrics crawler_hosts_health",
 })
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:
@@ -58,6 +81,7 @@ DATA_KEYED = {
     "$.shedding.deferred_by_reason": "<reason>",  # frontier.shedding's counts
     "$.retries.gave_up": "<reason>",  # a retry verdict's reason -> URLs given up
     "$.hosts[].robots": "<scheme>",  # node.host_state: a host's robots.txt, by scheme
+    "$.host_table.worst[].robots": "<scheme>",
     "$.host_table.places": "<place>",  # node.hosts: hosts by the place they are in
     "$.cluster.heartbeats.failures": "<member>",  # cluster.heartbeats: by peer id
     "$.cluster.heartbeats.bad_answers": "<member>",

@@ -276,7 +276,7 @@ def test_alert_rules_pass_promtool_check_rules():
     result = subprocess.run([promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True,
                             timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 @pytest.mark.tools
@@ -288,7 +288,7 @@ def test_alert_rules_pass_their_unit_tests():
     rules = {rule["alert"] for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]}
     cases = [case for test in yaml.safe_load(ALERTS_TEST.read_text())["tests"] for case in test["alert_rule_test"]]
     assert rules == {"CrawlerNodeStalled", "CrawlerNodeUnreachable", "CrawlerMemberDown", "CrawlerHighRetryRatio",
-                     "CrawlerAdmissionHeld", "CrawlerFrontierSlow"}
+                     "CrawlerAdmissionHeld", "CrawlerFrontierSlow", "CrawlerHostsRefusing"}
     for rule in rules:
         assert any(c["alertname"] == rule and c["exp_alerts"] for c in cases), f"{rule} never fires in a test"
         assert any(c["alertname"] == rule and not c["exp_alerts"] for c in cases), f"{rule} never stays quiet"

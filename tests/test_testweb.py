@@ -488,6 +488,7 @@ async def test_stats_summary_is_the_totals_of_the_full_document(behaviour_web):
         "not_modified": sum(h["not_modified"] for h in hosts),
         "body_bytes": sum(h["body_bytes"] for h in hosts),
         "peak_concurrency": max(h["peak_concurrency"] for h in hosts),
+        "refused": sum(sum(h.get("refused", {}).values()) for h in hosts),
     }
     # 5 + 2 + 1 + 8 requests to 3 hosts; site-0.test tolerates 3 at once; site-1.test/p/1 and
     # site-2.test/p/1 ... /p/4 were asked for twice.

@@ -38,9 +38,9 @@ log = logging.getLogger("crawler_node.api")
 PAUSE, RESUME, STOP = "/v1/control/pause", "/v1/control/resume", "/v1/control/stop"
 HOSTS, HOST_QUEUE = "/v1/hosts", "/v1/hosts/{host}/queue"
 CONTROL_PATHS = frozenset({PAUSE, RESUME, STOP, HOSTS, HOST_QUEUE, SYNC})
-SORT_KEYS = ("queued", "inflight", "next_eligible", "host")
+SORT_KEYS = ("queued", "inflight", "next_eligible", "host", "health")
 # Without ?order=: the biggest queues and the most in flight first; the soonest eligible first.
-DEFAULT_ORDER = {"queued": "desc", "inflight": "desc", "next_eligible": "asc", "host": "asc"}
+DEFAULT_ORDER = {"queued": "desc", "inflight": "desc", "next_eligible": "asc", "host": "asc", "health": "asc"}
 MAX_HOSTS_LIMIT = 1000
 MAX_HOSTS_OFFSET = 10_000  # each member sends offset + limit rows to be merged
 MAX_QUEUE_LIMIT = 10_000
@@ -254,12 +254,14 @@ async def local_hosts(node: Node) -> list[dict[str, Any]]:
                                "leased": counts.leased, "deferred": counts.deferred}
         if state is None:  # not in the host table (yet): the upkeep's resync brings it in
             row.update(in_flight=0, buffered=0, limit=None, state="not_loaded", backoff_level=0, crawl_delay_s=0.0,
-                       held=None)
+                       held=None, health="healthy", health_score=100, health_reasons=[])
         else:
             next_eligible = max(next_eligible, state.next_eligible, state.paused_until)
             row.update(in_flight=state.limiter.in_flight, buffered=len(state.buffer), limit=state.limiter.limit,
                        state=state.place.value, backoff_level=state.backoff.level, crawl_delay_s=state.crawl_delay,
                        held=state.held_reason())
+            health = state.health(now)
+            row.update(health=health.state.value, health_score=health.score, health_reasons=list(health.reasons))
         row["next_eligible"] = next_eligible
         row["next_eligible_in_s"] = round(max(0.0, next_eligible - now), 3)
         rows.append(row)
@@ -267,7 +269,8 @@ async def local_hosts(node: Node) -> list[dict[str, Any]]:
 
 
 def _sort_key(sort: str) -> Callable[[dict[str, Any]], Any]:
-    field = {"queued": "queued", "inflight": "in_flight", "next_eligible": "next_eligible"}.get(sort)
+    field = {"queued": "queued", "inflight": "in_flight", "next_eligible": "next_eligible",
+             "health": "health_score"}.get(sort)
     if field is None:
         return lambda row: (row["host"], row["member"])
     return lambda row: (row[field], row["host"], row["member"])
@@ -288,14 +291,16 @@ async def get_hosts(request: web.Request) -> web.Response:
         offset = _int_param(request, "offset", 0, 0, MAX_HOSTS_OFFSET)
     except BadQuery as exc:
         return _error(400, "bad_query", exc.message)
-    rows = await local_hosts(node)
+    unhealthy = request.query.get("unhealthy", "") in ("1", "true")
+    rows = [row for row in await local_hosts(node) if not unhealthy or row["health"] != "healthy"]
     total = len(rows)
     # The hosts past --active-hosts wait on disk, not listed: their URLs are counted.
     parked = int((await node.frontier.totals()).get("parked_queued", 0))
     members: dict[str, Any] = {node.node_id: "ok"}
     if not _local(request):
         reached, down = _reached_members(node)
-        params = {"sort": sort, "order": order, "limit": str(offset + limit), "offset": "0"}
+        params = {"sort": sort, "order": order, "limit": str(offset + limit), "offset": "0",
+                  **({"unhealthy": "1"} if unhealthy else {})}
         for peer, reply in (await request.app[PEERS_KEY].each(reached, "GET", HOSTS, params=params)).items():
             answer = reply["answer"]
             if reply["status"] == 200 and isinstance(answer, dict) and isinstance(answer.get("hosts"), list):

@@ -11,7 +11,8 @@ One static page, no build step and nothing fetched from elsewhere: it polls ``/v
   samples, not fetched ÷ uptime), queue depths, admission, outbox;
 - this node's stages (depth, oldest age), admission with its reasons, and a chart of the
   cluster's fetch rate over the last minutes;
-- the busiest hosts with limit, throttle point and backoff.
+- the busiest hosts with limit, throttle point and backoff;
+- the worst hosts by health (core.site_health): state, score and the reasons.
 
 Data that could not be refreshed is shown as stale, with its age, in its own colour.
 """
@@ -49,6 +50,7 @@ DASHBOARD_HTML = """<!doctype html>
  <div><h2>Admission</h2><div id="admission"></div><div id="counters" class="muted"></div></div>
 </div>
 <h2>Busiest hosts</h2><table id="hosts"></table>
+<h2>Worst hosts</h2><div id="health" class="muted"></div><table id="worst"></table>
 <script>
 "use strict";
 const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#17becf","#bcbd22"];
@@ -175,6 +177,15 @@ function render(s){
     row(["host","in flight","limit","throttle point","backoff level","crawl delay (s)","queued","fetched","throttled"], "th") +
     (s.hosts || []).map(h => row([esc(h.host), fmt(h.in_flight), fmt(h.limit), fmt(h.throttle_point), fmt(h.backoff_level),
       fmt(h.crawl_delay_s, 1), fmt(h.queued), fmt(h.fetched), fmt(h.throttled)], "td")).join("");
+  const table = s.host_table || {};
+  document.getElementById("health").textContent = Object.entries(table.health || {})
+    .filter(([, n]) => n).map(([state, n]) => `${state} ${n}`).join(" · ");
+  const worst = table.worst || [];
+  document.getElementById("worst").innerHTML = worst.length ?
+    row(["host","health","score","limit","refusals","reasons"], "th") +
+    worst.map(h => row([esc(h.host), badge(h.health, h.health === "slow" ? "crawling" : "unreachable"),
+      fmt(h.health_score), fmt(h.limit), fmt(h.refusals), esc((h.health_reasons || []).join("; "))], "td")).join("") :
+    row(["every host is healthy"], "td");
   drawChart();
   return refreshRing(members);
 }

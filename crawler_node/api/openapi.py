@@ -220,7 +220,9 @@ def _host_queue() -> Schema:
 def _hosts() -> Schema:
     row = _object({"host": _STR, "member": _STR, "queued": _COUNT, "leased": _COUNT, "deferred": _COUNT,
                    "in_flight": _COUNT, "limit": {"type": ["integer", "null"]}, "next_eligible": _NUMBER,
-                   "state": _STR})
+                   "state": _STR},
+                  {"health": _STR, "health_score": _COUNT,  # core.site_health: the host's one judgment
+                   "health_reasons": {"type": "array", "items": _STR}})
     answer = _object({"hosts": {"type": "array", "items": row}, "total": _COUNT, "sort": _STR, "order": _STR,
                       "offset": _COUNT, "limit": _COUNT, "members": _ANY_OBJECT, "complete": _BOOL},
                      {"parked_urls": _COUNT})  # URLs of hosts past --active-hosts, not listed
@@ -232,6 +234,8 @@ def _hosts() -> Schema:
                                "rows"),
                         _query("offset", {"type": "integer", "minimum": 0, "maximum": control.MAX_HOSTS_OFFSET},
                                "rows skipped"),
+                        _query("unhealthy", {"type": "string", "enum": ["0", "1", "true"]},
+                               "1: only hosts whose health is not healthy"),
                         _LOCAL],
                     "responses": {"200": _answer("one page of hosts", answer), **_PROTECTED}}}
 

@@ -195,8 +195,12 @@ class HostBackoffPolicy:
         initial_s: float = 60.0,
         cap_s: float = 3600.0,
         forgive_after_s: float = 600.0,
+        jitter: float = 0.2,
         rng: random.Random | None = None,
     ) -> None:
+        """``jitter``: each pause is drawn within +-jitter of its nominal length."""
+        if not 0 <= jitter < 1:
+            raise ValueError(f"jitter must be in [0, 1), got {jitter}")
         if initial_s <= 0 or cap_s < initial_s:
             raise ValueError(f"need 0 < initial_s <= cap_s, got {initial_s}, {cap_s}")
         if forgive_after_s < 0:
@@ -204,14 +208,16 @@ class HostBackoffPolicy:
         self.initial_s = initial_s
         self.cap_s = cap_s
         self.forgive_after_s = forgive_after_s
+        self.jitter = jitter
         self._rng = rng if rng is not None else random.Random()
 
     def on_throttle(self, state: BackoffState, now: float) -> BackoffState:
         """One more throttle: the new state, whose ``eligible_at`` is when to try the host again."""
         level = state.level + 1
         exponent = min(level - 1, _MAX_EXPONENT)
-        # +-20% jitter so hosts throttled together do not all come back together.
-        delay = min(self.cap_s, self.initial_s * 2**exponent * self._rng.uniform(0.8, 1.2))
+        # Jitter (20% by default) so hosts throttled together do not all come back together.
+        spread = self._rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        delay = min(self.cap_s, self.initial_s * 2**exponent * spread)
         return BackoffState(level, now, now + delay)
 
     def on_success(self, state: BackoffState, now: float) -> BackoffState:

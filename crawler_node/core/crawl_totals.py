@@ -28,7 +28,7 @@ REFUSALS = frozenset({
     FetchOutcome.NOT_ALLOWED, FetchOutcome.ROBOTS_DISALLOWED, FetchOutcome.ROBOTS_UNAVAILABLE,
     FetchOutcome.OUT_OF_SCOPE, FetchOutcome.REPEATED_SEGMENTS, FetchOutcome.PATH_TOO_DEEP,
     FetchOutcome.TOO_MANY_QUERY_PARAMS, FetchOutcome.DENIED_URL, FetchOutcome.HOST_PAGE_CAP,
-    FetchOutcome.HOST_DROPPED})
+    FetchOutcome.CALENDAR_TRAP, FetchOutcome.HOST_DROPPED})
 # Outcomes of lines that are no request at all (never fetched): the rest are attempts.
 _UNFETCHED = frozenset(REFUSALS - {FetchOutcome.NOT_ALLOWED})
 ROBOTS_OUTCOMES = frozenset({FetchOutcome.ROBOTS_DISALLOWED, FetchOutcome.ROBOTS_UNAVAILABLE})

@@ -53,6 +53,12 @@ class FetchOutcome(enum.StrEnum):
     HOST_DROPPED = "host_dropped"  # an operator dropped its host (crawler-node drop-host): never fetched
     TOO_MANY_REDIRECTS = "too_many_redirects"  # a redirect past --max-redirects: its target is not followed
     CALENDAR_TRAP = "calendar_trap"  # dated more than --max-future-years ahead (core.traps): never fetched
+    # The site refused the crawler (core.refusals): the answer is kept as evidence, never as the page.
+    BLOCKED_CHALLENGE = "blocked_challenge"  # a bot-management challenge: the host pauses, the URL waits
+    BLOCKED_CAPTCHA = "blocked_captcha"  # a captcha page: the host pauses, the URL waits
+    BLOCKED_SOFT = "blocked_soft"  # the same small page for every URL: the host pauses, the URL waits
+    LOGIN_WALL = "login_wall"  # behind a login (a redirect to a login URL, a bare login form): final
+    REFUSED = "refused"  # a 401/403 with no marker: final
 
     @property
     def success(self) -> bool:

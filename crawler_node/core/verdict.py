@@ -20,6 +20,7 @@ from crawler_node.core.backoff import FINAL_ANSWER, NO_BACKOFF, BackoffState, Ho
 from crawler_node.core.encoding import decode_body
 from crawler_node.core.limiter import Outcome
 from crawler_node.core.outcomes import ErrorKind, FetchOutcome
+from crawler_node.core.refusals import Refusal, RefusalKind
 from crawler_node.core.response import FetchResult
 from crawler_node.core.robots import RobotsPolicy, RobotsRules, RobotsStatus, RobotsVerdict, verdict_for_status
 from crawler_node.core.signals import ApiSignal, LatencyLevel, LatencyModel, Signal, classify
@@ -36,6 +37,7 @@ class Pause(enum.Enum):
     NONE = "none"
     RETRY_AFTER = "retry_after"  # the site said when to come back
     BACKOFF = "backoff"  # the site keeps answering 429 without saying when
+    REFUSAL = "refusal"  # a challenge, captcha or soft block (core.refusals): the host waits it out
 
 
 class HostView(Protocol):
@@ -49,6 +51,35 @@ class HostView(Protocol):
     def backoff(self) -> BackoffState: ...
     @property
     def latency(self) -> LatencyLevel | None: ...
+
+
+OUTCOME_OF_REFUSAL = {
+    RefusalKind.CHALLENGE: FetchOutcome.BLOCKED_CHALLENGE,
+    RefusalKind.CAPTCHA: FetchOutcome.BLOCKED_CAPTCHA,
+    RefusalKind.SOFT_BLOCK: FetchOutcome.BLOCKED_SOFT,
+    RefusalKind.LOGIN_WALL: FetchOutcome.LOGIN_WALL,
+    RefusalKind.REFUSAL: FetchOutcome.REFUSED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalPolicy:
+    """How a host that refuses the crawler is waited out (config.SiteHealthConfig): each new
+    incident pauses the host ``backoff``'s next step (60 s, doubling, capped, jittered), and the
+    level starts over after ``forgive_after_s`` without one, counted from the end of the last
+    pause. A URL that met ``url_budget`` refusals ends with its blocked_* outcome."""
+
+    backoff: HostBackoffPolicy
+    url_budget: int = 3
+
+    def incident(self, state: BackoffState, now: float) -> tuple[BackoffState, bool]:
+        """The host's refusal backoff after a refusal now, and whether it is a new incident
+        (one that ends a pause, not an echo of requests sent before the pause began)."""
+        if now < state.eligible_at:
+            return state, False
+        if state.level and now - max(state.eligible_at, state.last_throttle or 0.0) > self.backoff.forgive_after_s:
+            state = NO_BACKOFF
+        return self.backoff.on_throttle(state, now), True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +97,7 @@ class ResponseRules:
     max_crawl_delay_s: float = 30.0
     robots: RobotsPolicy = RobotsPolicy()
     robots_max_bytes: int = 500_000  # of a robots.txt read, decoded (RFC 9309 2.5: at least 500 KiB)
+    refusals: RefusalPolicy | None = None  # None: a refusal is judged as its status alone
 
     def api_retry_delay(self, signal: Signal) -> float:
         """When to try again what the API refused: its Retry-After (capped), jittered."""
@@ -88,6 +120,9 @@ class Verdict:
     backoff: BackoffState
     latency: LatencyLevel | None
     latency_rise: bool = False
+    refusal: Refusal | None = None  # the site refused the crawler (core.refusals), with its evidence
+    refusal_backoff: BackoffState | None = None  # the host's new refusal backoff (None: unchanged)
+    refusal_incident: bool = False  # this refusal paused the host anew
 
     @property
     def reached_host(self) -> bool:
@@ -112,11 +147,16 @@ def record_only(signal: Signal) -> Verdict:
 
 
 def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_round: bool, now: float,
-               rules: ResponseRules) -> Verdict:
+               rules: ResponseRules, refusal: Refusal | None = None, url_refusals: int = 0,
+               refusal_backoff: BackoffState = NO_BACKOFF) -> Verdict:
     """``attempt`` counts this one (1 on the first); ``in_current_round``: the request was sent
     into the host's current limiter window (core.limiter.AimdLimiter.is_current), so a
-    throttle now is a new cut, not an echo of one already made."""
+    throttle now is a new cut, not an echo of one already made. ``refusal``: what
+    core.refusals made of the answer; ``url_refusals``: refusals this URL met before;
+    ``refusal_backoff``: the host's."""
     signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
+    if refusal is not None and rules.refusals is not None and signal.api is ApiSignal.NONE:
+        return _refused(host, signal, refusal, url_refusals, refusal_backoff, now, rules.refusals)
     outcome = signal.outcome
     if outcome is FetchOutcome.OK or outcome is FetchOutcome.REDIRECT or outcome is FetchOutcome.NOT_MODIFIED:
         return _success(host, signal, result, now, rules)  # most answers: the short way
@@ -148,6 +188,30 @@ def judge_page(host: HostView, result: FetchResult, *, attempt: int, in_current_
         backoff = rules.host_backoff.on_success(backoff, now)
     action, retry_at, reason = _retry(signal, result, attempt, now, rules)
     return Verdict(signal, limiter, action, retry_at, reason, next_eligible, pause, streak, backoff, latency, rise)
+
+
+def _refused(host: HostView, signal: Signal, refusal: Refusal, url_refusals: int, refusal_backoff: BackoffState,
+             now: float, policy: RefusalPolicy) -> Verdict:
+    """The site refused the crawler. A login wall or a plain 401/403 is the URL's answer (the
+    host's limiter learns nothing). A challenge, captcha or soft block means the site fights
+    the crawler: the host's own limiter is cut (rule 5), the host pauses, and the URL waits
+    for the pause's end with its retry budget untouched, until it met ``url_budget`` of them."""
+    outcome = OUTCOME_OF_REFUSAL[refusal.kind]
+    signal = Signal(outcome, Outcome.THROTTLED if refusal.kind.pauses else Outcome.NEUTRAL,
+                    retry_after_s=signal.retry_after_s)
+    next_eligible = now + host.crawl_delay if host.crawl_delay else 0.0
+    if not refusal.kind.pauses:
+        return Verdict(signal, Outcome.NEUTRAL, RetryAction.DONE, None, None, next_eligible, Pause.NONE,
+                       host.throttle_streak, host.backoff, host.latency, refusal=refusal)
+    backoff, incident = policy.incident(refusal_backoff, now)
+    next_eligible = max(next_eligible, backoff.eligible_at)
+    if url_refusals + 1 >= policy.url_budget:
+        action, retry_at, reason = RetryAction.GIVE_UP, None, str(outcome)
+    else:
+        action, retry_at, reason = RetryAction.POSTPONE, backoff.eligible_at, str(refusal.kind)
+    return Verdict(signal, Outcome.THROTTLED, action, retry_at, reason, next_eligible, Pause.REFUSAL,
+                   host.throttle_streak, host.backoff, host.latency, refusal=refusal, refusal_backoff=backoff,
+                   refusal_incident=incident)
 
 
 def _success(host: HostView, signal: Signal, result: FetchResult, now: float, rules: ResponseRules) -> Verdict:
@@ -212,12 +276,15 @@ class RobotsAnswer:
         return self.status is RobotsStatus.READY
 
 
-def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failures: int = 0) -> RobotsAnswer:
+def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failures: int = 0,
+                 refused: bool = False) -> RobotsAnswer:
     """The final answer of a robots.txt fetch (after its redirects). ``failures``: failed
     attempts in a row before this one. RFC 9309 2.3.1: a 2xx is obeyed, another 4xx means no
     restrictions, a 5xx, a 429 or no answer at all (network, DNS, TLS) means complete
     disallow for now, asked again with a doubling wait, and given up after
-    ``rules.robots.max_attempts`` such answers in a row."""
+    ``rules.robots.max_attempts`` such answers in a row. ``refused``: the answer is a challenge,
+    a captcha or a soft block (core.refusals): not the site's rules but its refusal, asked
+    again later like a 5xx, never read as a 4xx's "no restrictions"."""
     signal = classify(result, now=now, api_limit_header=rules.api_limit_header, through_api=rules.through_api)
     if signal.api is not ApiSignal.NONE:
         return RobotsAnswer(signal, Outcome.NEUTRAL, RobotsStatus.UNKNOWN, None, 0.0,
@@ -229,6 +296,8 @@ def judge_robots(result: FetchResult, *, now: float, rules: ResponseRules, failu
         # A file cut at the size cap is read as far as it came (RFC 9309 2.5: at least 500 KiB
         # must be parsed); one cut by a timeout or a lost connection may have lost its rules.
         verdict = verdict_for_status(result.status if result.error is None or result.truncated == "length" else None)
+        if refused:
+            verdict = RobotsVerdict.RETRY_LATER
     if verdict is RobotsVerdict.RETRY_LATER:
         failures += 1
         error = f"HTTP {result.status}" if result.error is None else (result.error_detail or str(result.error))

@@ -12,9 +12,10 @@ from crawler_node.cluster.ipshare import ip_shares_for
 from crawler_node.config import NodeConfig
 from crawler_node.core.backoff import HostBackoffPolicy, RetryPolicy
 from crawler_node.core.limiter import AimdLimiter
+from crawler_node.core.refusals import RefusalRules
 from crawler_node.core.robots import RobotsPolicy
 from crawler_node.core.signals import LatencyModel
-from crawler_node.core.verdict import ResponseRules
+from crawler_node.core.verdict import RefusalPolicy, ResponseRules
 from crawler_node.fetch.dns import Resolver
 from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, PressureSource
 
@@ -22,7 +23,7 @@ from crawler_node.node.admission import ApiGate, FetchAdmission, IpGates, Pressu
 def build_rules(config: NodeConfig, *, rng: random.Random | None = None) -> ResponseRules:
     """What a response means, as this configuration says (core.verdict)."""
     rng = rng if rng is not None else random.Random()
-    retry, polite = config.retry, config.politeness
+    retry, polite, health = config.retry, config.politeness, config.site_health
     return ResponseRules(
         retry=RetryPolicy(budget=retry.retry_budget, base_s=retry.retry_base_s, cap_s=retry.retry_cap_s,
                           retry_after_cap_s=retry.retry_after_cap_s, rng=rng),
@@ -39,7 +40,18 @@ def build_rules(config: NodeConfig, *, rng: random.Random | None = None) -> Resp
         robots_max_bytes=config.fetch.robots_max_bytes,
         robots=RobotsPolicy(ttl_s=polite.robots_ttl_s, retry_s=polite.robots_error_retry_s,
                             retry_cap_s=polite.robots_retry_cap_s, max_attempts=polite.robots_max_attempts),
+        refusals=RefusalPolicy(
+            backoff=HostBackoffPolicy(initial_s=health.refusal_pause_initial_s, cap_s=health.refusal_pause_cap_s,
+                                      forgive_after_s=health.refusal_forgive_s, jitter=health.refusal_pause_jitter,
+                                      rng=rng),
+            url_budget=health.refusal_url_budget),
     )
+
+
+def build_refusal_rules(config: NodeConfig) -> RefusalRules:
+    """How a refusal is told from a page (core.refusals)."""
+    health = config.site_health
+    return RefusalRules(soft_block_urls=health.soft_block_urls, soft_block_after_pages=health.soft_block_after_pages)
 
 
 def build_ip_gates(config: NodeConfig, *, resolver: Resolver | None,

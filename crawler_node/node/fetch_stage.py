@@ -17,6 +17,7 @@ from typing import Protocol
 from crawler_node.config import FetchConfig
 from crawler_node.core.histogram import BODY_BYTES_BOUNDS, FETCH_SECONDS_BOUNDS, CountingHistogram, HistogramSnapshot
 from crawler_node.core.outcomes import FetchOutcome
+from crawler_node.core.refusals import RefusalKind
 from crawler_node.core.response import FetchResult, PageFetcher
 from crawler_node.core.robots import MAX_ROBOTS_REDIRECTS, RobotsStatus, robots_url, scheme_of
 from crawler_node.core.scope import Scope
@@ -36,6 +37,7 @@ from crawler_node.frontier import Lease, UrlEntry
 from crawler_node.node.admission import FetchAdmission, Permit
 from crawler_node.node.budget import HeldBytes
 from crawler_node.node.hosts import HostState, HostTable
+from crawler_node.node.refusal_check import RefusalCheck
 from crawler_node.node.robots_txt import may_be_text_sitemap, redirect_target, robots_pages, sitemap_entries
 from crawler_node.node.stage_items import PageResult
 
@@ -51,13 +53,15 @@ class FetchStage:
     def __init__(self, *, config: FetchConfig, fetcher: PageFetcher, hosts: HostTable, admission: FetchAdmission,
                  rules: ResponseRules, held: HeldBytes, parse: NextStage, store: NextStage, scope: Scope,
                  on_api_paused: Callable[[], None], returned: Callable[[int], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], refusals: RefusalCheck | None = None) -> None:
         """``on_api_paused``: the API's quota was just spent (the lease buffers go back);
         ``returned``: a lease whose request was cancelled before its answer, to give back.
         From ``config``: ``max_redirects``, redirects a chain may follow (the answer that would
         take one more ends it: outcome too_many_redirects, its target not queued);
         ``cookies``, the fetcher keeps the cookies sites set, so a redirect back into its own
-        chain is worth following (see _redirect_target); ``robots_max_bytes`` and ``sitemaps``."""
+        chain is worth following (see _redirect_target); ``robots_max_bytes`` and ``sitemaps``.
+        ``refusals``: tells the site's refusals from its pages (None: not looked for)."""
+        self._refusals = refusals
         self._max_redirects = config.max_redirects
         self._cookies = config.cookies
         self._fetcher = fetcher
@@ -77,6 +81,7 @@ class FetchStage:
         self.counters = FetchCounts()
         self.api_signals: Counter[ApiSignal] = Counter()  # answers the API itself gave, robots.txt's too
         self.gave_up: Counter[str] = Counter()
+        self.refusals: Counter[RefusalKind] = Counter()
         # What page fetches cost and answered (/metrics histograms): one observation per
         # answer judged here; robots.txt requests add only to the bytes received.
         self.fetch_seconds = CountingHistogram(FETCH_SECONDS_BOUNDS)
@@ -95,11 +100,14 @@ class FetchStage:
             raise
         now = self._clock()
         self._observe(result)
+        refusal = self._refusals.judge(state, result) if self._refusals is not None else None
         verdict = judge_page(state, result, attempt=lease.attempts, now=now, rules=self._rules,
-                             in_current_round=state.limiter.is_current(permit.host_ticket))
+                             in_current_round=state.limiter.is_current(permit.host_ticket), refusal=refusal,
+                             url_refusals=state.url_refusals(lease.url) if refusal else 0,
+                             refusal_backoff=state.refusal_backoff)
         # The host's slot and the global ones are given back together, before any await.
         self._release(state, permit, verdict.signal, now)
-        self._hosts.finish_page(state, permit.host_ticket, verdict, now)
+        self._hosts.finish_page(state, permit.host_ticket, verdict, now, lease.url)
         self._count(state, verdict)
         page = PageResult(lease=lease, fetch=result, verdict=verdict)
         outcome = verdict.signal.outcome
@@ -130,6 +138,9 @@ class FetchStage:
             counters.api_postponed += 1
             return
         counters.host_attempts += 1
+        if verdict.refusal is not None:
+            self.refusals[verdict.refusal.kind] += 1
+            counters.refusal_pauses += verdict.refusal_incident
         retry = verdict.retry
         if retry is RetryAction.DONE:
             return
@@ -137,6 +148,11 @@ class FetchStage:
             counters.retries += 1
         elif retry is RetryAction.GIVE_UP and verdict.reason is not None:
             self.gave_up[verdict.reason] += 1
+        if verdict.refusal_incident:
+            log.warning("%s refuses the crawler (%s: %s): paused until %.1f (level %d)", state.host,
+                        verdict.refusal.kind if verdict.refusal else "?",
+                        verdict.refusal.evidence if verdict.refusal else "", state.next_eligible,
+                        state.refusal_backoff.level)
         if verdict.pause is Pause.BACKOFF:
             counters.host_backoffs += 1
             log.info("%s keeps answering 429 without Retry-After: paused until %.1f (level %d)",
@@ -207,7 +223,8 @@ class FetchStage:
             raise
         now = self._clock()
         # More than five redirects: the file counts as unavailable (a 3xx: no restrictions).
-        answer = judge_robots(result, now=now, rules=self._rules, failures=failures)
+        refused = self._refusals is not None and self._refusals.refuses_robots(result)
+        answer = judge_robots(result, now=now, rules=self._rules, failures=failures, refused=refused)
         self._release(state, permit, answer.signal, now)
         self._hosts.finish_robots(state, scheme, permit.host_ticket, answer, now)
         if answer.api_refused:
@@ -274,7 +291,9 @@ class FetchStage:
                 retries=retries, retry_ratio=ratio, robots_fetched=counters.robots_fetched,
                 robots_given_up=counters.robots_given_up,
                 too_many_redirects=self.outcomes.get(FetchOutcome.TOO_MANY_REDIRECTS, 0),
-                outcomes={str(outcome): count for outcome, count in self.outcomes.items()}),
+                outcomes={str(outcome): count for outcome, count in self.outcomes.items()},
+                refusals={str(kind): self.refusals[kind] for kind in RefusalKind},
+                refusal_pauses=counters.refusal_pauses),
             retries=RetrySnapshot(total=retries, host_attempts=attempts, ratio=ratio,
                                   api_postponed=counters.api_postponed, host_backoffs=counters.host_backoffs,
                                   gave_up=dict(self.gave_up)),
@@ -292,6 +311,7 @@ class FetchCounts:
     host_backoffs: int = 0
     robots_fetched: int = 0
     robots_given_up: int = 0
+    refusal_pauses: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +327,11 @@ class FetchCounters:
     too_many_redirects: int
     outcomes: Mapping[str, int] = field(metadata=counter("crawler_fetch_outcomes", "Fetch attempts by outcome",
                                                          labels=("outcome",)))
+    refusals: Mapping[str, int] = field(default_factory=dict, metadata=counter(
+        "crawler_refusals", "Answers that were the site refusing the crawler, by kind (core.refusals)",
+        labels=("kind",)))
+    refusal_pauses: int = field(default=0, metadata=counter(
+        "crawler_refusal_pauses", "Host pauses for a challenge, captcha or soft block"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,12 @@ class HostSnapshot(Indexed):
     next_eligible: float
     robots: Mapping[str, AuthorityRobotsSnapshot]
     held: str | None
+    # One judgment of the site (core.site_health): its state, 0-100 score and the reasons
+    health: str = "healthy"
+    health_score: int = 100
+    health_reasons: tuple[str, ...] = ()
+    refusals: int = 0  # answers that were a refusal of any kind (core.refusals)
+    refusal_pauses: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +84,7 @@ class HostTableSnapshot(Indexed):
     robots_cache: RobotsCacheSnapshot
     held: HeldHosts
     busiest: tuple[HostSnapshot, ...] = field(metadata=stat(json=False, scrape=False))
+    health: Mapping[str, int] = field(default_factory=dict, metadata=gauge(
+        "crawler_hosts_health", "Hosts in memory by health state (core.site_health)", labels=("state",)))
+    # The unhealthy hosts with the lowest health scores, worst first (the dashboard's worst hosts)
+    worst: tuple[HostSnapshot, ...] = field(default=(), metadata=stat(scrape=False))

@@ -38,7 +38,7 @@ from crawler_node.node.host_memory import HostMemory
 from crawler_node.node.host_politeness import UnsavedPoliteness
 from crawler_node.node.host_robots import HostRobots
 from crawler_node.node.host_snapshot import HeldHost, HeldHosts, HostTableSnapshot
-from crawler_node.node.host_state import HostState, Place, Step
+from crawler_node.node.host_state import HostState, Place, Step, tally
 from crawler_node.node.rotation import Rotation
 from crawler_node.runtime.wakeup import Wakeup
 
@@ -92,16 +92,14 @@ class HostTable:
     def busiest(self, n: int) -> list[HostState]:
         return heapq.nlargest(n, self._hosts.values(), key=lambda s: (s.limiter.in_flight, s.queued))
 
-    def snapshot(self, top: int = 20) -> HostTableSnapshot:
-        places: dict[str, int] = {}
-        for state in self._hosts.values():
-            places[state.place.value] = places.get(state.place.value, 0) + 1
+    def snapshot(self, top: int = 20, *, now: float = 0.0) -> HostTableSnapshot:
+        places, health, worst = tally(self._hosts.values(), now)  # ``now``: the clock the pauses are in
         held = [(state.host, reason) for state in self._hosts.values()
                 if state.robots is not None and (reason := state.held_reason()) is not None]
         return HostTableSnapshot(
             in_memory=len(self._hosts), collected=self.collected, places=places, robots_cache=self._robots.snapshot(),
             held=HeldHosts(count=len(held), hosts=tuple(HeldHost(host, reason) for host, reason in held[:top])),
-            busiest=tuple(state.snapshot() for state in self.busiest(top)))
+            busiest=tuple(state.snapshot(now) for state in self.busiest(top)), health=health, worst=worst)
 
     # ----------------------------------------------------------------- work
     def drop(self, host: str) -> None:
@@ -312,11 +310,14 @@ class HostTable:
         return returned
 
     # ----------------------------------------------------------------- outcomes
-    def finish_page(self, state: HostState, ticket: int, verdict: Verdict, now: float) -> None:
+    def finish_page(self, state: HostState, ticket: int, verdict: Verdict, now: float, url: str | None = None) -> None:
         """Apply a page's verdict: the limiter learns, the politeness times move, the counters
-        count. The caller releases the global slots (admission) itself."""
+        count. The caller releases the global slots (admission) itself. ``url``: the page's
+        (a refusal is counted against it)."""
+        decreases = state.limiter.decreases
         state.limiter.release(ticket, verdict.limiter)
-        if state.learn(verdict):
+        state.observe_health(verdict, now, halved=state.limiter.decreases != decreases)
+        if state.learn(verdict, url):
             self.unsaved.mark(state)
         if verdict.reached_host and verdict.next_eligible > state.next_eligible:
             self._rotation.delay(state, verdict.next_eligible, now)

@@ -38,7 +38,7 @@ from crawler_node.fetch.dns import Resolver
 from crawler_node.fetch.fetcher import Fetcher
 from crawler_node.frontier import AddResult, FrontierService
 from crawler_node.node.budget import HeldBytes
-from crawler_node.node.builders import build_admission, build_ip_gates, build_rules
+from crawler_node.node.builders import build_admission, build_ip_gates, build_refusal_rules, build_rules
 from crawler_node.node.dispatch import Dispatcher
 from crawler_node.node.fetch_stage import FetchStage
 from crawler_node.node.hosts import HostTable
@@ -59,6 +59,7 @@ from crawler_node.node.node_snapshot import (
 from crawler_node.node.operator import OperatorControl
 from crawler_node.node.parse_stage import ParseStage
 from crawler_node.node.queues import FrontierQueueSnapshot
+from crawler_node.node.refusal_check import RefusalCheck
 from crawler_node.node.seed_check import unfetchable_seed_hosts
 from crawler_node.node.stage_items import SEED_PRIORITY
 from crawler_node.node.store_stage import StoreStage
@@ -159,7 +160,8 @@ class Node:
                                 hosts=hosts, admission=self.admission, rules=self.rules, held=self.held,
                                 parse=self.parse, store=self.store, scope=config.scope,
                                 on_api_paused=self.leases.api_paused,
-                                returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock)
+                                returned=lambda lease_id: self.leases.give_back([lease_id]), clock=clock,
+                                refusals=RefusalCheck(rules=build_refusal_rules(config)))
         self.dispatcher = Dispatcher(hosts=hosts, admission=self.admission, leases=self.leases,
                                      fetch=self.fetch, serves=self.cluster.serves,
                                      global_inflight=fetch.global_inflight, work=work, pressure=pressure,
@@ -364,7 +366,8 @@ class Node:
         uptime = time.monotonic() - self.started_at
         totals, shed = frontier.totals, frontier.shedding
         store, fetch, intake = self.store.snapshot(), self.fetch.snapshot(), self.intake.snapshot()
-        upkeep, cluster, hosts = self.upkeep.snapshot(), self.cluster.snapshot(), self.hosts.snapshot(TOP_HOSTS)
+        upkeep, cluster = self.upkeep.snapshot(), self.cluster.snapshot()
+        hosts = self.hosts.snapshot(TOP_HOSTS, now=self._clock())
         admission = self.admission.snapshot(now)
         deferred = dict(shed.counts)
         restored = deferred.pop("restored", 0)

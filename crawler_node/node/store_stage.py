@@ -41,7 +41,9 @@ STORE_BATCH = 256  # pages per store write and frontier transaction, at most
 _ARCHIVED = frozenset({FetchOutcome.OK, FetchOutcome.REDIRECT, FetchOutcome.NOT_MODIFIED, FetchOutcome.HTTP_ERROR,
                        FetchOutcome.THROTTLED,
                        FetchOutcome.SERVER_ERROR, FetchOutcome.TOO_LARGE, FetchOutcome.TIMEOUT,
-                       FetchOutcome.CONNECTION, FetchOutcome.TOO_MANY_REDIRECTS})
+                       FetchOutcome.CONNECTION, FetchOutcome.TOO_MANY_REDIRECTS, FetchOutcome.BLOCKED_CHALLENGE,
+                       FetchOutcome.BLOCKED_CAPTCHA, FetchOutcome.BLOCKED_SOFT, FetchOutcome.LOGIN_WALL,
+                       FetchOutcome.REFUSED})
 
 
 
@@ -309,13 +311,15 @@ class StoreStage:
         fetch, lease = page.fetch, page.lease
         outcome = page.verdict.signal.outcome
         body = fetch.body if outcome in _ARCHIVED else b""
+        refusal = page.verdict.refusal
         return (lease.url, lease.host, self._node_id, lease.attempts, fetch.started_at, outcome.value, fetch.status,
                 fetch.request_headers, fetch.headers, body, fetch.content_type, fetch.error_detail,
                 fetch.remote_addr, fetch.elapsed_s,
                 fetch.header("Location") if outcome is FetchOutcome.REDIRECT or
                 outcome is FetchOutcome.TOO_MANY_REDIRECTS else None,
                 fetch.truncated, page.parse_truncated, page.kind, fetch.status_line, lease.depth,
-                lease.via, page.outlinks, page.items, lease.visits)
+                lease.via, page.outlinks, page.items, lease.visits,
+                None if refusal is None else f"{refusal.kind}: {refusal.evidence}")
 
 
 def _validators(page: PageResult) -> tuple[str | None, str | None]:

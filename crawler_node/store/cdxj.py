@@ -126,7 +126,7 @@ def write_index(warc_path: Path) -> Path:
     A torn tail is left out (see the module's docstring). Raises `WarcIndexError`."""
     target = index_path(warc_path)
     try:
-        _write_sorted(target, _index_lines(warc_path))
+        _write_sorted(target, _without_refusals(warc_path, _index_lines(warc_path)))
     except WarcIndexError:
         raise
     except Exception as exc:  # OSError, or whatever warcio raises on a record it cannot read
@@ -220,6 +220,33 @@ def _index_lines(warc_path: Path) -> list[str]:
         if error is not None:
             raise WarcIndexError(warc_path, f"{type(error).__name__}: {error}") from error
         return lines
+
+
+def _without_refusals(warc_path: Path, lines: list[str]) -> list[str]:
+    """``lines`` less those of refused responses (a challenge, a captcha...: evidence, never the
+    page; store.warc_files writes none for them): the responses a `refusal` metadata record
+    follows. A second pass over the file, made only when a file is indexed again."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    offsets: dict[str, int] = {}  # response (or revisit) record id -> its offset
+    refused: set[int] = set()
+    try:
+        with open(warc_path, "rb") as stream:
+            records = ArchiveIterator(stream)
+            for record in records:
+                if record.rec_type in ("response", "revisit"):
+                    offsets[record.rec_headers.get_header("WARC-Record-ID")] = records.get_record_offset()
+                elif record.rec_type == "metadata":
+                    block = record.content_stream().read()
+                    if block.startswith(b"refusal:") or b"\nrefusal:" in block:
+                        offset = offsets.get(record.rec_headers.get_header("WARC-Concurrent-To"))
+                        if offset is not None:
+                            refused.add(offset)
+    except Exception:  # a torn tail: what came before it is known
+        log.debug("%s read for its refusals up to a record warcio could not read", warc_path)
+    if not refused:
+        return lines
+    return [line for line in lines if int(json.loads(line.split(" ", 2)[2])["offset"]) not in refused]
 
 
 def _run_indexer(stream: BinaryIO | _Prefix, filename: str) -> tuple[list[str], Exception | None]:

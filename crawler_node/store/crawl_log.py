@@ -128,6 +128,7 @@ class CrawlLog:
         truncated = "null" if record.truncated is None else text(record.truncated)
         content_type = "null" if record.content_type is None else text(record.content_type)
         via = "null" if record.via is None else text(record.via)
+        refusal = "" if record.refusal is None else f',"refusal":{text(record.refusal)}'
         if where is None:
             archived = '"digest":null,"warc_type":null,"warc_file":null,"warc_offset":null,"warc_length":null'
         else:
@@ -141,7 +142,7 @@ class CrawlLog:
                 f'"kind":"{record.kind}","location":{location},"truncated":{truncated},'
                 f'"parse_truncated":{"true" if record.parse_truncated else "false"},'
                 f'"content_type":{content_type},"depth":{record.depth},"via":{via},"visit":{record.visit},'
-                f'{archived}}}\n')
+                f'{archived}{refusal}}}\n')
 
     def flush(self, *, fsync: bool = False) -> None:
         handle = self._require_open()

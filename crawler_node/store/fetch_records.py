@@ -47,6 +47,9 @@ class FetchRecord:
     outlinks: str | None = None  # a parsed page's links, one per line: its metadata record (None: none)
     items: list[str] = field(default_factory=list)  # a pipeline's items of this page, JSON lines
     visit: int = 0  # 0: the URL's first fetch; n: its n-th recrawl
+    # The site refused the crawler (core.refusals): "kind: evidence". The answer is archived as
+    # evidence with a metadata record saying so, and left out of the CDXJ index (not the page).
+    refusal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ class WarcWriter:
         if exchanges and self._closed:
             raise ValueError(f"WARC writer for {self.directory} is closed")
         # Ids for the response and request records of each exchange, and a metadata record's.
-        ids = iter(warc.record_ids(2 * exchanges + sum(1 for record in records if record.outlinks is not None)))
+        ids = iter(warc.record_ids(2 * exchanges + sum(1 for record in records if _has_metadata(record))))
         # Each exchange's payload as stored and its digest, then the originals of those
         # digests archived before, asked for in one statement (`_revisit`).
         payloads = [None if record.status is None else b"" if record.status == 304 else stored_payload(record)
@@ -100,7 +100,7 @@ class WarcWriter:
             self._append(member)
             self._append(warc.gzip_member(request))
             date = iso_utc(record.fetched_at, timespec="microseconds")
-            if record.outlinks is not None:
+            if _has_metadata(record):
                 self._append(warc.gzip_member(warc.metadata(record.url, date, response_id, _metadata_block(record),
                                                             next(ids))))
             if revisit is not None:
@@ -112,7 +112,9 @@ class WarcWriter:
             location = Location(self._path.name, offset, len(member), "response" if revisit is None else "revisit",
                                 digest if revisit is None else revisit.payload_digest)
             locations.append(location)
-            if self._index:
+            # A refusal (a challenge, a captcha...) is evidence, never the page: a replay must
+            # not find it as the URL's capture.
+            if self._index and record.refusal is None:
                 self._index_lines.append(cdxj.index_line(
                     record.url, date, warc_type=location.warc_type, status=record.status,
                     content_type=_header(record.response_headers, "content-type"), digest=location.digest,
@@ -182,9 +184,11 @@ class WarcWriter:
 
 
 def _dedupable(record: FetchRecord) -> bool:
-    """A payload another response may stand in for: a complete, non-empty 2xx body."""
+    """A payload another response may stand in for: a complete, non-empty 2xx body, not a
+    refusal's (evidence, left out of the index: no revisit may point at it)."""
     status = record.status
-    return status is not None and 200 <= status < 300 and not record.truncated and bool(record.body)
+    return (status is not None and 200 <= status < 300 and not record.truncated and bool(record.body)
+            and record.refusal is None)
 
 
 def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
@@ -203,10 +207,18 @@ def warcinfo_fields(node_id: str, info: CrawlInfo) -> list[tuple[str, str]]:
     return fields
 
 
+def _has_metadata(record: FetchRecord) -> bool:
+    return record.outlinks is not None or record.refusal is not None
+
+
 def _metadata_block(record: FetchRecord) -> str:
     # Heritrix's names: hopsFromSeed is one letter per hop (L: a link; redirects keep the depth).
     fields = [("via", record.via)] if record.via else []
     fields.append(("hopsFromSeed", "L" * record.depth))
+    if record.refusal is not None:
+        # Like Heritrix's botblock annotation: what refused us, and the evidence.
+        kind, _, evidence = record.refusal.partition(": ")
+        fields += [("refusal", kind), ("refusalEvidence", evidence)]
     return warc.warc_fields(fields, "outlink", record.outlinks or "")
 
 

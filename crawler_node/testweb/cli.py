@@ -107,6 +107,10 @@ settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_conc
   /listed/F/0..2, pages no page links to; text/plain, application/rss+xml, ..., application/gzip).
   url_shapes (bool: / links /shapes/, links written with backslashes and odd scheme-relative forms, and
   /shapes/legacy, a windows-1252 page whose links' queries a browser encodes in windows-1252).
+refusals (testweb.refusals; stats count them per host as "refused": {kind: n}): challenge_rps (a
+  Cloudflare-style 403 challenge once a second brings more requests), captcha, login_wall, forbidden
+  (0..1: those page URLs answer a captcha page, a 302 to /login, a plain 403), soft_block_after (pages
+  served before every URL gets one small page), refusal_for_s (default 5: how long either lasts).
 validators: every 200 with content has a strong ETag (sha1 of the bytes sent) and Last-Modified (the
   start second; a changing page's visit), and answers If-None-Match / If-Modified-Since with 304.
 ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [...]}),

@@ -45,12 +45,14 @@ class HostStats:
     min_gap_s: float | None = None
     # Made on the first request: most hosts of a huge web are never asked for theirs.
     history: list[HistoryEntry] | None = None
+    refused: Counter[str] | None = None  # refusals served by kind (testweb.refusals.KINDS)
 
     def clear(self) -> None:
         self.requests = self.throttled = self.errors = self.not_modified = self.body_bytes = 0
         self.peak_concurrency = self.in_flight
         self.last_start = self.min_gap_s = None
         self.history = None
+        self.refused = None
 
     def to_json(self, *, history_limit: int | None = None) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -63,6 +65,8 @@ class HostStats:
             "body_bytes": self.body_bytes,
             "min_gap_s": self.min_gap_s,
         }
+        if self.refused:
+            document["refused"] = dict(self.refused)
         if history_limit is not None:
             recent = (self.history or [])[-history_limit:] if history_limit else []
             document["history"] = [list(entry) for entry in recent]
@@ -110,10 +114,11 @@ class Totals:
     not_modified: int = 0  # 304 answers to conditional requests
     body_bytes: int = 0  # response body bytes written, as on the wire
     peak_concurrency: int = 0  # the highest peak of any one host
+    refused: int = 0  # refusals served instead of pages (testweb.refusals)
 
     def clear(self, in_flight: int, peak: int) -> None:
         self.requests = self.hosts_requested = self.urls = self.robots_urls = self.repeated_urls = 0
-        self.throttled = self.errors = self.not_modified = self.body_bytes = 0
+        self.throttled = self.errors = self.not_modified = self.body_bytes = self.refused = 0
         self.in_flight = in_flight
         self.peak_concurrency = peak
 
@@ -130,6 +135,7 @@ class Totals:
             "not_modified": self.not_modified,
             "body_bytes": self.body_bytes,
             "peak_concurrency": self.peak_concurrency,
+            "refused": self.refused,
         }
 
 
@@ -162,6 +168,10 @@ class GroundTruth:
         self.misdirected = 0
         self.history_limit = history_limit
         self._clock = clock
+
+    def now(self) -> float:
+        """testweb's clock, as the history and snapshots read it."""
+        return self._clock()
 
     def begin(self, host: str, url: str, path: str) -> Visit:
         """A request to a known host starts being handled; pair with `end(visit, status)`."""
@@ -212,6 +222,13 @@ class GroundTruth:
         """The host answered this request with a synthetic server error."""
         visit.stats.errors += 1
         self.totals.errors += 1
+
+    def refused(self, visit: Visit, kind: str) -> None:
+        """The host answered this request with a refusal of that kind instead of its page."""
+        if visit.stats.refused is None:
+            visit.stats.refused = Counter()
+        visit.stats.refused[kind] += 1
+        self.totals.refused += 1
 
     def not_modified(self, visit: Visit) -> None:
         """The host answered this conditional request with a 304."""

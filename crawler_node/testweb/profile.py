@@ -58,6 +58,13 @@ class HostProfile:
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b (linked from /) with identical bytes
     sitemaps: tuple[str, ...] = ()  # /sitemap.F for each format F, named by robots.txt (graph.SITEMAP_FORMATS)
     url_shapes: bool = False  # / also links to pages of odd link shapes (see testweb.url_shapes)
+    # Refusals instead of pages (testweb.refusals): 0 = off
+    challenge_rps: float = 0.0  # a challenge page once more requests than this come in one second
+    captcha: float = 0.0  # fraction of page URLs answered with a captcha page
+    login_wall: float = 0.0  # fraction of page URLs redirected to /login
+    soft_block_after: int = 0  # pages served before every URL gets the same small page
+    forbidden: float = 0.0  # fraction of page URLs answered with a plain 403
+    refusal_for_s: float = 5.0  # how long a triggered challenge or soft block lasts
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -184,6 +191,12 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "duplicates": _integer(maximum=MAX_DUPLICATES),
     "sitemaps": _sitemaps,
     "url_shapes": _boolean,
+    "challenge_rps": _number(),
+    "captcha": _number(maximum=1.0),
+    "login_wall": _number(maximum=1.0),
+    "soft_block_after": _integer(),
+    "forbidden": _number(maximum=1.0),
+    "refusal_for_s": _number(),
 }
 
 _API_SETTINGS: dict[str, Checker] = {

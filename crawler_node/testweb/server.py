@@ -35,6 +35,8 @@ from crawler_node.testweb.graph import SyntheticWeb
 from crawler_node.testweb.ground_truth import DEFAULT_HISTORY, GroundTruth, Visit
 from crawler_node.testweb.pages import gzip_bomb, with_revision
 from crawler_node.testweb.profile import ApiLimit, HostProfile
+from crawler_node.testweb.refusals import RefusalState, refuses
+from crawler_node.testweb.refusals import answer as refusal_answer
 from crawler_node.testweb.representations import (
     Representation,
     RepresentationCache,
@@ -70,6 +72,7 @@ class _Site:
     profile: HostProfile
     seed: int
     robots: Representation | None
+    refusals: RefusalState | None = None  # set when the profile refuses (testweb.refusals)
     # Made on first use: a Random holds 2.5 KB of state, 500 MB for a web of 200,000 hosts.
     # Seeded from the names alone, so when it is made does not change what it draws.
     _rng: random.Random | None = field(default=None, init=False, repr=False)
@@ -116,7 +119,8 @@ class TestwebServer:
                 # ground truth's reading of them, graph.expected_urls) are the text after it
                 bom = b"\xef\xbb\xbf" if profile.robots_bom else b""
                 robots = represent(bom + robots_txt.encode("utf-8"), modified=self._started)
-            self._sites[host] = _Site(name=host, profile=profile, seed=web_graph.seed, robots=robots)
+            self._sites[host] = _Site(name=host, profile=profile, seed=web_graph.seed, robots=robots,
+                                      refusals=RefusalState() if refuses(profile) else None)
         self.truth = GroundTruth(web_graph.hosts, quota=api_limit.quota, history_limit=history_limit)
         self._cache = RepresentationCache(cache_bytes)
         self._bombs: dict[int, Representation] = {}
@@ -221,6 +225,12 @@ class TestwebServer:
         if resource is None:
             return await send(request, plain(404, "not found"))
         profile = site.profile
+        if site.refusals is not None and resource.kind != "redirect":
+            refusal = refusal_answer(profile, site.refusals, host=site.name, path=path, now=self.truth.now())
+            if refusal is not None:
+                self.truth.refused(visit, refusal.kind)
+                response = web.Response(status=refusal.status, body=refusal.body, headers=refusal.headers)
+                return await send(request, response)
         if profile.error_rate > 0 and site.rng.random() < profile.error_rate:
             self.truth.errored(visit)
             return await send(request, plain(profile.error_status, "synthetic server error"))

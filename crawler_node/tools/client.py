@@ -77,8 +77,10 @@ def control(node: str, action: str, *, secret: str | None = None, reason: str | 
 
 
 def hosts(node: str, *, secret: str | None = None, sort: str | None = None, order: str | None = None,
-          limit: int | None = None, offset: int | None = None) -> dict[str, Any]:
-    return request_json(_url(node, "/v1/hosts", sort=sort, order=order, limit=limit, offset=offset), secret=secret)
+          limit: int | None = None, offset: int | None = None, unhealthy: bool = False) -> dict[str, Any]:
+    """``unhealthy``: only hosts whose health is not "healthy" (with sort "health": the worst first)."""
+    return request_json(_url(node, "/v1/hosts", sort=sort, order=order, limit=limit, offset=offset,
+                             unhealthy=1 if unhealthy else None), secret=secret)
 
 
 def host_queue(node: str, host: str, *, secret: str | None = None, limit: int | None = None) -> dict[str, Any]:

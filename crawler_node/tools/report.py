@@ -40,6 +40,13 @@ def format_status(status: dict[str, Any]) -> str:
         for host in status["hosts"][:10]:
             lines.append(f"    {host['host']:<28} {host['in_flight']:>3} {host['limit']:>3} {host['queued']:>7} "
                          f"{host['fetched']:>7} {host['throttled']:>5}")
+    worst = (status.get("host_table") or {}).get("worst") or []
+    if worst:
+        counts = (status.get("host_table") or {}).get("health") or {}
+        lines.append("  worst hosts (" + ", ".join(f"{state} {n}" for state, n in counts.items() if n) + "):")
+        for host in worst[:5]:
+            lines.append(f"    {host['host']:<28} {host['health']} {host['health_score']:>3}/100  "
+                         + "; ".join(host.get("health_reasons") or ()))
     lines.extend(_pressure_lines(status))
     return "\n".join(lines)
 
@@ -128,6 +135,9 @@ def format_hosts(answer: dict[str, Any]) -> str:
         lines.append(f"  {row['host']:<32} {row['member']:<10} {row['queued']:>7} {row['leased']:>6} "
                      f"{row['deferred']:>8} {row['in_flight']:>6} {limit:>5} {_age(row['next_eligible_in_s']):>9}  "
                      f"{row['state']}" + (f" ({row['held']})" if row.get("held") else ""))
+        if row.get("health", "healthy") != "healthy":
+            lines.append(f"  {'':<32} health: {row['health']} ({row.get('health_score')}/100): "
+                         + "; ".join(row.get("health_reasons") or ()))
     return "\n".join(lines)
 
 
