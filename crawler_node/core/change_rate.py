@@ -17,8 +17,9 @@ A URL with little history borrows a prior rate (from its host and path pattern, 
 `PooledRates`) as pseudo-observations worth PRIOR_CHECKS mean intervals: a Gamma prior, and
 the estimate is its posterior mode. With no history at all the estimate is the prior.
 
-`History` is what the frontier keeps per URL, packed in ~40 bytes: the last payload digest,
-checks and changes, the time without change, and the intervals that saw a change in
+`History` is what the frontier keeps per URL, packed in 36 bytes and 2 a bin: the last
+payload digest, checks and changes, the time without change, the last estimate, and the
+intervals that saw a change in
 geometric bins (2^(1/4) wide: a bin's midpoint is within 9% of each interval in it).
 """
 
@@ -34,7 +35,8 @@ BINS_PER_OCTAVE = 4
 _BIN_OFFSET = 64  # bin 0 is 2^-16 s; 255 is ~2^47 s
 MAX_BINS = 12  # distinct changed-interval bins kept per URL; nearest ones merge past this
 MAX_CHECKS = 2000  # past this every count is halved: old behaviour fades, and u16 never overflows
-_HEAD = struct.Struct("<qddfHH")  # digest, last_fetch, last_change, quiet_s, checks, changes
+# digest, last_fetch, last_change, quiet_s, rate (the last estimate), checks, changes: 36 bytes
+_HEAD = struct.Struct("<qddffHH")
 
 
 def interval_bin(seconds: float) -> int:
@@ -53,22 +55,24 @@ class History:
     last_fetch: float
     last_change: float
     quiet_s: float = 0.0
+    rate: float = 0.0  # the estimate made at the last fetch (changes per second), for operators
     checks: int = 0
     changes: int = 0
     changed: dict[int, int] = field(default_factory=dict)
 
     def pack(self) -> bytes:
-        head = _HEAD.pack(self.digest, self.last_fetch, self.last_change, self.quiet_s, self.checks, self.changes)
+        head = _HEAD.pack(self.digest, self.last_fetch, self.last_change, self.quiet_s, self.rate,
+                          min(self.checks, 65_535), min(self.changes, 65_535))
         return head + bytes(byte for index, count in sorted(self.changed.items()) for byte in (index, count))
 
     @classmethod
     def unpack(cls, blob: bytes | None) -> History | None:
         if not blob or len(blob) < _HEAD.size:
             return None
-        digest, last_fetch, last_change, quiet_s, checks, changes = _HEAD.unpack_from(blob)
+        digest, last_fetch, last_change, quiet_s, rate, checks, changes = _HEAD.unpack_from(blob)
         tail = blob[_HEAD.size:]
         changed = {tail[i]: tail[i + 1] for i in range(0, len(tail) - 1, 2)}
-        return cls(digest, last_fetch, last_change, quiet_s, checks, changes, changed)
+        return cls(digest, last_fetch, last_change, quiet_s, rate, checks, changes, changed)
 
     @property
     def observed_s(self) -> float:

@@ -1,0 +1,81 @@
+"""When each fetched page is visited again, from what its visits saw: pure, no I/O.
+
+The store stage asks `Recrawler.schedule` for every fetch that ends a URL's lease with an
+answer of its site. The URL's history (core.change_rate.History, kept in the frontier) learns
+whether the page changed since the last visit: a new payload digest is a change; a 304, or the
+same digest, is none. Its change rate is estimated (with a prior pooled over its path pattern
+and host), and:
+
+- ``--recrawl fixed``: the next visit is the host's interval after this one, as ever;
+- ``--recrawl adaptive``: the next visit is the freshness-optimal one for the budget fixed
+  would spend (core.refresh_schedule), within the policy's bounds.
+
+Both keep the history, so an operator sees the estimates either way. Volatile parts of a page
+(a timestamp, a session token) would count as changes here: the digest is of the payload as
+served. testweb's pages carry none; `docs/operating.md` says what a site that does costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from crawler_node.core.change_rate import History, PooledRates, estimate, observe, path_pattern
+from crawler_node.core.recrawl_policy import RecrawlPolicy
+from crawler_node.core.refresh_schedule import RateMix, interval_for
+
+
+def payload_digest(body: bytes) -> int:
+    """64 bits of BLAKE2b: enough to tell a page's versions apart (a collision would hide one
+    change in 2^64), 8 bytes in the frontier."""
+    return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big", signed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    due_at: float  # wall-clock time of the next visit
+    history: bytes  # the URL's history, packed, to store with it
+    rate: float  # its estimated changes per second
+    changed: bool  # this fetch saw a change
+
+
+class Recrawler:
+    def __init__(self, policy: RecrawlPolicy) -> None:
+        self._policy = policy
+        self._pools = PooledRates(default_rate=0.0)
+        self._mixes: dict[float, RateMix] = {}  # by mean interval: a budget of its own each
+
+    @property
+    def adaptive(self) -> bool:
+        return self._policy.adaptive
+
+    def schedule(self, host: str, url: str, history: bytes | None, digest: int | None, now: float) -> Visit | None:
+        """The next visit of ``url`` fetched at ``now`` (wall clock), whose payload digest is
+        ``digest`` (None: a 304); None: never (the host's recrawl is off)."""
+        mean_s = self._policy.after(host)
+        if mean_s is None:
+            return None
+        old = History.unpack(history)
+        seen_before = old is not None
+        last_fetch, last_digest = (old.last_fetch, old.digest) if old is not None else (now, 0)
+        changed = seen_before and digest is not None and digest != last_digest
+        new = observe(old, now, digest)
+        keys = (path_pattern(host, urlsplit(url).path), host)
+        if seen_before:
+            self._pools.note(keys, now - last_fetch, changed)
+        prior = self._pools.prior(keys) or 1.0 / mean_s  # nothing known: one change per interval
+        rate = new.rate = estimate(new, prior)
+        if not self._policy.adaptive:
+            return Visit(now + mean_s, new.pack(), rate, changed)
+        low, high = self._policy.bounds(mean_s)
+        mix = self._mixes.get(mean_s)
+        if mix is None:
+            mix = self._mixes[mean_s] = RateMix(half_life_s=high)
+        interval = interval_for(rate, mix.price(mean_s, low, high), mean_interval_s=mean_s, min_s=low, max_s=high)
+        mix.add(rate, interval, now)
+        return Visit(now + interval, new.pack(), rate, changed)
+
+    def host_rate(self, host: str) -> float | None:
+        """Changes per second pooled over the recrawls of ``host`` seen here (None: none yet)."""
+        return self._pools.host_rate(host)
