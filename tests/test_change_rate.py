@@ -109,16 +109,16 @@ def test_history_packs_small_and_round_trips() -> None:
 
 
 def test_pooled_priors_prefer_the_path_pattern_then_the_host() -> None:
-    pools = PooledRates(default_rate=1e-3)
+    pools = PooledRates()
     news, archive = path_pattern("a.test", "/news-12/x"), path_pattern("a.test", "/archive/y")
     assert news == "a.test/news-##"
-    assert pools.prior([news, "a.test"]) == 1e-3
+    assert pools.prior([news, "a.test"], 1e-3) == 1e-3
     for _ in range(20):
         pools.note([news, "a.test"], 10.0, changed=True)
         pools.note([archive, "a.test"], 10.0, changed=False)
-    assert pools.prior([news, "a.test"]) > 0.1
-    assert pools.prior([archive, "a.test"]) < 0.01
-    assert 0.01 < pools.prior([path_pattern("a.test", "/other"), "a.test"]) < pools.prior([news])
+    assert pools.prior([news, "a.test"], 1e-3) > 0.1
+    assert pools.prior([archive, "a.test"], 1e-3) < 0.01
+    assert 0.01 < pools.prior([path_pattern("a.test", "/other"), "a.test"], 1e-3) < pools.prior([news], 1e-3)
 
 
 def test_the_optimal_frequency_is_not_proportional_and_gives_up() -> None:

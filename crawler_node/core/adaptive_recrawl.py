@@ -43,7 +43,7 @@ class Visit:
 class Recrawler:
     def __init__(self, policy: RecrawlPolicy) -> None:
         self._policy = policy
-        self._pools = PooledRates(default_rate=0.0)
+        self._pools = PooledRates()
         self._mixes: dict[float, RateMix] = {}  # by mean interval: a budget of its own each
 
     @property
@@ -64,7 +64,7 @@ class Recrawler:
         keys = (path_pattern(host, urlsplit(url).path), host)
         if seen_before:
             self._pools.note(keys, now - last_fetch, changed)
-        prior = self._pools.prior(keys) or 1.0 / mean_s  # nothing known: one change per interval
+        prior = self._pools.prior(keys, default=1.0 / mean_s)  # nothing known: one change per interval
         rate = new.rate = estimate(new, prior)
         if not self._policy.adaptive:
             return Visit(now + mean_s, new.pack(), rate, changed)

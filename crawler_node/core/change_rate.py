@@ -190,12 +190,11 @@ class PooledRates:
     """Change rates pooled over the URLs of a host and of a path pattern (what the fetches of
     this node saw, in memory): the prior of a URL with little history of its own. A pool
     speaks once it has MIN_CHECKS checks; the path pattern's first, then the host's, then
-    ``default_rate``. Bounded: past ``max_keys`` pools all are dropped and relearnt."""
+    the caller's default. Bounded: past ``max_keys`` pools all are dropped and relearnt."""
 
     MIN_CHECKS = 5
 
-    def __init__(self, default_rate: float, max_keys: int = 65_536) -> None:
-        self.default_rate = default_rate
+    def __init__(self, max_keys: int = 65_536) -> None:
         self._pools: dict[str, _Pool] = {}
         self._max_keys = max_keys
 
@@ -214,12 +213,12 @@ class PooledRates:
             if pool.checks > 4 * MAX_CHECKS:
                 pool.checks, pool.changes, pool.seconds = pool.checks / 2, pool.changes / 2, pool.seconds / 2
 
-    def prior(self, keys: Iterable[str]) -> float:
+    def prior(self, keys: Iterable[str], default: float) -> float:
         for key in keys:
             pool = self._pools.get(key)
             if pool is not None and pool.checks >= self.MIN_CHECKS:
                 return pool.rate()
-        return self.default_rate
+        return default
 
     def host_rate(self, host: str) -> float | None:
         pool = self._pools.get(host)

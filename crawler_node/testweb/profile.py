@@ -58,6 +58,10 @@ class HostProfile:
     duplicates: int = 0  # pairs /dup/K/a, /dup/K/b (linked from /) with identical bytes
     sitemaps: tuple[str, ...] = ()  # /sitemap.F for each format F, named by robots.txt (graph.SITEMAP_FORMATS)
     url_shapes: bool = False  # / also links to pages of odd link shapes (see testweb.url_shapes)
+    # each /p/N page changes as a Poisson process of this rate (per second) times a log-normal
+    # factor of spread change_spread, from the seed (testweb.changes; /_testweb/freshness)
+    change_rate: float = 0.0
+    change_spread: float = 0.0
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -184,6 +188,8 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "duplicates": _integer(maximum=MAX_DUPLICATES),
     "sitemaps": _sitemaps,
     "url_shapes": _boolean,
+    "change_rate": _number(),
+    "change_spread": _number(maximum=5.0),
 }
 
 _API_SETTINGS: dict[str, Checker] = {
