@@ -136,7 +136,7 @@ def test_the_price_spends_the_budget_and_beats_uniform_on_a_mix() -> None:
     rates = [rng.lognormvariate(math.log(10 / 600.0), 2.0) for _ in range(2000)]
     mix = RateMix(half_life_s=1e9)
     for rate in rates:
-        mix.add(rate, 60.0, 0.0)
+        mix.add(rate, 0.0)
     bounds = {"mean_interval_s": 600.0, "min_s": 10.0, "max_s": 30 * 600.0}
     mu = mix.price(600.0, 10.0, 30 * 600.0)
     intervals = [interval_for(rate, mu, **bounds) for rate in rates]
@@ -145,3 +145,8 @@ def test_the_price_spends_the_budget_and_beats_uniform_on_a_mix() -> None:
     uniform = statistics.mean(freshness(rate, 1 / 600.0) for rate in rates)
     assert adaptive > 1.2 * uniform
     assert interval_for(1.0, None, **bounds) == 600.0
+    # a URL scheduled again leaves its old bin: the mix still counts each URL once
+    for rate in rates[:500]:
+        mix.remove(rate, 0.0, 10.0)
+        mix.add(rate * 2, 10.0)
+    assert sum(mix._mass.values()) == pytest.approx(len(rates), rel=1e-3)

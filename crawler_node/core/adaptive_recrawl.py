@@ -58,7 +58,7 @@ class Recrawler:
             return None
         old = History.unpack(history)
         seen_before = old is not None
-        last_fetch, last_digest = (old.last_fetch, old.digest) if old is not None else (now, 0)
+        last_fetch, last_digest, old_rate = (old.last_fetch, old.digest, old.rate) if old is not None else (now, 0, 0.0)
         changed = seen_before and digest is not None and digest != last_digest
         new = observe(old, now, digest)
         keys = (path_pattern(host, urlsplit(url).path), host)
@@ -71,9 +71,11 @@ class Recrawler:
         low, high = self._policy.bounds(mean_s)
         mix = self._mixes.get(mean_s)
         if mix is None:
-            mix = self._mixes[mean_s] = RateMix(half_life_s=high)
+            mix = self._mixes[mean_s] = RateMix(half_life_s=4 * high)
+        if old is not None:
+            mix.remove(old_rate, last_fetch, now)
+        mix.add(rate, now)
         interval = interval_for(rate, mix.price(mean_s, low, high), mean_interval_s=mean_s, min_s=low, max_s=high)
-        mix.add(rate, interval, now)
         return Visit(now + interval, new.pack(), rate, changed)
 
     def host_rate(self, host: str) -> float | None:

@@ -13,10 +13,13 @@ and then falls: not proportional to the change rate (their Figure 6).
 
 The budget is what `--recrawl fixed` would spend at the same mean interval T: the mean of f
 over the URLs is 1/T. The URLs' rates are summarised in `RateMix`, a histogram over log λ
-of the URLs as they are scheduled, each weighing its interval (a URL revisited every I adds
-I per visit, so every URL weighs the same over time whatever its I), decaying with a
-half-life; μ is solved for that mix by bisection, and the frequency is clamped to
-[1/recrawl_max, 1/recrawl_min], which the bisection takes into account.
+of the URLs scheduled: each is added at its estimate when scheduled and taken out of the bin
+of its previous estimate (kept in its history) then, so each URL counts once whatever its
+interval. (A first try weighed each scheduling by its interval instead, which is fair only in
+the steady state: on testweb it spent 1.39x fixed's budget in the first minutes.) Weights
+decay with a half-life, so URLs that left (handed to another node) fade out; a URL's weight
+is taken out as decayed since it was added. μ is solved for the mix by bisection, and the
+frequency is clamped to [1/recrawl_max, 1/recrawl_min], which the bisection takes into account.
 """
 
 from __future__ import annotations
@@ -85,11 +88,26 @@ class RateMix:
         self._mu: float | None = None
         self._mu_for: tuple[float, float, float] | None = None
 
-    def add(self, rate: float, interval_s: float, now: float) -> None:
+    def add(self, rate: float, now: float) -> None:
+        """A URL is scheduled at ``rate``."""
         self._age(now)
         index = rate_bin(rate)
-        self._mass[index] = self._mass.get(index, 0.0) + interval_s
+        self._mass[index] = self._mass.get(index, 0.0) + 1.0
         self._adds += 1
+
+    def remove(self, rate: float, added_at: float, now: float) -> None:
+        """The URL added at ``added_at`` with ``rate`` is scheduled again (or gone): its weight,
+        decayed since, leaves (what was never added here, before a restart, leaves nothing)."""
+        self._age(now)
+        index = rate_bin(rate)
+        mass = self._mass.get(index)
+        if mass is None:
+            return
+        left = mass - math.exp(-self._decay * max(now - added_at, 0.0))
+        if left > 1e-9:
+            self._mass[index] = left
+        else:
+            del self._mass[index]
 
     def _age(self, now: float) -> None:
         if now > self._at:
@@ -104,13 +122,13 @@ class RateMix:
 
     def price(self, mean_interval_s: float, min_s: float, max_s: float) -> float | None:
         """μ such that the mix's mean frequency, clamped, is 1/mean_interval_s; cached for 64
-        additions. None while the mix is empty."""
+        additions, or a sixteenth of the mix while it is small. None while the mix is empty."""
         if not self._mass:
             return None
         key = (mean_interval_s, min_s, max_s)
-        if self._mu is not None and self._mu_for == key and self._adds < 64:
-            return self._mu
         total = sum(self._mass.values())
+        if self._mu is not None and self._mu_for == key and self._adds < min(64.0, total / 16):
+            return self._mu
         target = total / mean_interval_s
         rates = [(bin_rate(index), mass) for index, mass in self._mass.items()]
 

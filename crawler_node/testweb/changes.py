@@ -101,9 +101,10 @@ class ChangeClock:
             self._pages[key] = page
         return page
 
-    def report(self, now: float, *, buckets: int = 0, pages: bool = False) -> dict[str, Any]:
-        """/_testweb/freshness: see the module docstring. ``buckets``: freshness in that many
-        equal slices of [0, now); ``pages``: each page's figures too."""
+    def report(self, now: float, *, since: float = 0.0, buckets: int = 0, pages: bool = False) -> dict[str, Any]:
+        """/_testweb/freshness: see the module docstring, over [since, now) (seconds from the
+        start). ``buckets``: freshness in that many equal slices of [0, now); ``pages``: each
+        page's figures too."""
         fresh = tracked = 0.0
         fetches = useful = 0
         stale_ages = []
@@ -112,7 +113,7 @@ class ChangeClock:
             if not page.fetches:
                 continue
             page.advance(now)
-            page_fresh, page_tracked = page.fresh_s(0.0, now)
+            page_fresh, page_tracked = page.fresh_s(since, now)
             fresh += page_fresh
             tracked += page_tracked
             fetches += len(page.fetches)
@@ -125,7 +126,7 @@ class ChangeClock:
                     "rate": page.rate, "changes": len(page.changes), "fetches": len(page.fetches),
                     "useful_fetches": page.useful, "fresh_s": page_fresh, "tracked_s": page_tracked}
         report: dict[str, Any] = {
-            "now_s": now, "pages": sum(1 for page in self._pages.values() if page.fetches),
+            "now_s": now, "since_s": since, "pages": sum(1 for page in self._pages.values() if page.fetches),
             "fetches": fetches, "useful_fetches": useful,
             "freshness": fresh / tracked if tracked else None,
             "stale_pages": len(stale_ages),

@@ -116,7 +116,8 @@ ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [..
   GET /_testweb/stats (per host and in totals: requests, ..., not_modified, body_bytes), GET /_testweb/hosts,
   POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}, GET /_testweb/freshness (the pages
   with a change_rate: fetches served, those that found a new version, the time-averaged share of
-  fetched pages whose last fetch is current; ?buckets=N: over time, ?pages=1: per page).
+  fetched pages whose last fetch is current; ?since=S: from S seconds after the start (its now_s
+  is the time now), ?buckets=N: over time, ?pages=1: per page).
   /_testweb/stats flags: ?summary=1 (totals only), ?host=H (repeatable: those hosts and their URLs),
   ?history=1 (per host, the last --history requests as [started, status, path]; started on
   testweb's monotonic clock, whose current value is "clock"; status 0 = not answered).

@@ -279,8 +279,8 @@ class TestwebServer:
         modified = max(self._t0 + changed_at, float(self._started)) if version else float(self._started)
         return represent(body, modified=modified, compress=compress)
 
-    def freshness(self, *, buckets: int = 0, pages: bool = False) -> dict[str, Any]:
-        return self.changes.report(self._wall_clock() - self._t0, buckets=buckets, pages=pages)
+    def freshness(self, *, since: float = 0.0, buckets: int = 0, pages: bool = False) -> dict[str, Any]:
+        return self.changes.report(self._wall_clock() - self._t0, since=since, buckets=buckets, pages=pages)
 
     def _stable(
         self, host: str, path: str, render: Callable[[], bytes], *, compress: bool = False
@@ -339,9 +339,12 @@ class TestwebServer:
             return await send(request, json_response(snapshot))
         if name == "freshness" and method == "GET":
             query = request.rel_url.query
-            buckets = int(query.get("buckets", "0")) if query.get("buckets", "0").isdigit() else 0
-            return await send(request, json_response(self.freshness(buckets=min(buckets, 1000),
-                                                                    pages=_flag(query.get("pages")))))
+            try:
+                since, buckets = float(query.get("since", "0")), min(int(query.get("buckets", "0")), 1000)
+            except ValueError:
+                return await send(request, plain(400, "since (seconds) and buckets (an integer) are numbers"))
+            report = self.freshness(since=since, buckets=buckets, pages=_flag(query.get("pages")))
+            return await send(request, json_response(report))
         if name == "hosts" and method == "GET":
             return await send(request, json_response(self._describe()))
         if name == "reset" and method == "POST":
