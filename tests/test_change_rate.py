@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 
+from crawler_node.core.adaptive_recrawl import Recrawler, payload_digest
 from crawler_node.core.change_rate import (
     History,
     PooledRates,
@@ -19,6 +20,7 @@ from crawler_node.core.change_rate import (
     path_pattern,
     regular_rate,
 )
+from crawler_node.core.recrawl_policy import RecrawlPolicy
 from crawler_node.core.refresh_schedule import RateMix, freshness, interval_for, optimal_frequency
 
 
@@ -150,3 +152,27 @@ def test_the_price_spends_the_budget_and_beats_uniform_on_a_mix() -> None:
         mix.remove(rate, 0.0, 10.0)
         mix.add(rate * 2, 10.0)
     assert sum(mix._mass.values()) == pytest.approx(len(rates), rel=1e-3)
+
+
+def test_the_recrawler_backs_off_a_page_that_never_changes_and_keeps_fixed_fixed() -> None:
+    policy = RecrawlPolicy(10.0, mode="adaptive", min_s=1.0, max_s=100.0)
+    recrawler, fixed = Recrawler(policy), Recrawler(RecrawlPolicy(10.0))
+    never, busy, kept = None, None, None
+    now, intervals = 0.0, []
+    for visit in range(12):
+        quiet = recrawler.schedule("a.test", "http://a.test/p/1", never, 42, now)
+        moving = recrawler.schedule("b.test", "http://b.test/p/2", busy, 1000 + visit, now)
+        steady = fixed.schedule("b.test", "http://b.test/p/1", kept, 7, now)
+        assert quiet is not None and moving is not None and steady is not None
+        never, busy, kept = quiet.history, moving.history, steady.history
+        intervals.append(quiet.due_at - now)
+        assert steady.due_at - now == 10.0
+        now += 10.0
+    assert intervals[-1] == 100.0 and intervals[0] == pytest.approx(10.0)  # the longest interval in the end
+    assert not quiet.changed and moving.changed and quiet.rate < moving.rate
+    history = History.unpack(never)
+    assert history is not None and (history.checks, history.changes) == (11, 0)
+    assert recrawler.host_rate("a.test") == 0.0 and recrawler.host_rate("c.test") is None
+    assert RecrawlPolicy(None).after("x.test") is None
+    assert Recrawler(RecrawlPolicy(None, [("x.test", 5.0)])).schedule("y.test", "http://y.test/", None, 1, 0.0) is None
+    assert payload_digest(b"a") != payload_digest(b"b") and payload_digest(b"a") == payload_digest(b"a")
