@@ -35,7 +35,12 @@ from crawler_node.tools.node_process import NodeProcess
 # "local PATH" / "cluster PATH" for a status key path (as the failure message spells it; a
 # listed map or list allows what is in it), "metrics FAMILY" for a metric family (with its
 # labels and samples), "metrics FAMILY label=NAME" or "metrics FAMILY sample=NAME" for a part.
-ADDED_SINCE_BASELINE: frozenset[str] = frozenset()
+ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
+    # recrawls of pages with a history, and those that found a change (issue 50, adaptive recrawl)
+    "local $.counters.recrawl_checks", "local $.counters.recrawl_changes",
+    "cluster $.counters.recrawl_checks", "cluster $.counters.recrawl_changes",
+    "metrics crawler_recrawl_checks", "metrics crawler_recrawl_changes",
+})
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:
 # each map's keys are replaced by the placeholder, so that two crawls compare by shape.

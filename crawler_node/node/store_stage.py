@@ -91,6 +91,12 @@ class StoreSnapshot(Indexed):
     too_many_query_params: int = field(metadata=_turned_away(FetchOutcome.TOO_MANY_QUERY_PARAMS))
     denied_url: int = field(metadata=_turned_away(FetchOutcome.DENIED_URL))
     host_page_cap: int = field(metadata=_turned_away(FetchOutcome.HOST_PAGE_CAP))  # past --max-pages-per-host
+    # recrawls of a page with a history (--recrawl-after), and those that found a new payload
+    # digest (a 304, or the same digest, is no change): core.adaptive_recrawl
+    recrawl_checks: int = field(default=0, metadata=counter(
+        "crawler_recrawl_checks", "Recrawls of a page fetched before: did it change?"))
+    recrawl_changes: int = field(default=0, metadata=counter(
+        "crawler_recrawl_changes", "Recrawls that found a new payload (a 304 or the same digest is no change)"))
 
 
 class StoreStage:
@@ -141,7 +147,8 @@ class StoreStage:
             repeated_segments=turned_away[FetchOutcome.REPEATED_SEGMENTS],
             path_too_deep=turned_away[FetchOutcome.PATH_TOO_DEEP],
             too_many_query_params=turned_away[FetchOutcome.TOO_MANY_QUERY_PARAMS],
-            denied_url=turned_away[FetchOutcome.DENIED_URL], host_page_cap=turned_away[FetchOutcome.HOST_PAGE_CAP])
+            denied_url=turned_away[FetchOutcome.DENIED_URL], host_page_cap=turned_away[FetchOutcome.HOST_PAGE_CAP],
+            recrawl_checks=counters.recrawl_checks, recrawl_changes=counters.recrawl_changes)
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self, supervisor: Supervisor) -> None:
