@@ -8,6 +8,7 @@ import math
 import pytest
 
 from crawler_node.testweb.changes import ChangeClock, page_rate
+from crawler_node.testweb.profile import ProfileError, parse_profile
 
 
 def test_pages_change_at_their_rate_and_the_seed_fixes_when() -> None:
@@ -55,3 +56,12 @@ def test_freshness_integrates_the_time_the_last_fetch_was_current() -> None:
     report = never.report(100.0)
     assert report["freshness"] == 1.0 and report["useful_fetches"] == 1
     assert math.isclose(report["stale_age_s"], 0.0)
+
+
+def test_a_profile_sets_rates_per_host_and_per_path_pattern() -> None:
+    profile = parse_profile({"site-*.test": {"change_rate": 0.5, "change_paths": {"/p/1*": 0.01, "/p/2": 0}}})
+    host = profile.for_host("site-3.test")
+    assert (host.change_rate_of("/p/12"), host.change_rate_of("/p/2"), host.change_rate_of("/p/3")) == (0.01, 0.0, 0.5)
+    for bad in ({"p/1": 1.0}, {"/p/1": -1}, ["/p/1"]):
+        with pytest.raises(ProfileError):
+            parse_profile({"site-*.test": {"change_paths": bad}})

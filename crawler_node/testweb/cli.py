@@ -109,7 +109,8 @@ settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_conc
   /shapes/legacy, a windows-1252 page whose links' queries a browser encodes in windows-1252).
   change_rate (per second: each /p/N page, never /, changes as a Poisson process of this rate from
   testweb's start, drawn from the seed) and change_spread (a page's rate is change_rate times a
-  log-normal factor of this sigma; 0: all the same).
+  log-normal factor of this sigma; 0: all the same), change_paths (a table of path globs to rates:
+  the first that matches a /p/N page's path sets its rate instead, 0 never).
 validators: every 200 with content has a strong ETag (sha1 of the bytes sent) and Last-Modified (the
   start second; a changing page's visit), and answers If-None-Match / If-Modified-Since with 304.
 ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [...]}),

@@ -62,6 +62,15 @@ class HostProfile:
     # factor of spread change_spread, from the seed (testweb.changes; /_testweb/freshness)
     change_rate: float = 0.0
     change_spread: float = 0.0
+    # (path glob, rate) pairs: a /p/N page whose path a glob matches (the first) changes at
+    # that rate instead of change_rate (0: never)
+    change_paths: tuple[tuple[str, float], ...] = ()
+
+    def change_rate_of(self, path: str) -> float:
+        for glob, rate in self.change_paths:
+            if fnmatch.fnmatchcase(path, glob):
+                return rate
+        return self.change_rate
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -161,6 +170,12 @@ def _sitemaps(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _change_paths(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict) or not all(isinstance(glob, str) and glob.startswith("/") for glob in value):
+        raise ProfileError(f"{where}: expected a table of path globs (starting with /) to rates, got {value!r}")
+    return tuple((glob, _number()(rate, f"{where}.{glob}")) for glob, rate in value.items())
+
+
 def _bomb(value: Any, where: str) -> int:
     # true means the classic 1 GiB bomb; an integer picks the inflated size.
     if isinstance(value, bool):
@@ -190,6 +205,7 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "url_shapes": _boolean,
     "change_rate": _number(),
     "change_spread": _number(maximum=5.0),
+    "change_paths": _change_paths,
 }
 
 _API_SETTINGS: dict[str, Checker] = {

@@ -246,7 +246,7 @@ class TestwebServer:
             image = self._stable(site.name, path, lambda: self._web.image(site.name, resource.index))
             return await self._answer(request, visit, image, {"Content-Type": "image/png"}, drip_rate)
         compress = profile.gzip and accepts_gzip(request.headers.get("Accept-Encoding"))
-        if profile.change_rate > 0 and kind == "page" and path != "/":
+        if (profile.change_rate > 0 or profile.change_paths) and kind == "page" and path != "/":
             page = self._versioned(site, path, compress=compress)
         else:
             page = self._page(site.name, path, compress=compress)
@@ -272,7 +272,8 @@ class TestwebServer:
         last change. Serving it (a 200 or a 304) is a fetch of the current version."""
         now = self._wall_clock() - self._t0
         profile = site.profile
-        version, changed_at = self.changes.version(site.name, path, profile.change_rate, profile.change_spread, now)
+        rate = profile.change_rate_of(path)
+        version, changed_at = self.changes.version(site.name, path, rate, profile.change_spread, now)
         self.changes.served(site.name, path, now)
         stable = self._stable(site.name, path, lambda: self._web.render(site.name, path))
         body = with_revision(stable.body, version) if version else stable.body
