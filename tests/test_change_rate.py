@@ -103,7 +103,7 @@ def test_a_never_changing_page_tends_to_zero_and_a_prior_fills_in_little_history
 def test_history_packs_small_and_round_trips() -> None:
     history = _history(random.Random(5), 0.1, [random.Random(5).uniform(1, 100) for _ in range(500)])
     blob = history.pack()
-    assert len(blob) <= 32 + 2 * 12
+    assert len(blob) <= 46 + 2 * 12
     again = History.unpack(blob)
     assert again is not None and again.changed == history.changed and again.checks == history.checks
     assert History.unpack(None) is None
@@ -176,3 +176,31 @@ def test_the_recrawler_backs_off_a_page_that_never_changes_and_keeps_fixed_fixed
     assert RecrawlPolicy(None).after("x.test") is None
     assert Recrawler(RecrawlPolicy(None, [("x.test", 5.0)])).schedule("y.test", "http://y.test/", None, 1, 0.0) is None
     assert payload_digest(b"a") != payload_digest(b"b") and payload_digest(b"a") == payload_digest(b"a")
+
+
+def _dated_history(rng: random.Random, rate: float, intervals: list[float]) -> History:
+    """As `_history`, each answer carrying the time of the page's last change (Last-Modified,
+    in whole seconds as an HTTP-date has them)."""
+    now, changes, last = 1000.0, 0, 0.0
+    history = observe(None, now, 0)
+    for interval in intervals:
+        count, at = 0, now
+        while (at := at + rng.expovariate(rate)) <= now + interval:
+            count, last = count + 1, at
+        now += interval
+        changes += count
+        history = observe(history, now, changes if count else None, math.floor(last) if count else None)
+    return history
+
+
+@pytest.mark.parametrize("rate_times_interval", [0.5, 5.0, 20.0])
+def test_a_dated_change_tells_the_rate_where_checks_alone_cannot(rate_times_interval: float) -> None:
+    rng = random.Random(13)
+    rate, interval = rate_times_interval / 10.0, 10.0  # the seconds of an HTTP-date are 10% of an interval
+    dated = [estimate(_dated_history(rng, rate, [interval] * 50), 0.0, prior_checks=0) for _ in range(200)]
+    undated = [estimate(_history(rng, rate, [interval] * 50), 0.0, prior_checks=0) for _ in range(200)]
+    # the 1 s resolution of the date adds ~0.5 s to each change's quiet time
+    expected = 1 / (1 / rate + 0.5) if rate_times_interval > 1 else rate
+    assert statistics.mean(dated) == pytest.approx(expected, rel=0.15)
+    if rate_times_interval >= 20:  # every check sees a change: undated, only a floor on the rate
+        assert statistics.mean(undated) < 0.5 * rate

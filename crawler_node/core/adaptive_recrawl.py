@@ -4,7 +4,7 @@ The store stage asks `Recrawler.schedule` for every fetch that ends a URL's leas
 answer of its site. The URL's history (core.change_rate.History, kept in the frontier) learns
 whether the page changed since the last visit: a new payload digest is a change; a 304, or the
 same digest, is none. Its change rate is estimated (with a prior pooled over its path pattern
-and host), and:
+and host; a Last-Modified within the interval dates the change, which the estimator uses), and:
 
 - ``--recrawl fixed``: the next visit is the host's interval after this one, as ever;
 - ``--recrawl adaptive``: the next visit is the freshness-optimal one for the budget fixed
@@ -19,11 +19,22 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
 from crawler_node.core.change_rate import History, PooledRates, estimate, observe, path_pattern
 from crawler_node.core.recrawl_policy import RecrawlPolicy
 from crawler_node.core.refresh_schedule import RateMix, interval_for
+
+
+def http_date(text: str | None) -> float | None:
+    """An HTTP-date (Last-Modified) as epoch seconds; None if absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def payload_digest(body: bytes) -> int:
@@ -50,9 +61,11 @@ class Recrawler:
     def adaptive(self) -> bool:
         return self._policy.adaptive
 
-    def schedule(self, host: str, url: str, history: bytes | None, digest: int | None, now: float) -> Visit | None:
+    def schedule(self, host: str, url: str, history: bytes | None, digest: int | None, now: float,
+                 last_modified: float | None = None) -> Visit | None:
         """The next visit of ``url`` fetched at ``now`` (wall clock), whose payload digest is
-        ``digest`` (None: a 304); None: never (the host's recrawl is off)."""
+        ``digest`` (None: a 304) and Last-Modified ``last_modified`` (epoch seconds, None: not
+        given); None: never (the host's recrawl is off)."""
         mean_s = self._policy.after(host)
         if mean_s is None:
             return None
@@ -60,7 +73,7 @@ class Recrawler:
         seen_before = old is not None
         last_fetch, last_digest, old_rate = (old.last_fetch, old.digest, old.rate) if old is not None else (now, 0, 0.0)
         changed = seen_before and digest is not None and digest != last_digest
-        new = observe(old, now, digest)
+        new = observe(old, now, digest, last_modified)
         keys = (path_pattern(host, urlsplit(url).path), host)
         if seen_before:
             self._pools.note(keys, now - last_fetch, changed)

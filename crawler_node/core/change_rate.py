@@ -17,9 +17,13 @@ A URL with little history borrows a prior rate (from its host and path pattern, 
 `PooledRates`) as pseudo-observations worth PRIOR_CHECKS mean intervals: a Gamma prior, and
 the estimate is its posterior mode. With no history at all the estimate is the prior.
 
-`History` is what the frontier keeps per URL, packed in 36 bytes and 2 a bin: the last
-payload digest, checks and changes, the time without change, the last estimate, and the
-intervals that saw a change in
+With a Last-Modified that falls within the interval, a change is dated (their section 6):
+the interval then says a change happened at that time and none from then to the check, which
+weighs in the likelihood as ``log λ - λ (check - change)``; such changes need no bin.
+
+`History` is what the frontier keeps per URL, packed in 46 bytes and 2 a bin: the last
+payload digest, checks and changes (dated or not), the time without change, the last
+estimate, and the undated intervals that saw a change in
 geometric bins (2^(1/4) wide: a bin's midpoint is within 9% of each interval in it).
 """
 
@@ -35,8 +39,9 @@ BINS_PER_OCTAVE = 4
 _BIN_OFFSET = 64  # bin 0 is 2^-16 s; 255 is ~2^47 s
 MAX_BINS = 12  # distinct changed-interval bins kept per URL; nearest ones merge past this
 MAX_CHECKS = 2000  # past this every count is halved: old behaviour fades, and u16 never overflows
-# digest, last_fetch, last_change, quiet_s, rate (the last estimate), checks, changes: 36 bytes
-_HEAD = struct.Struct("<qddffHH")
+# digest, last_fetch, last_change, quiet_s, rate (the last estimate), observed_s, dated_quiet_s,
+# checks, changes, dated_changes: 46 bytes
+_HEAD = struct.Struct("<qddffffHHH")
 
 
 def interval_bin(seconds: float) -> int:
@@ -56,48 +61,63 @@ class History:
     last_change: float
     quiet_s: float = 0.0
     rate: float = 0.0  # the estimate made at the last fetch (changes per second), for operators
+    observed_s: float = 0.0  # the intervals checked, in all
+    # changes whose time the answer's Last-Modified dated (within the interval), and the time
+    # from each such change to the check that saw it: no change in it, by that date
+    dated_quiet_s: float = 0.0
     checks: int = 0
     changes: int = 0
-    changed: dict[int, int] = field(default_factory=dict)
+    dated_changes: int = 0
+    changed: dict[int, int] = field(default_factory=dict)  # undated changes: interval bin -> count
 
     def pack(self) -> bytes:
-        head = _HEAD.pack(self.digest, self.last_fetch, self.last_change, self.quiet_s, self.rate,
-                          min(self.checks, 65_535), min(self.changes, 65_535))
+        head = _HEAD.pack(self.digest, self.last_fetch, self.last_change, self.quiet_s, self.rate, self.observed_s,
+                          self.dated_quiet_s, min(self.checks, 65_535), min(self.changes, 65_535),
+                          min(self.dated_changes, 65_535))
         return head + bytes(byte for index, count in sorted(self.changed.items()) for byte in (index, count))
 
     @classmethod
     def unpack(cls, blob: bytes | None) -> History | None:
         if not blob or len(blob) < _HEAD.size:
             return None
-        digest, last_fetch, last_change, quiet_s, rate, checks, changes = _HEAD.unpack_from(blob)
         tail = blob[_HEAD.size:]
         changed = {tail[i]: tail[i + 1] for i in range(0, len(tail) - 1, 2)}
-        return cls(digest, last_fetch, last_change, quiet_s, rate, checks, changes, changed)
-
-    @property
-    def observed_s(self) -> float:
-        """The time covered by the checks (approximately, for the changed part)."""
-        return self.quiet_s + sum(bin_seconds(index) * count for index, count in self.changed.items())
+        digest, last_fetch, last_change, quiet_s, rate, observed_s, dated_quiet_s, checks, changes, dated = (
+            _HEAD.unpack_from(blob))
+        return cls(digest, last_fetch, last_change, quiet_s, rate, observed_s, dated_quiet_s, checks, changes, dated,
+                   changed)
 
 
-def observe(history: History | None, now: float, digest: int | None) -> History:
+def observe(history: History | None, now: float, digest: int | None, last_modified: float | None = None) -> History:
     """The history after a fetch at ``now`` whose payload digest is ``digest`` (None: a 304,
-    or an answer with the same payload: no change)."""
+    or an answer with the same payload: no change). ``last_modified``: the answer's
+    Last-Modified (epoch seconds), which dates a change when it falls within the interval."""
     if history is None:
         return History(digest or 0, now, now)
     interval = max(now - history.last_fetch, 0.0)
     changed = digest is not None and digest != history.digest
     history.checks += 1
+    history.observed_s += interval
+    # An HTTP-date has whole seconds: a change in the second of the last check may read as before it.
+    dated = (changed and last_modified is not None and history.last_fetch - 1.0 < last_modified <= now + 1.0)
     history.last_fetch = now
     if changed:
         assert digest is not None
         history.digest = digest
         history.changes += 1
-        history.last_change = now
-        index = interval_bin(interval)
-        history.changed[index] = history.changed.get(index, 0) + 1
-        if len(history.changed) > MAX_BINS:
-            _merge_nearest(history.changed)
+        if dated:
+            assert last_modified is not None
+            # Cho & Garcia-Molina (TOIT 2003, section 6): with the time of the last change
+            # known, the interval is a change at that time and none from then to the check.
+            history.last_change = min(last_modified, now)
+            history.dated_changes += 1
+            history.dated_quiet_s += max(now - last_modified, 0.0)
+        else:
+            history.last_change = now
+            index = interval_bin(interval)
+            history.changed[index] = history.changed.get(index, 0) + 1
+            if len(history.changed) > MAX_BINS:
+                _merge_nearest(history.changed)
     else:
         history.quiet_s += interval
     if history.checks >= MAX_CHECKS or max(history.changed.values(), default=0) >= 255:
@@ -110,20 +130,24 @@ def estimate(history: History | None, prior_rate: float, *, prior_checks: float 
     shrunk towards ``prior_rate`` by ``prior_checks`` pseudo-checks (see the module docstring)."""
     if history is None or history.checks == 0:
         return prior_rate
-    mean_interval = history.observed_s / history.checks
-    prior_s = prior_checks * mean_interval
-    return mle_rate([(bin_seconds(index), count) for index, count in history.changed.items()],
-                    history.quiet_s + 0.5 * mean_interval, prior_rate=prior_rate, prior_s=prior_s)
+    undated = [(bin_seconds(index), count) for index, count in history.changed.items()]
+    # What a check tells, in time: its interval, or from a dated change to the check. The prior
+    # weighs PRIOR_CHECKS of these; the +0.5 applies to the undated checks (section 4's bias).
+    per_check = (history.quiet_s + history.dated_quiet_s + sum(t * count for t, count in undated)) / history.checks
+    undated_share = 1.0 - history.dated_changes / history.checks
+    return mle_rate(undated, history.quiet_s + history.dated_quiet_s + 0.5 * per_check * undated_share,
+                    prior_rate=prior_rate, prior_s=prior_checks * per_check, dated_changes=history.dated_changes)
 
 
 def mle_rate(changed: Sequence[tuple[float, int]], quiet_s: float, *, prior_rate: float = 0.0,
-             prior_s: float = 0.0) -> float:
+             prior_s: float = 0.0, dated_changes: int = 0) -> float:
     """The λ that maximises the likelihood of ``changed`` ((interval, how many) that saw a
     change) and ``quiet_s`` (total time of the intervals that saw none), with a Gamma prior of
     mode ``prior_rate`` worth ``prior_s`` seconds of observation: the root of
-    ``sum c t / (exp(λ t) - 1) + prior_rate * prior_s / λ = quiet_s + prior_s``. Its left side
-    falls from infinity to 0 as λ grows, so bisection on log λ finds it."""
-    pseudo_changes = prior_rate * prior_s
+    ``sum c t / (exp(λ t) - 1) + (dated_changes + prior_rate * prior_s) / λ = quiet_s + prior_s``
+    (a dated change adds log λ to the likelihood, its quiet time is in ``quiet_s``). Its left
+    side falls from infinity to 0 as λ grows, so bisection on log λ finds it."""
+    pseudo_changes = dated_changes + prior_rate * prior_s
     right = quiet_s + prior_s
     if not changed and pseudo_changes <= 0:
         return 0.0
@@ -165,7 +189,10 @@ def _merge_nearest(changed: dict[int, int]) -> None:
 def _halve(history: History) -> None:
     history.checks = (history.checks + 1) // 2
     history.changes = (history.changes + 1) // 2
+    history.dated_changes = (history.dated_changes + 1) // 2
     history.quiet_s /= 2
+    history.observed_s /= 2
+    history.dated_quiet_s /= 2
     history.changed = {index: (count + 1) // 2 for index, count in history.changed.items()}
 
 

@@ -112,8 +112,8 @@ class RateMix:
     def _age(self, now: float) -> None:
         if now > self._at:
             factor = math.exp(-self._decay * (now - self._at))
-            self._at = now
-            if factor < 0.999:
+            if factor < 0.999:  # decayed in steps of 0.1% at least: not a pass over the bins per add
+                self._at = now
                 self._mass = {index: mass * factor for index, mass in self._mass.items() if mass * factor > 1e-9}
 
     @property
