@@ -51,11 +51,15 @@ class Visit:
     changed: bool  # this fetch saw a change
 
 
+LATENESS_WEIGHT = 0.02  # of each visit in the mean lateness
+
+
 class Recrawler:
     def __init__(self, policy: RecrawlPolicy) -> None:
         self._policy = policy
         self._pools = PooledRates()
         self._mixes: dict[float, RateMix] = {}  # by mean interval: a budget of its own each
+        self._lateness = 0.0  # seconds a visit comes after it was due, on average (_note_lateness)
 
     @property
     def adaptive(self) -> bool:
@@ -71,15 +75,19 @@ class Recrawler:
             return None
         old = History.unpack(history)
         seen_before = old is not None
-        last_fetch, last_digest, old_rate = (old.last_fetch, old.digest, old.rate) if old is not None else (now, 0, 0.0)
+        last_fetch, last_digest, old_rate, planned = (
+            (old.last_fetch, old.digest, old.rate, old.planned_s) if old is not None else (now, 0, 0.0, 0.0))
         changed = seen_before and digest is not None and digest != last_digest
         new = observe(old, now, digest, last_modified)
         keys = (path_pattern(host, urlsplit(url).path), host)
         if seen_before:
             self._pools.note(keys, now - last_fetch, changed)
+            if planned > 0:
+                self._note_lateness(now - last_fetch - planned, mean_s)
         prior = self._pools.prior(keys, default=1.0 / mean_s)  # nothing known: one change per interval
         rate = new.rate = estimate(new, prior)
         if not self._policy.adaptive:
+            new.planned_s = mean_s
             return Visit(now + mean_s, new.pack(), rate, changed)
         low, high = self._policy.bounds(mean_s)
         mix = self._mixes.get(mean_s)
@@ -88,8 +96,19 @@ class Recrawler:
         if old is not None:
             mix.remove(old_rate, last_fetch, now)
         mix.add(rate, now)
-        interval = interval_for(rate, mix.price(mean_s, low, high), mean_interval_s=mean_s, min_s=low, max_s=high)
+        # A visit comes later than asked (the due URLs are queued once a second, then leased and
+        # fetched): by the same lateness for every interval, which stretches short ones most. So
+        # the intervals are chosen for the budget fixed really spends, one per mean + lateness,
+        # and asked for that much sooner.
+        late = self._lateness
+        realised = interval_for(rate, mix.price(mean_s + late, low, high), mean_interval_s=mean_s + late,
+                                min_s=low, max_s=high)
+        new.planned_s = interval = max(realised - late, 0.1 * realised)
         return Visit(now + interval, new.pack(), rate, changed)
+
+    def _note_lateness(self, seconds: float, mean_s: float) -> None:
+        """An exponentially weighted mean of how late the visits came (0 to half the mean interval)."""
+        self._lateness += LATENESS_WEIGHT * (min(max(seconds, 0.0), 0.5 * mean_s) - self._lateness)
 
     def host_rate(self, host: str) -> float | None:
         """Changes per second pooled over the recrawls of ``host`` seen here (None: none yet)."""

@@ -21,7 +21,7 @@ With a Last-Modified that falls within the interval, a change is dated (their se
 the interval then says a change happened at that time and none from then to the check, which
 weighs in the likelihood as ``log λ - λ (check - change)``; such changes need no bin.
 
-`History` is what the frontier keeps per URL, packed in 46 bytes and 2 a bin: the last
+`History` is what the frontier keeps per URL, packed in 50 bytes and 2 a bin: the last
 payload digest, checks and changes (dated or not), the time without change, the last
 estimate, and the undated intervals that saw a change in
 geometric bins (2^(1/4) wide: a bin's midpoint is within 9% of each interval in it).
@@ -40,8 +40,8 @@ _BIN_OFFSET = 64  # bin 0 is 2^-16 s; 255 is ~2^47 s
 MAX_BINS = 12  # distinct changed-interval bins kept per URL; nearest ones merge past this
 MAX_CHECKS = 2000  # past this every count is halved: old behaviour fades, and u16 never overflows
 # digest, last_fetch, last_change, quiet_s, rate (the last estimate), observed_s, dated_quiet_s,
-# checks, changes, dated_changes: 46 bytes
-_HEAD = struct.Struct("<qddffffHHH")
+# planned_s, checks, changes, dated_changes: 50 bytes
+_HEAD = struct.Struct("<qddfffffHHH")
 
 
 def interval_bin(seconds: float) -> int:
@@ -65,6 +65,7 @@ class History:
     # changes whose time the answer's Last-Modified dated (within the interval), and the time
     # from each such change to the check that saw it: no change in it, by that date
     dated_quiet_s: float = 0.0
+    planned_s: float = 0.0  # the interval asked for at the last fetch (0: none)
     checks: int = 0
     changes: int = 0
     dated_changes: int = 0
@@ -72,7 +73,7 @@ class History:
 
     def pack(self) -> bytes:
         head = _HEAD.pack(self.digest, self.last_fetch, self.last_change, self.quiet_s, self.rate, self.observed_s,
-                          self.dated_quiet_s, min(self.checks, 65_535), min(self.changes, 65_535),
+                          self.dated_quiet_s, self.planned_s, min(self.checks, 65_535), min(self.changes, 65_535),
                           min(self.dated_changes, 65_535))
         return head + bytes(byte for index, count in sorted(self.changed.items()) for byte in (index, count))
 
@@ -82,10 +83,10 @@ class History:
             return None
         tail = blob[_HEAD.size:]
         changed = {tail[i]: tail[i + 1] for i in range(0, len(tail) - 1, 2)}
-        digest, last_fetch, last_change, quiet_s, rate, observed_s, dated_quiet_s, checks, changes, dated = (
+        digest, last_fetch, last_change, quiet_s, rate, observed_s, dated_quiet_s, planned_s, checks, changes, dated = (
             _HEAD.unpack_from(blob))
-        return cls(digest, last_fetch, last_change, quiet_s, rate, observed_s, dated_quiet_s, checks, changes, dated,
-                   changed)
+        return cls(digest, last_fetch, last_change, quiet_s, rate, observed_s, dated_quiet_s, planned_s, checks,
+                   changes, dated, changed)
 
 
 def observe(history: History | None, now: float, digest: int | None, last_modified: float | None = None) -> History:
