@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from crawler_node.core.change_rate import History, PooledRates, estimate, observe, path_pattern
 from crawler_node.core.recrawl_policy import RecrawlPolicy
-from crawler_node.core.refresh_schedule import RateMix, interval_for
+from crawler_node.core.refresh_schedule import RateMix, bin_rate, interval_for, rate_bin
 
 
 def http_date(text: str | None) -> float | None:
@@ -100,9 +100,11 @@ class Recrawler:
         # fetched): by the same lateness for every interval, which stretches short ones most. So
         # the intervals are chosen for the budget fixed really spends, one per mean + lateness,
         # and asked for that much sooner.
+        # The rate as the mix has it (its bin's): the price spends the budget on the bins, and a
+        # page's own rate on the other side of the give-up line would leave its share unspent.
         late = self._lateness
-        realised = interval_for(rate, mix.price(mean_s + late, low, high), mean_interval_s=mean_s + late,
-                                min_s=low, max_s=high)
+        realised = interval_for(bin_rate(rate_bin(rate)), mix.price(mean_s + late, low, high),
+                                mean_interval_s=mean_s + late, min_s=low, max_s=high)
         new.planned_s = interval = max(realised - late, 0.1 * realised)
         return Visit(now + interval, new.pack(), rate, changed)
 
