@@ -155,6 +155,11 @@ class Settings:
     recrawl_after: str | None = None
     recrawl_hosts: list[str] = field(default_factory=list)
     recrawl_priority: int = default(FrontierConfig, "recrawl_priority")
+    # adaptive: each page's interval from its change rate, the interval above on average
+    # (core.adaptive_recrawl); fixed: every page after the interval itself
+    recrawl: str = "adaptive"
+    recrawl_min: str | None = None  # adaptive's bounds (default: a tenth of the interval,
+    recrawl_max: str | None = None  # and 30 times it)
     inbound_capacity: int = default(IntakeConfig, "inbound_capacity")
     max_hops: int = default(IntakeConfig, "max_hops")
     # parsing
@@ -387,7 +392,8 @@ class Settings:
         return weights
 
     def recrawl_policy(self) -> RecrawlPolicy:
-        return RecrawlPolicy.from_specs(self.recrawl_after, self.recrawl_hosts)
+        return RecrawlPolicy.from_specs(self.recrawl_after, self.recrawl_hosts, mode=self.recrawl,
+                                        min_s=self.recrawl_min, max_s=self.recrawl_max)
 
     @property
     def advertise_url(self) -> str:

@@ -39,7 +39,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "archive and output": (
         "warc_max_bytes", "warc_metadata", "dedup_max_entries", "crawl_name", "operator", "crawl_log_max_bytes",
         "store_in_process", "pipelines", "pipeline_budget_s", "items_max_bytes"),
-    "recrawl": ("recrawl_after", "recrawl_hosts", "recrawl_priority"),
+    "recrawl": ("recrawl_after", "recrawl_hosts", "recrawl_priority", "recrawl", "recrawl_min", "recrawl_max"),
     "cluster tuning": (
         "heartbeat_interval_s", "heartbeat_timeout_s", "suspect_after_s", "down_after_s", "startup_grace_s",
         "max_hops", "outbox_capacity", "forward_batch", "forward_linger_s", "ring_vnodes", "ring_weights",
@@ -199,6 +199,11 @@ HELP: dict[str, str] = {
     "recrawl_hosts": "GLOB=DURATION: another recrawl interval (or never) for the hosts the glob matches "
                      "(repeatable; a [recrawl_hosts] table in the config file)",
     "recrawl_priority": "priority of recrawl work (below every discovered link by default)",
+    "recrawl": "adaptive: revisit each page when its estimated change rate makes it worth most freshness, "
+               "--recrawl-after on average (the same budget); fixed: every page after --recrawl-after",
+    "recrawl_min": "adaptive recrawl's shortest interval (default: a tenth of --recrawl-after)",
+    "recrawl_max": "adaptive recrawl's longest interval, also for pages that never change or change too "
+                   "fast to keep fresh (default: 30 times --recrawl-after)",
     # cluster tuning
     "heartbeat_interval_s": "seconds between heartbeats to each peer",
     "heartbeat_timeout_s": "seconds a heartbeat may take",

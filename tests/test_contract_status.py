@@ -70,6 +70,10 @@ ADDED_SINCE_BASELINE: frozenset[str] = frozenset({
     "metrics crawler_refusals",
     "metrics crawler_refusal_pauses",
     "metrics crawler_hosts_health",
+    # recrawls of pages with a history, and those that found a change (issue 50, adaptive recrawl)
+    "local $.counters.recrawl_checks", "local $.counters.recrawl_changes",
+    "cluster $.counters.recrawl_checks", "cluster $.counters.recrawl_changes",
+    "metrics crawler_recrawl_checks", "metrics crawler_recrawl_changes",
 })
 
 # Maps whose keys are data, not schema, read from api/status.py and the snapshots it gathers:

@@ -374,7 +374,7 @@ def test_a_layout_2_database_gains_via_and_the_recrawl_columns(tmp_path: Path, c
         assert {lease.url: (lease.via, lease.visits) for lease in frontier.lease("a.test", 10)[0]} == {
             "http://a.test/page/0": (None, 1), "http://a.test/page/2": ("http://a.test/page/0", 0)}
 
-    assert columns(path, "urls")[-6:] == ["redirects", "via", "etag", "last_modified", "due_at", "visits"]
+    assert columns(path, "urls")[-7:] == ["redirects", "via", "etag", "last_modified", "due_at", "visits", "history"]
     assert columns(path, "outbox")[-6:] == ["redirects", "via", "replica", "next_eligible", "crawl_delay", "refresh"]
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8

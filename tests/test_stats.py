@@ -111,5 +111,5 @@ def test_the_node_snapshot_declares_each_metric_once() -> None:
     for metric in [*metrics_of(NodeSnapshot), *metrics_of(HostSnapshot)]:
         assert declared.setdefault(metric.name, metric) == metric, metric.name
     # every family /metrics had before the snapshots were typed (78), crawler_crawl_log_lines
-    # (issue 51), crawler_store_restarts (issue 52) and issue 47's three
-    assert len(declared) == 83
+    # (issue 51), crawler_store_restarts (issue 52), issue 47's three and issue 50's two
+    assert len(declared) == 85

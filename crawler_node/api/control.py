@@ -264,6 +264,8 @@ async def local_hosts(node: Node) -> list[dict[str, Any]]:
             row.update(health=health.state.value, health_score=health.score, health_reasons=list(health.reasons))
         row["next_eligible"] = next_eligible
         row["next_eligible_in_s"] = round(max(0.0, next_eligible - now), 3)
+        # changes per second pooled over its recrawls here (core.adaptive_recrawl); None: none yet
+        row["change_rate"] = node.recrawler.host_rate(counts.host) if node.recrawler is not None else None
         rows.append(row)
     return rows
 
@@ -349,7 +351,8 @@ async def get_host_queue(request: web.Request) -> web.Response:
         "queued": counts.queued if counts else 0, "leased": counts.leased if counts else 0,
         "deferred": counts.deferred if counts else 0,
         "urls": [{"url": u.url, "depth": u.depth, "priority": u.priority, "attempts": u.attempts,
-                  "not_before": u.not_before, "state": u.state, "via": u.via} for u in urls],
+                  "not_before": u.not_before, "state": u.state, "via": u.via,
+                  "change_rate": u.change_rate, "checks": u.checks, "changes": u.changes} for u in urls],
     })
 
 

@@ -200,7 +200,10 @@ def _host_queue() -> Schema:
     at_owner = {"502": _error("owner_unreachable: the member that crawls the host did not answer"),
                 "404": _answer("no such route (a host with a '/' in it)", content={"text/plain": {"schema": _STR}})}
     queue = _object({"host": _STR, "member": _STR, "queued": _COUNT, "leased": _COUNT, "deferred": _COUNT,
-                     "urls": {"type": "array", "items": _object({"url": _STR, "depth": _INT, "priority": _INT})}})
+                     "urls": {"type": "array", "items": _object(
+                         {"url": _STR, "depth": _INT, "priority": _INT},
+                         # what its recrawls saw: the last estimate of its changes per second (null: none)
+                         {"change_rate": {"type": ["number", "null"]}, "checks": _COUNT, "changes": _COUNT})}})
     dropped = _object({"host": _STR, "member": _STR, "dropped": {"type": "object", "additionalProperties": _COUNT}})
     limit = _query("limit", {"type": "integer", "minimum": 1, "maximum": control.MAX_QUEUE_LIMIT}, "URLs listed")
     return {
@@ -222,7 +225,9 @@ def _hosts() -> Schema:
                    "in_flight": _COUNT, "limit": {"type": ["integer", "null"]}, "next_eligible": _NUMBER,
                    "state": _STR},
                   {"health": _STR, "health_score": _COUNT,  # core.site_health: the host's one judgment
-                   "health_reasons": {"type": "array", "items": _STR}})
+                   "health_reasons": {"type": "array", "items": _STR},
+                   # changes per second pooled over its recrawls on its member (null: none yet)
+                   "change_rate": {"type": ["number", "null"]}})
     answer = _object({"hosts": {"type": "array", "items": row}, "total": _COUNT, "sort": _STR, "order": _STR,
                       "offset": _COUNT, "limit": _COUNT, "members": _ANY_OBJECT, "complete": _BOOL},
                      {"parked_urls": _COUNT})  # URLs of hosts past --active-hosts, not listed

@@ -6,6 +6,12 @@ default: a URL is fetched once); ``--recrawl-host GLOB=DURATION`` (repeatable, o
 first matching glob winning, and ``never`` turns recrawl off for them. The recrawl asks
 with the validators of the last answer (If-None-Match, If-Modified-Since), so an unchanged
 page costs the site a 304 and no body.
+
+``--recrawl adaptive`` (the default) spends the same budget, the interval above on average,
+page by page: each page's change rate is estimated from what its recrawls saw, and its next
+visit is the one that maximises expected freshness (core.adaptive_recrawl), within
+``--recrawl-min`` and ``--recrawl-max`` (by default a tenth of the interval and 30 times it).
+``--recrawl fixed`` revisits every page after the interval itself.
 """
 
 from __future__ import annotations
@@ -48,14 +54,28 @@ def parse_duration(text: str) -> float | None:
     return total
 
 
+RECRAWL_MODES = ("adaptive", "fixed")
+MIN_SHARE = 0.1  # --recrawl-min by default: this share of the mean interval
+MAX_TIMES = 30.0  # --recrawl-max by default: this many mean intervals
+
+
 class RecrawlPolicy:
-    def __init__(self, default_s: float | None, hosts: Sequence[tuple[str, float | None]] = ()) -> None:
+    def __init__(self, default_s: float | None, hosts: Sequence[tuple[str, float | None]] = (), *,
+                 mode: str = "fixed", min_s: float | None = None, max_s: float | None = None) -> None:
+        if mode not in RECRAWL_MODES:
+            raise ValueError(f"recrawl must be one of {', '.join(RECRAWL_MODES)}, got {mode!r}")
+        if min_s is not None and max_s is not None and min_s > max_s:
+            raise ValueError("recrawl_min must not be more than recrawl_max")
         self.default_s = default_s
+        self.mode = mode
+        self.min_s = min_s
+        self.max_s = max_s
         self._hosts = [(re.compile(fnmatch.translate(glob.strip().lower())), seconds) for glob, seconds in hosts]
         self._cache: dict[str, float | None] = {}
 
     @classmethod
-    def from_specs(cls, default: str | None, specs: Sequence[str]) -> RecrawlPolicy:
+    def from_specs(cls, default: str | None, specs: Sequence[str], *, mode: str = "fixed",
+                   min_s: str | None = None, max_s: str | None = None) -> RecrawlPolicy:
         """From the settings' strings; ValueError names the bad one."""
         hosts = []
         for spec in specs:
@@ -63,7 +83,18 @@ class RecrawlPolicy:
             if not sep or not glob.strip():
                 raise ValueError(f"recrawl host {spec!r} must look like GLOB=DURATION")
             hosts.append((glob, parse_duration(duration)))
-        return cls(parse_duration(default) if default else None, hosts)
+        return cls(parse_duration(default) if default else None, hosts, mode=mode,
+                   min_s=parse_duration(min_s) if min_s else None, max_s=parse_duration(max_s) if max_s else None)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.mode == "adaptive"
+
+    def bounds(self, mean_s: float) -> tuple[float, float]:
+        """(shortest, longest) interval of an adaptive recrawl whose mean is ``mean_s``."""
+        low = self.min_s if self.min_s is not None else MIN_SHARE * mean_s
+        high = self.max_s if self.max_s is not None else MAX_TIMES * mean_s
+        return min(low, mean_s), max(high, mean_s)
 
     @property
     def enabled(self) -> bool:

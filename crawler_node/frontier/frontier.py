@@ -186,7 +186,7 @@ class Frontier:
             states = self._states(ids)
             leased = {row_id for row_id in ids if states.get(row_id, _UNKNOWN_ROW)[1] == LEASED}
             done = self._transition(states, batch.done, _FINISHABLE, DONE)
-            self._finish(self.recrawl.finish(done, batch.recrawl, leased), DONE, leased)
+            self._finish(self.recrawl.finish(done, batch.recrawl, leased, batch.histories), DONE, leased)
             self._finish(self._transition(states, batch.failed, _FINISHABLE, FAILED), FAILED, leased)
             refetched = self.recrawl.refetch(batch.refetch, self._db.clock()) if batch.refetch else None
             retry = self._transition(states, retry_at, _STILL_LEASED, QUEUED)

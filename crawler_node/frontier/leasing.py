@@ -17,7 +17,7 @@ from crawler_node.frontier.statements import NOT_LEASED
 # urls_ready holds the id, so a leased row costs a probe of the small `leases` table, not a
 # read of its row.
 _LEASE_SELECT_SQL = f"""
-SELECT id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits FROM urls
+SELECT id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits, history FROM urls
 WHERE host = ? AND state = 0 AND not_before <= ? AND {NOT_LEASED}
 ORDER BY priority DESC, id
 LIMIT ?
@@ -81,8 +81,10 @@ class Leasing:
         core.count_record(record, LEASED, len(rows))
         # attempts + 1: this attempt, counted in the row when the lease ends
         leases = [
-            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects, via, etag, last_modified, visits)
-            for row_id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits in rows
+            Lease(row_id, url, host, depth, priority, attempts + 1, hops, redirects, via, etag, last_modified, visits,
+                  history)
+            for row_id, url, depth, priority, attempts, hops, redirects, via, etag, last_modified, visits, history
+            in rows
         ]
         core.leases.update(dict.fromkeys([lease.id for lease in leases], (record, expires)))
         return leases, None

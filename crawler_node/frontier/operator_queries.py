@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from crawler_node.core.change_rate import History
 from crawler_node.frontier.db import FrontierDb
 from crawler_node.frontier.records import DEFERRED, LEASED, QUEUED
 from crawler_node.frontier.statements import NOT_LEASED, in_lists
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 # Queued rows first in the order they would be leased, then the deferred ones in the order
 # they would be restored: the queue as the node will work through it.
 _QUEUE_SQL = f"""
-SELECT url, depth, priority, attempts, not_before, state, via FROM urls
+SELECT url, depth, priority, attempts, not_before, state, via, history FROM urls
 WHERE host = ? AND state = ? AND {NOT_LEASED} ORDER BY priority DESC, id LIMIT ?
 """
 _DROP_SQL = f"DELETE FROM urls WHERE host = ? AND state = ? AND {NOT_LEASED}"
@@ -52,6 +53,11 @@ class QueuedUrl:
     not_before: float  # not leased before this time (a retry's backoff); 0: at once
     state: str  # "queued" or "deferred"
     via: str | None
+    # what its recrawls saw (core.change_rate.History): the estimate of its changes per second
+    # made at its last fetch, and checks (recrawls) and changes seen; None: never recrawled
+    change_rate: float | None = None
+    checks: int = 0
+    changes: int = 0
 
 
 class FrontierControl:
@@ -83,9 +89,12 @@ class FrontierControl:
         for state in (QUEUED, DEFERRED):
             if len(rows) >= limit:
                 break
-            for url, depth, priority, attempts, not_before, _, via in self._db.conn.execute(
+            for url, depth, priority, attempts, not_before, _, via, blob in self._db.conn.execute(
                     _QUEUE_SQL, (host, state, limit - len(rows))):
-                rows.append(QueuedUrl(url, depth, priority, attempts, not_before or 0.0, _STATE_NAMES[state], via))
+                history = History.unpack(blob)
+                seen = (history.rate, history.checks, history.changes) if history is not None else (None, 0, 0)
+                rows.append(QueuedUrl(url, depth, priority, attempts, not_before or 0.0, _STATE_NAMES[state], via,
+                                      *seen))
         return counts, rows
 
     def _counts(self, host: str) -> HostCounts | None:

@@ -58,6 +58,7 @@ class Lease:
     etag: str | None = None
     last_modified: str | None = None
     visits: int = 0  # fetches recorded through `FrontierBatch.recrawl` before this lease
+    history: bytes | None = None  # what its recrawls saw (core.change_rate.History, packed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,9 @@ class FrontierBatch:
     # the validators are kept, `visits` counts one more, and the row is due again at due_at
     # (None: never; a done lease not listed here keeps due_at NULL too). See Frontier.requeue_due.
     recrawl: list[tuple[int, float | None, str | None, str | None]] = field(default_factory=list)
+    # lease id -> the URL's history after this fetch (core.change_rate.History, packed), for
+    # ids in `recrawl`: stored with it (an id not here keeps the history it had)
+    histories: dict[int, bytes] = field(default_factory=dict)
     # done URLs to fetch once more (a redirect back into its own chain, with cookies on), after
     # the outcomes above: see Recrawl.refetch
     refetch: list[str] = field(default_factory=list)

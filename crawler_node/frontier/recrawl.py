@@ -14,7 +14,7 @@ transaction that moved them commits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 
 from crawler_node.frontier.db import FrontierDb
@@ -25,7 +25,7 @@ from crawler_node.frontier.shedding import Shedding
 # of the plain done update.
 _FINISH_SQL = (
     "UPDATE urls SET state = 2, due_at = ?, etag = ?, last_modified = ?, visits = visits + 1,"
-    " attempts = attempts + ? WHERE id = ?"
+    " attempts = attempts + ?, history = coalesce(?, history) WHERE id = ?"
 )
 # Both conditions of the urls_due index are repeated, or SQLite does not use it; the index
 # keeps equal due times in id order, so the ORDER BY costs no sort.
@@ -57,19 +57,20 @@ class Recrawl:
         return self._scheduled
 
     def finish(self, done: Sequence[int], recorded: Sequence[tuple[int, float | None, str | None, str | None]],
-               leased: Collection[int] = ()) -> Sequence[int]:
+               leased: Collection[int] = (), histories: Mapping[int, bytes] | None = None) -> Sequence[int]:
         """In the caller's transaction: finish the rows of `done` (ids that are moving to done
         now) that `recorded` lists, (id, due_at, etag, last_modified), keeping what their fetch
-        left, and counting the attempt of those ending a lease (`leased`). Returns the other ids
-        of `done`, for the caller to finish plainly."""
+        left (and its history, from `histories`), and counting the attempt of those ending a
+        lease (`leased`). Returns the other ids of `done`, for the caller to finish plainly."""
         if not recorded:
             return done
         finishing = set(done)
         kept = {entry[0]: entry for entry in recorded if entry[0] in finishing}  # the last of an id wins
         if not kept:
             return done
+        histories = histories or {}
         self._db.conn.executemany(
-            _FINISH_SQL, [(due_at, etag, last_modified, int(row_id in leased), row_id)
+            _FINISH_SQL, [(due_at, etag, last_modified, int(row_id in leased), histories.get(row_id), row_id)
                           for row_id, due_at, etag, last_modified in kept.values()])
         scheduled = sum(1 for _, due_at, _, _ in kept.values() if due_at is not None)
         if scheduled:

@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS urls (
     etag TEXT,                       -- validators of the last recorded fetch, for a recrawl's
     last_modified TEXT,              --   If-None-Match / If-Modified-Since
     due_at REAL,                     -- a done URL is fetched again from then (NULL: never)
-    visits INTEGER NOT NULL DEFAULT 0  -- fetches recorded so far
+    visits INTEGER NOT NULL DEFAULT 0,  -- fetches recorded so far
+    history BLOB                     -- what its recrawls saw (core.change_rate.History; NULL: none)
 );
 -- Leasing walks this in order; not_before rides along so waiting rows are skipped in the index.
 CREATE INDEX IF NOT EXISTS urls_ready ON urls(host, priority DESC, id, not_before)
@@ -210,6 +211,9 @@ _COLUMNS_ADDED = {
         "last_modified": "TEXT",
         "due_at": "REAL",
         "visits": "INTEGER NOT NULL DEFAULT 0",
+        # added without a new layout number: a file without it gains it at open (the version
+        # only orders the migrations that rewrite rows, and this one rewrites none)
+        "history": "BLOB",
     },
     "outbox": {
         "redirects": "INTEGER NOT NULL DEFAULT 0",  # layout 2

@@ -29,6 +29,7 @@ from crawler_node.cluster.cluster import Cluster
 from crawler_node.cluster.fencing import FencedFetcher
 from crawler_node.cluster.readiness import StartupHold
 from crawler_node.config import NodeConfig
+from crawler_node.core.adaptive_recrawl import Recrawler
 from crawler_node.core.crawl_totals import CrawlTotals
 from crawler_node.core.limiter import AimdLimiter
 from crawler_node.core.robots import RobotsCache
@@ -135,12 +136,14 @@ class Node:
         self.held = HeldBytes(limit=config.admission.pipeline_max_bytes, released=pressure)
         info = CrawlInfo(crawl_name=config.store.crawl_name, operator=config.store.operator,
                          user_agent=fetch.user_agent, robots=f"obey (RFC 9309) as {config.politeness.robots_agent}")
+        # when each fetched page is due again, from what its visits saw (--recrawl-*)
+        self.recrawler = Recrawler(config.recrawl) if config.recrawl.enabled else None
         self.store = StoreStage(
             config=config.store,
             worker=StoreWorker(self.data_dir, node_id=self.node_id, config=config.store, info=info,
                                totals=self.totals),
             frontier=self.frontier, hosts=hosts, router=self.cluster.router, outboxes=self.cluster.outboxes,
-            held=self.held, node_id=self.node_id, taken=pressure, clock=clock, recrawl=config.recrawl)
+            held=self.held, node_id=self.node_id, taken=pressure, clock=clock, recrawl=self.recrawler)
         # After the store: URLs that come in past their host's page cap get their lines there.
         self.intake = Intake(config=config.intake, frontier=self.frontier, hosts=hosts, router=self.cluster.router,
                              outboxes=self.cluster.outboxes, scope=config.scope, clock=clock, crawl_log=self.store)

@@ -107,6 +107,10 @@ settings: latency_ms, jitter_ms (default 20% of latency, added on top), max_conc
   /listed/F/0..2, pages no page links to; text/plain, application/rss+xml, ..., application/gzip).
   url_shapes (bool: / links /shapes/, links written with backslashes and odd scheme-relative forms, and
   /shapes/legacy, a windows-1252 page whose links' queries a browser encodes in windows-1252).
+  change_rate (per second: each /p/N page, never /, changes as a Poisson process of this rate from
+  testweb's start, drawn from the seed) and change_spread (a page's rate is change_rate times a
+  log-normal factor of this sigma; 0: all the same), change_paths (a table of path globs to rates:
+  the first that matches a /p/N page's path sets its rate instead, 0 never).
 refusals (testweb.refusals; stats count them per host as "refused": {kind: n}): challenge_rps (a
   Cloudflare-style 403 challenge once a second brings more requests), captcha, login_wall, forbidden
   (0..1: those page URLs answer a captcha page, a 302 to /login, a plain 403), soft_block_after (pages
@@ -115,7 +119,10 @@ validators: every 200 with content has a strong ETag (sha1 of the bytes sent) an
   start second; a changing page's visit), and answers If-None-Match / If-Modified-Since with 304.
 ground truth (any Host): GET /_testweb/expected ({"urls": [...], "changing": [...]}),
   GET /_testweb/stats (per host and in totals: requests, ..., not_modified, body_bytes), GET /_testweb/hosts,
-  POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}.
+  POST /_testweb/reset, POST /_testweb/api/quota {"quota": N}, GET /_testweb/freshness (the pages
+  with a change_rate: fetches served, those that found a new version, the time-averaged share of
+  fetched pages whose last fetch is current; ?since=S: from S seconds after the start (its now_s
+  is the time now), ?buckets=N: over time, ?pages=1: per page).
   /_testweb/stats flags: ?summary=1 (totals only), ?host=H (repeatable: those hosts and their URLs),
   ?history=1 (per host, the last --history requests as [started, status, path]; started on
   testweb's monotonic clock, whose current value is "clock"; status 0 = not answered).

@@ -190,6 +190,13 @@ class TestwebProcess:
         """The expected URLs whose bytes differ on every visit (the `changing` setting)."""
         return self._call("GET", "expected")["changing"]
 
+    def freshness(self, *, since: float = 0.0, buckets: int = 0, pages: bool = False) -> dict[str, Any]:
+        """`/_testweb/freshness`: how fresh the fetches served kept the pages with a change_rate,
+        from ``since`` (seconds from testweb's start; its "now_s" is the time now)."""
+        query = [("since", f"{since:g}")] if since else []
+        query += ([("buckets", str(buckets))] if buckets else []) + ([("pages", "1")] if pages else [])
+        return self._call("GET", "freshness" + ("?" + urllib.parse.urlencode(query) if query else ""))
+
     def stats(
         self, *, summary: bool = False, hosts: Sequence[str] = (), history: bool = False
     ) -> dict[str, Any]:

@@ -65,6 +65,19 @@ class HostProfile:
     soft_block_after: int = 0  # pages served before every URL gets the same small page
     forbidden: float = 0.0  # fraction of page URLs answered with a plain 403
     refusal_for_s: float = 5.0  # how long a triggered challenge or soft block lasts
+    # each /p/N page changes as a Poisson process of this rate (per second) times a log-normal
+    # factor of spread change_spread, from the seed (testweb.changes; /_testweb/freshness)
+    change_rate: float = 0.0
+    change_spread: float = 0.0
+    # (path glob, rate) pairs: a /p/N page whose path a glob matches (the first) changes at
+    # that rate instead of change_rate (0: never)
+    change_paths: tuple[tuple[str, float], ...] = ()
+
+    def change_rate_of(self, path: str) -> float:
+        for glob, rate in self.change_paths:
+            if fnmatch.fnmatchcase(path, glob):
+                return rate
+        return self.change_rate
 
     @property
     def effective_jitter_ms(self) -> float:
@@ -164,6 +177,12 @@ def _sitemaps(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _change_paths(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict) or not all(isinstance(glob, str) and glob.startswith("/") for glob in value):
+        raise ProfileError(f"{where}: expected a table of path globs (starting with /) to rates, got {value!r}")
+    return tuple((glob, _number()(rate, f"{where}.{glob}")) for glob, rate in value.items())
+
+
 def _bomb(value: Any, where: str) -> int:
     # true means the classic 1 GiB bomb; an integer picks the inflated size.
     if isinstance(value, bool):
@@ -197,6 +216,9 @@ _HOST_SETTINGS: dict[str, Checker] = {
     "soft_block_after": _integer(),
     "forbidden": _number(maximum=1.0),
     "refusal_for_s": _number(),
+    "change_rate": _number(),
+    "change_spread": _number(maximum=5.0),
+    "change_paths": _change_paths,
 }
 
 _API_SETTINGS: dict[str, Checker] = {

@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from crawler_node.testweb.changes import ChangeClock
 from crawler_node.testweb.graph import SyntheticWeb
 from crawler_node.testweb.ground_truth import DEFAULT_HISTORY, GroundTruth, Visit
 from crawler_node.testweb.pages import gzip_bomb, with_revision
@@ -109,6 +110,8 @@ class TestwebServer:
         self._started = math.floor(wall_clock())
         self._last_change = float(self._started)  # the latest changing page's modification
         self._revision = 0  # the last revision a changing page was rendered with, on any host
+        self._t0 = wall_clock()  # the pages with a change_rate change from here (testweb.changes)
+        self.changes = ChangeClock(web_graph.seed)
         self._sites: dict[str, _Site] = {}
         for host in web_graph.hosts:
             profile = profiles.get(host, HostProfile())
@@ -253,7 +256,10 @@ class TestwebServer:
             image = self._stable(site.name, path, lambda: self._web.image(site.name, resource.index))
             return await self._answer(request, visit, image, {"Content-Type": "image/png"}, drip_rate)
         compress = profile.gzip and accepts_gzip(request.headers.get("Accept-Encoding"))
-        page = self._page(site.name, path, compress=compress)
+        if (profile.change_rate > 0 or profile.change_paths) and kind == "page" and path != "/":
+            page = self._versioned(site, path, compress=compress)
+        else:
+            page = self._page(site.name, path, compress=compress)
         headers = {"Content-Type": LEGACY_CONTENT_TYPE if kind == "legacy" else _HTML}
         if profile.gzip:
             headers["Vary"] = "Accept-Encoding"  # on identity answers too: they vary as well
@@ -270,6 +276,22 @@ class TestwebServer:
         self._last_change = max(self._last_change, self._wall_clock())
         body = with_revision(stable.body, self._revision)
         return represent(body, modified=self._last_change, compress=compress)
+
+    def _versioned(self, site: _Site, path: str, *, compress: bool) -> Representation:
+        """A page of a host with a change_rate as it is now: its version's bytes, modified at its
+        last change. Serving it (a 200 or a 304) is a fetch of the current version."""
+        now = self._wall_clock() - self._t0
+        profile = site.profile
+        rate = profile.change_rate_of(path)
+        version, changed_at = self.changes.version(site.name, path, rate, profile.change_spread, now)
+        self.changes.served(site.name, path, now)
+        stable = self._stable(site.name, path, lambda: self._web.render(site.name, path))
+        body = with_revision(stable.body, version) if version else stable.body
+        modified = max(self._t0 + changed_at, float(self._started)) if version else float(self._started)
+        return represent(body, modified=modified, compress=compress)
+
+    def freshness(self, *, since: float = 0.0, buckets: int = 0, pages: bool = False) -> dict[str, Any]:
+        return self.changes.report(self._wall_clock() - self._t0, since=since, buckets=buckets, pages=pages)
 
     def _stable(
         self, host: str, path: str, render: Callable[[], bytes], *, compress: bool = False
@@ -326,6 +348,14 @@ class TestwebServer:
                 summary=_flag(query.get("summary")), hosts=hosts, history=_flag(query.get("history"))
             )
             return await send(request, json_response(snapshot))
+        if name == "freshness" and method == "GET":
+            query = request.rel_url.query
+            try:
+                since, buckets = float(query.get("since", "0")), min(int(query.get("buckets", "0")), 1000)
+            except ValueError:
+                return await send(request, plain(400, "since (seconds) and buckets (an integer) are numbers"))
+            report = self.freshness(since=since, buckets=buckets, pages=_flag(query.get("pages")))
+            return await send(request, json_response(report))
         if name == "hosts" and method == "GET":
             return await send(request, json_response(self._describe()))
         if name == "reset" and method == "POST":
@@ -333,7 +363,7 @@ class TestwebServer:
             return await send(request, json_response({"ok": True}))
         if name == "api/quota" and method == "POST":
             return await send(request, await self._set_quota(request))
-        if name in ("expected", "stats", "hosts", "reset", "api/quota"):
+        if name in ("expected", "stats", "hosts", "reset", "api/quota", "freshness"):
             return await send(request, plain(405, "method not allowed"))
         return await send(request, plain(404, f"no control endpoint {path}"))
 

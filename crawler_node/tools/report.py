@@ -129,11 +129,12 @@ def format_hosts(answer: dict[str, Any]) -> str:
              + (f"; {parked} URLs of other hosts wait on disk for their turn (--active-hosts)" if parked else "")
              + ("" if answer.get("complete", True) else f"; members not heard: {_not_ok(answer['members'])}"),
              f"  {'host':<32} {'member':<10} {'queued':>7} {'leased':>6} {'deferred':>8} {'flight':>6} "
-             f"{'limit':>5} {'eligible':>9}  state"]
+             f"{'limit':>5} {'eligible':>9} {'chg/day':>8}  state"]
     for row in answer["hosts"]:
         limit = "-" if row.get("limit") is None else row["limit"]
         lines.append(f"  {row['host']:<32} {row['member']:<10} {row['queued']:>7} {row['leased']:>6} "
-                     f"{row['deferred']:>8} {row['in_flight']:>6} {limit:>5} {_age(row['next_eligible_in_s']):>9}  "
+                     f"{row['deferred']:>8} {row['in_flight']:>6} {limit:>5} {_age(row['next_eligible_in_s']):>9} "
+                     f"{_per_day(row.get('change_rate')):>8}  "
                      f"{row['state']}" + (f" ({row['held']})" if row.get("held") else ""))
         if row.get("health", "healthy") != "healthy":
             lines.append(f"  {'':<32} health: {row['health']} ({row.get('health_score')}/100): "
@@ -148,11 +149,20 @@ def _not_ok(members: dict[str, Any]) -> str:
 def format_queue(answer: dict[str, Any]) -> str:
     lines = [f"{answer['host']} on {answer['member']}: {answer['queued']} queued, {answer['leased']} leased, "
              f"{answer['deferred']} deferred; {len(answer['urls'])} shown",
-             f"  {'depth':>5} {'priority':>8} {'attempts':>8} {'eligible':>9} {'state':<8} url"]
+             f"  {'depth':>5} {'priority':>8} {'attempts':>8} {'eligible':>9} {'chg/day':>8} {'state':<8} url"]
     for url in answer["urls"]:
         lines.append(f"  {url['depth']:>5} {url['priority']:>8} {url['attempts']:>8} "
-                     f"{_not_before(url['not_before']):>9} {url['state']:<8} {url['url']}")
+                     f"{_not_before(url['not_before']):>9} {_per_day(url.get('change_rate')):>8} "
+                     f"{url['state']:<8} {url['url']}")
     return "\n".join(lines)
+
+
+def _per_day(rate: float | None) -> str:
+    """A change rate (per second) as changes a day; "-" when none is known."""
+    if rate is None:
+        return "-"
+    per_day = rate * 86_400
+    return f"{per_day:.3g}" if per_day < 1e6 else f"{per_day:.2e}"
 
 
 def _not_before(when: float) -> str:
