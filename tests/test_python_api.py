@@ -19,9 +19,11 @@ HOSTS, PAGES = 10, 100  # 1,000 pages
 BUFFER, STORE_QUEUE, PARSE_QUEUE, INFLIGHT, PARSE_WORKERS = 8, 8, 8, 4, 1
 # Pages fetched and not yet taken by the program, at most: the iterator's buffer; the store
 # stage's queue and the batch it hands over (at most a queue's worth and one); the same for the
-# parse stage, per parser; the fetches in flight; and one robots.txt a host (not a page, but a
-# request testweb counts). None of it grows with the crawl.
-AHEAD = BUFFER + (2 * STORE_QUEUE + 1) + PARSE_QUEUE + PARSE_WORKERS * (PARSE_QUEUE + 1) + INFLIGHT + HOSTS
+# parse stage, per parser; and the fetches in flight. None of it grows with the crawl. Counted
+# as the pages testweb served (distinct URLs of the web), not its requests: robots.txt, a retry
+# after a timeout on a busy machine or a redirect's hop is a request but no page, and those add
+# up over a crawl (CI saw 56+ requests ahead where the pages were within this bound).
+AHEAD = BUFFER + (2 * STORE_QUEUE + 1) + PARSE_QUEUE + PARSE_WORKERS * (PARSE_QUEUE + 1) + INFLIGHT
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "python_api.py"
 
 
@@ -41,7 +43,7 @@ def test_a_slow_consumer_slows_the_crawl_and_gets_every_page(start_testweb, tmp_
                 assert crawl.buffered <= BUFFER
                 await asyncio.sleep(0.002)  # a slow consumer: the crawl would go faster alone
                 if len(urls) % 50 == 0:
-                    served = web.stats(summary=True)["totals"]["requests"]
+                    served = sum(1 for url in web.stats()["urls"] if url in expected)
                     snapshot = await crawl.node.snapshot()
                     queues = snapshot.queues
                     assert queues.store.depth <= queues.store.capacity == STORE_QUEUE
@@ -51,8 +53,10 @@ def test_a_slow_consumer_slows_the_crawl_and_gets_every_page(start_testweb, tmp_
 
     urls = asyncio.run(program())
     assert set(urls) == expected and len(urls) == len(expected) >= 1000  # each page once, none missed
-    # what testweb served never ran ahead of what the program took by more than the bounds
+    # the pages testweb served never ran ahead of what the program took by more than the bounds
     assert checks and all(served <= taken + AHEAD for taken, served in checks), (AHEAD, checks)
+    print(f"pages served ahead of the program, at most: {max(served - taken for taken, served in checks)}"
+          f" (bound {AHEAD})")
     assert {line["url"] for line in read_crawl_log(tmp_path / "api")} == expected  # stored as the daemon does
 
 
